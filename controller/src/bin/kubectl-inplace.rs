@@ -1,0 +1,4 @@
+fn main() {
+    eprintln!("kubectl-inplace: not built yet");
+    std::process::exit(1);
+}

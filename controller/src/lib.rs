@@ -1,0 +1,1 @@
+//! The inplace CloneSet controller.

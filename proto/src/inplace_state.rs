@@ -1,0 +1,135 @@
+//! The JSON carried by the `apps.kruise.io/inplace-update-state` and
+//! `apps.kruise.io/inplace-update-grace` pod annotations.
+//!
+//! Key names follow the reference implementation so that pods it updated are understood
+//! here and vice versa. Keys this version does not know are kept in `extra` and written
+//! back unchanged.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// State of an in-place update, recorded on the pod when its spec is patched.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InPlaceUpdateState {
+    /// The revision the pod is being updated to.
+    pub revision: String,
+    /// When the spec was patched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub update_timestamp: Option<Time>,
+    /// What each updated container looked like before the update.
+    #[serde(default)]
+    pub last_container_statuses: BTreeMap<String, InPlaceUpdateContainerStatus>,
+    /// Containers whose environment comes from changed labels/annotations must be restarted.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub update_env_from_metadata: bool,
+    /// cpu/memory were changed in place.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub update_resources: bool,
+    /// Images were changed in place.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub update_images: bool,
+    /// Images still to apply in a later container batch.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub next_container_images: BTreeMap<String, String>,
+    /// Metadata still to apply in a later container batch.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub next_container_ref_metadata: BTreeMap<String, ObjectMeta>,
+    /// Resources still to apply in a later container batch.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub next_container_resources: BTreeMap<String, ResourceRequirements>,
+    /// Containers that must be ready before the next batch starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pre_check_before_next: Option<PreCheckBeforeNext>,
+    /// The batches applied so far.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub container_batches_record: Vec<ContainerBatch>,
+    /// Keys written by other versions, preserved verbatim.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// A container's identity before the in-place update.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InPlaceUpdateContainerStatus {
+    #[serde(default, rename = "imageID", skip_serializing_if = "String::is_empty")]
+    pub image_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+}
+
+/// `preCheckBeforeNext`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PreCheckBeforeNext {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub containers_required_ready: Vec<String>,
+}
+
+/// One entry of `containerBatchesRecord`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ContainerBatch {
+    pub timestamp: Time,
+    #[serde(default)]
+    pub containers: Vec<String>,
+}
+
+/// The update held back during `gracePeriodSeconds` (`apps.kruise.io/inplace-update-grace`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InPlaceUpdateGrace {
+    pub revision: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub container_images: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub container_ref_metadata: BTreeMap<String, ObjectMeta>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub container_resources: BTreeMap<String, ResourceRequirements>,
+    /// A strategic merge patch of labels/annotations, as a JSON string.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub meta_data_patch: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub update_env_from_metadata: bool,
+    #[serde(default)]
+    pub grace_seconds: i32,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl InPlaceUpdateState {
+    /// Reads the state from pod annotations (new key first, then the legacy one).
+    pub fn from_annotations(
+        annotations: &BTreeMap<String, String>,
+    ) -> Option<Result<Self, serde_json::Error>> {
+        annotations
+            .get(crate::keys::INPLACE_UPDATE_STATE_ANNOTATION)
+            .or_else(|| annotations.get(crate::keys::INPLACE_UPDATE_STATE_ANNOTATION_LEGACY))
+            .map(|raw| serde_json::from_str(raw))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reference_state_json_round_trips_with_unknown_keys() -> Result<(), serde_json::Error> {
+        let raw = r#"{"revision":"demo-67b9d8f6b7","updateTimestamp":"2026-01-02T03:04:05Z","lastContainerStatuses":{"main":{"imageID":"docker.io/library/nginx@sha256:abc"}},"updateImages":true,"containerBatchesRecord":[{"timestamp":"2026-01-02T03:04:05Z","containers":["main"]}],"futureKey":{"a":1}}"#;
+        let state: InPlaceUpdateState = serde_json::from_str(raw)?;
+        assert_eq!(state.revision, "demo-67b9d8f6b7");
+        assert!(state.update_images);
+        assert_eq!(
+            state.last_container_statuses["main"].image_id,
+            "docker.io/library/nginx@sha256:abc"
+        );
+        let back: Value = serde_json::to_value(&state)?;
+        let orig: Value = serde_json::from_str(raw)?;
+        assert_eq!(back, orig);
+        Ok(())
+    }
+}

@@ -1,0 +1,4 @@
+fn main() {
+    eprintln!("inplace-nodesim: not built yet");
+    std::process::exit(1);
+}

@@ -1,0 +1,1 @@
+//! Test bed helpers shared by the end-to-end suites.

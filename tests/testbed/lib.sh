@@ -1,0 +1,157 @@
+# shellcheck shell=bash
+# Common settings and helpers for the inplace test bed (sourced by up/down/build-k8s/selftest).
+
+TESTBED_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_DIR="$(cd "$TESTBED_DIR/../.." && pwd)"
+K8S_VERSION=1.20.2
+K8S_DEB_VERSION="1.20.5+really1.20.2"
+BED="${INPLACE_TESTBED_DIR:-/var/tmp/inplace-testbed}"
+CACHE="${INPLACE_CACHE_DIR:-/var/tmp/inplace-cache}"
+case $BED in /?*/*|/var/tmp/*|/tmp/*) ;; *) echo "testbed: error: INPLACE_TESTBED_DIR must be an absolute path at least two levels deep (got '$BED')" >&2; exit 1 ;; esac
+BED=${BED%/}
+K8S_CACHE="$CACHE/kubernetes-$K8S_VERSION"
+K8S_BIN="$K8S_CACHE/bin"
+KUBECTL_DIR="$CACHE/kubectl-$K8S_VERSION"
+KUBECTL="$KUBECTL_DIR/usr/bin/kubectl"
+APT_SRC_FILE=/etc/apt/sources.list.d/inplace-testbed-src.sources
+APT_STAMP="$CACHE/.apt-updated"
+
+# Ports (all on 127.0.0.1).
+ETCD_CLIENT_PORT=${INPLACE_ETCD_PORT:-23790}
+ETCD_PEER_PORT=${INPLACE_ETCD_PEER_PORT:-23800}
+APISERVER_PORT=${INPLACE_APISERVER_PORT:-16443}
+REGISTRY_PORT=${INPLACE_REGISTRY_PORT:-5000}
+KUBELET_PORT=${INPLACE_KUBELET_PORT:-10250}
+KUBELET_HEALTHZ_PORT=${INPLACE_KUBELET_HEALTHZ_PORT:-10248}
+CM_PORT=${INPLACE_CM_PORT:-10257}
+SCHED_PORT=${INPLACE_SCHED_PORT:-10259}
+REGISTRY="127.0.0.1:$REGISTRY_PORT"
+
+NODE_NAME=${INPLACE_NODE_NAME:-inplace-node-0}
+BRIDGE=inplacebr0
+POD_CIDR=10.88.0.0/16
+SERVICE_CIDR=10.0.0.0/24
+SERVICE_IP=10.0.0.1
+
+log() { printf '[testbed %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
+die() { printf 'testbed: error: %s\n' "$*" >&2; exit 1; }
+
+need_root() {
+  [ "$(id -u)" = 0 ] || die "must run as root (the bed starts containerd and a kubelet); rerun with sudo"
+}
+
+# apt-get update at most once per cache lifetime (or when forced).
+apt_update_once() {
+  mkdir -p "$CACHE"
+  if [ ! -e "$APT_STAMP" ] || [ "${1:-}" = force ]; then
+    log "apt-get update"
+    if ! DEBIAN_FRONTEND=noninteractive apt-get update -q >"$CACHE/apt-update.log" 2>&1 \
+       || grep -qE '^(Err|W: Failed)' "$CACHE/apt-update.log"; then
+      tail -5 "$CACHE/apt-update.log" >&2
+      die "apt-get update failed: the Debian package registry is unreachable (check network/apt sources)"
+    fi
+    touch "$APT_STAMP"
+  fi
+}
+
+ensure_deb_src() {
+  if [ ! -e "$APT_SRC_FILE" ]; then
+    log "adding deb-src entry $APT_SRC_FILE"
+    cat >"$APT_SRC_FILE" <<EOS
+# Added by inplace tests/testbed: source packages (kubernetes) for the test bed.
+Types: deb-src
+URIs: http://deb.debian.org/debian
+Suites: bookworm
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+EOS
+    apt_update_once force
+  fi
+}
+
+# Install Debian packages without starting their services.
+apt_install() {
+  local missing=() p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  apt_update_once
+  log "apt-get install ${missing[*]}"
+  local prc=/usr/sbin/policy-rc.d had_prc=0
+  [ -e "$prc" ] && had_prc=1
+  if [ $had_prc = 0 ]; then
+    printf '#!/bin/sh\nexit 101\n' >"$prc"; chmod +x "$prc"
+  fi
+  local rc=0
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" \
+    >"$CACHE/apt-install.log" 2>&1 || rc=$?
+  [ $had_prc = 0 ] && rm -f "$prc"
+  if [ $rc != 0 ]; then
+    tail -15 "$CACHE/apt-install.log" >&2
+    die "apt-get install ${missing[*]} failed (see $CACHE/apt-install.log)"
+  fi
+}
+
+# ---------- processes ----------
+PIDS="$BED/pids"
+LOGS="$BED/logs"
+
+# start_bg NAME CMD... : start CMD detached (own session), log to $LOGS/NAME.log, pid to $PIDS/NAME.pid
+start_bg() {
+  local name=$1; shift
+  mkdir -p "$PIDS" "$LOGS"
+  setsid "$@" </dev/null >>"$LOGS/$name.log" 2>&1 &
+  echo $! >"$PIDS/$name.pid"
+  echo "$name" >>"$BED/started"
+}
+
+pid_of() { [ -f "$PIDS/$1.pid" ] && cat "$PIDS/$1.pid"; }
+alive() { local p; p=$(pid_of "$1") && [ -n "$p" ] && kill -0 "$p" 2>/dev/null; }
+
+# stop_pid PID [GRACE_SECONDS]: TERM, wait, then KILL.
+stop_pid() {
+  local p=$1 grace=${2:-10} i
+  kill -0 "$p" 2>/dev/null || return 0
+  kill -TERM "$p" 2>/dev/null || true
+  for ((i = 0; i < grace * 10; i++)); do kill -0 "$p" 2>/dev/null || return 0; sleep 0.1; done
+  kill -KILL "$p" 2>/dev/null || true
+  for ((i = 0; i < 50; i++)); do kill -0 "$p" 2>/dev/null || return 0; sleep 0.1; done
+}
+
+stop_component() {
+  local name=$1 p
+  p=$(pid_of "$name") || return 0
+  if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then log "stopping $name (pid $p)"; stop_pid "$p" "${2:-10}"; fi
+  rm -f "$PIDS/$name.pid"
+}
+
+# wait_for DESCRIPTION TIMEOUT_S COMPONENT CMD... : poll CMD until it succeeds; fail if
+# COMPONENT died or the timeout passed.
+wait_for() {
+  local what=$1 timeout=$2 comp=$3; shift 3
+  local deadline=$((SECONDS + timeout))
+  until "$@" >/dev/null 2>&1; do
+    if [ -n "$comp" ] && ! alive "$comp"; then fail "$comp exited while waiting for $what" "$comp"; fi
+    [ $SECONDS -lt $deadline ] || fail "timed out after ${timeout}s waiting for $what" "$comp"
+    sleep 0.2
+  done
+}
+
+# fail MESSAGE [COMPONENT]: print the component's log tail, stop everything, exit 1.
+fail() {
+  local msg=$1 comp=${2:-}
+  printf 'testbed: error: %s\n' "$msg" >&2
+  if [ -n "$comp" ] && [ -f "$LOGS/$comp.log" ]; then
+    printf -- '---- last 30 lines of %s ----\n' "$LOGS/$comp.log" >&2
+    tail -n 30 "$LOGS/$comp.log" >&2
+    printf -- '----\n' >&2
+  fi
+  if [ "${INPLACE_TESTBED_KEEP_ON_FAILURE:-0}" != 1 ]; then
+    log "stopping what was started (logs kept in $LOGS)"
+    "$TESTBED_DIR/down" --keep-logs >&2 || true
+  fi
+  exit 1
+}
+
+kc() { "$KUBECTL" --kubeconfig "$BED/kubeconfig" "$@"; }
