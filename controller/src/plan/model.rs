@@ -1,0 +1,395 @@
+//! The planner's input snapshot, its view of each pod, and its output.
+//!
+//! Everything here is plain data: the controller fills a [`Snapshot`] from its caches,
+//! [`super::plan`] turns it into a [`Plan`], and the `act` layer carries the plan out.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use inplace_proto::keys;
+use inplace_proto::{CloneSet, CloneSetStatus, InPlaceUpdateState, LifecycleState};
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::jiff::Timestamp;
+use serde::Serialize;
+
+/// Switches that the reference implementation keeps behind feature gates.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PlanOptions {
+    /// `CloneSetPartitionRollback`: raising the partition rolls updated pods back.
+    pub partition_rollback: bool,
+    /// `CloneSetShortHash`: the revision label holds only the hash.
+    pub short_hash: bool,
+    /// `--cloneset-scaling-exclude-preparing-delete` for every CloneSet.
+    pub exclude_preparing_delete: bool,
+    /// `InPlaceWorkloadVerticalScaling`: cpu/memory changes go in place.
+    pub in_place_vertical_scaling: bool,
+    /// `RecreatePodWhenChangeVCTInCloneSetGate`: a changed volumeClaimTemplate forces recreate.
+    pub recreate_on_vct_change: bool,
+    /// Use this revision name as the update revision instead of computing it.
+    pub update_revision_override: Option<String>,
+    /// Use this revision name as the current revision instead of `status.currentRevision`.
+    pub current_revision_override: Option<String>,
+}
+
+/// Everything the planner looks at for one CloneSet, at one instant.
+#[derive(Clone, Copy, Debug)]
+pub struct Snapshot<'a> {
+    pub cloneset: &'a CloneSet,
+    /// Pods owned by the CloneSet (active or not), already filtered by its selector.
+    pub pods: &'a [Pod],
+    /// PVCs carrying the CloneSet's instance-id label.
+    pub pvcs: &'a [PersistentVolumeClaim],
+    /// ControllerRevisions owned by the CloneSet.
+    pub revisions: &'a [ControllerRevision],
+    pub now: Timestamp,
+    pub options: &'a PlanOptions,
+}
+
+/// What the planner knows about one pod, extracted once per plan.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PodFacts {
+    pub name: String,
+    pub uid: String,
+    /// Value of the `controller-revision-hash` label.
+    pub revision: Option<String>,
+    pub instance_id: Option<String>,
+    pub node_name: Option<String>,
+    pub phase: PodPhase,
+    pub lifecycle: Option<LifecycleState>,
+    /// Deletion requested (deletionTimestamp set).
+    pub terminating: bool,
+    /// Succeeded or Failed: the pod will never run again.
+    pub finished: bool,
+    /// Running, condition Ready True, and InPlaceUpdateReady absent or True.
+    pub ready: bool,
+    /// When the Ready condition last turned True.
+    pub ready_since: Option<Timestamp>,
+    pub creation: Option<Timestamp>,
+    /// Sum of restartCount over containers.
+    pub restarts: i32,
+    /// `controller.kubernetes.io/pod-deletion-cost`; invalid or absent is 0.
+    pub deletion_cost: i64,
+    /// Carries `apps.kruise.io/specified-delete` or is named in `podsToDelete`.
+    pub specified_delete: bool,
+    pub labels: BTreeMap<String, String>,
+    pub finalizers: BTreeSet<String>,
+    /// Parsed `apps.kruise.io/inplace-update-state`, if present and valid.
+    pub in_place_state: Option<InPlaceUpdateState>,
+    /// An `apps.kruise.io/inplace-update-grace` annotation is present.
+    pub in_place_grace_pending: bool,
+}
+
+/// The pod phase, ordered as the reference sorts it (Pending < Unknown < Running).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum PodPhase {
+    Pending,
+    Unknown,
+    Running,
+    Succeeded,
+    Failed,
+}
+
+impl PodPhase {
+    pub fn parse(phase: Option<&str>) -> Self {
+        match phase {
+            Some("Running") => Self::Running,
+            Some("Succeeded") => Self::Succeeded,
+            Some("Failed") => Self::Failed,
+            Some("Unknown") => Self::Unknown,
+            _ => Self::Pending,
+        }
+    }
+}
+
+impl PodFacts {
+    /// Extracts the facts of `pod`. `pods_to_delete` is `spec.scaleStrategy.podsToDelete`.
+    pub fn from_pod(pod: &Pod, pods_to_delete: &BTreeSet<&str>) -> Self {
+        let meta = &pod.metadata;
+        let labels = meta.labels.clone().unwrap_or_default();
+        let annotations = meta.annotations.clone().unwrap_or_default();
+        let name = meta.name.clone().unwrap_or_default();
+        let status = pod.status.as_ref();
+        let phase = PodPhase::parse(status.and_then(|s| s.phase.as_deref()));
+        let conditions = status.and_then(|s| s.conditions.as_deref()).unwrap_or(&[]);
+        let condition = |ty: &str| conditions.iter().find(|c| c.type_ == ty);
+        let ready_condition = condition("Ready").filter(|c| c.status == "True");
+        let in_place_ready = condition(keys::INPLACE_UPDATE_READY_CONDITION)
+            .is_none_or(|c| c.status == "True");
+        let ready = phase == PodPhase::Running && ready_condition.is_some() && in_place_ready;
+        let restarts = status
+            .and_then(|s| s.container_statuses.as_deref())
+            .unwrap_or(&[])
+            .iter()
+            .map(|c| c.restart_count)
+            .sum();
+        let deletion_cost = annotations
+            .get(keys::POD_DELETION_COST_ANNOTATION)
+            .and_then(|v| v.parse::<i64>().ok())
+            .filter(|v| (-2_147_483_647..=2_147_483_647).contains(v))
+            .unwrap_or(0);
+        let specified_delete = labels.contains_key(keys::SPECIFIED_DELETE_LABEL)
+            || pods_to_delete.contains(name.as_str());
+        PodFacts {
+            uid: meta.uid.clone().unwrap_or_default(),
+            revision: labels.get(keys::REVISION_LABEL).cloned(),
+            instance_id: labels.get(keys::INSTANCE_ID_LABEL).cloned(),
+            node_name: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+            phase,
+            lifecycle: labels
+                .get(keys::LIFECYCLE_STATE_LABEL)
+                .and_then(|v| LifecycleState::parse(v)),
+            terminating: meta.deletion_timestamp.is_some(),
+            finished: matches!(phase, PodPhase::Succeeded | PodPhase::Failed),
+            ready,
+            ready_since: ready_condition
+                .and_then(|c| c.last_transition_time.as_ref())
+                .map(|t| t.0),
+            creation: meta.creation_timestamp.as_ref().map(|t| t.0),
+            restarts,
+            deletion_cost,
+            specified_delete,
+            finalizers: meta.finalizers.iter().flatten().cloned().collect(),
+            in_place_state: InPlaceUpdateState::from_annotations(&annotations)
+                .and_then(Result::ok),
+            in_place_grace_pending: annotations
+                .contains_key(keys::INPLACE_UPDATE_GRACE_ANNOTATION)
+                || annotations.contains_key(keys::INPLACE_UPDATE_GRACE_ANNOTATION_LEGACY),
+            labels,
+            name,
+        }
+    }
+
+    /// Neither terminating nor finished.
+    pub fn is_active(&self) -> bool {
+        !self.terminating && !self.finished
+    }
+
+    /// Ready for at least `min_ready_seconds` at `now`, and in lifecycle state Normal (or none).
+    pub fn is_available(&self, min_ready_seconds: i32, now: Timestamp) -> bool {
+        if !self.ready || !matches!(self.lifecycle, None | Some(LifecycleState::Normal)) {
+            return false;
+        }
+        if min_ready_seconds <= 0 {
+            return true;
+        }
+        match self.ready_since {
+            Some(since) => {
+                now.duration_since(since).as_secs() >= i64::from(min_ready_seconds)
+            }
+            None => false,
+        }
+    }
+}
+
+/// Percent-or-number settings resolved to pod counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Resolved {
+    pub replicas: i32,
+    pub partition: i32,
+    pub max_surge: i32,
+    pub max_unavailable: i32,
+    /// `scaleStrategy.maxUnavailable`; `i32::MAX` when unset (no limit).
+    pub scale_max_unavailable: i32,
+}
+
+/// The reference's `expectationDiffs`: how far the pods are from the desired state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Diffs {
+    /// Pods to create (surge included).
+    pub scale_up: i32,
+    /// Of `scale_up`, how many from the current (old) revision.
+    pub scale_up_old_revision: i32,
+    /// Pods to delete.
+    pub scale_down: i32,
+    /// Of `scale_down`, how many from old revisions.
+    pub scale_down_old_revision: i32,
+    /// Most pods that may be created now (scale rate limit).
+    pub scale_up_limit: i32,
+    /// Most ready pods that may be deleted now.
+    pub delete_ready_limit: i32,
+    /// Surge pods in use.
+    pub use_surge: i32,
+    /// Of `use_surge`, how many on the old revision (rollback).
+    pub use_surge_old_revision: i32,
+    /// Pods to move to the update revision; negative means back to the current one.
+    pub update: i32,
+    /// Unavailability budget of the update step.
+    pub update_max_unavailable: i32,
+}
+
+/// Why a pod is deleted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum DeleteReason {
+    /// Already in PreparingDelete and its preDelete hook released.
+    PreparingDeleteReleased,
+    /// Named in `podsToDelete` or labelled `apps.kruise.io/specified-delete`.
+    SpecifiedDelete,
+    /// More pods than desired.
+    ScaleDown,
+    /// Surge pods removed at the end of an update.
+    SurgeEnd,
+}
+
+/// How a pod is moved to another revision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum UpdateMethod {
+    InPlace,
+    Recreate,
+}
+
+/// One thing the controller should do, in order.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Action {
+    /// Create pod `<cloneset>-<instance_id>` (and its missing PVCs) from `revision`.
+    #[serde(rename_all = "camelCase")]
+    Create { revision: String, instance_id: String },
+    /// Delete the pod (and, unless reused, its PVCs).
+    #[serde(rename_all = "camelCase")]
+    Delete { pod: String, reason: DeleteReason },
+    /// Move the pod to `revision`.
+    #[serde(rename_all = "camelCase")]
+    Update {
+        pod: String,
+        method: UpdateMethod,
+        revision: String,
+    },
+    /// Change the pod's lifecycle state label (and hook side effects).
+    #[serde(rename_all = "camelCase")]
+    Lifecycle {
+        pod: String,
+        from: Option<LifecycleState>,
+        to: LifecycleState,
+        /// Set (true) or clear (false) this CloneSet's not-ready key on `KruisePodReady`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        mark_not_ready: Option<bool>,
+    },
+    /// The in-place update of the pod finished: set `InPlaceUpdateReady` True.
+    #[serde(rename_all = "camelCase")]
+    CompleteInPlaceUpdate { pod: String },
+    /// The grace period of a pending in-place update is over: apply it.
+    #[serde(rename_all = "camelCase")]
+    ApplyGracedUpdate { pod: String },
+    /// Delete a PVC that no pod will use again.
+    #[serde(rename_all = "camelCase")]
+    DeletePvc { pvc: String },
+    /// Remove names from `spec.scaleStrategy.podsToDelete` (pods that no longer exist).
+    #[serde(rename_all = "camelCase")]
+    PrunePodsToDelete { names: Vec<String> },
+}
+
+/// A problem that the planner reports as a condition and an event instead of acting.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanProblem {
+    /// `FailedScale` or `FailedUpdate`.
+    pub condition: &'static str,
+    pub reason: String,
+    pub message: String,
+}
+
+/// Revision bookkeeping the controller must write.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RevisionPlan {
+    pub update_revision: String,
+    pub current_revision: String,
+    /// The update revision when it does not exist yet and must be created.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub create: Option<ControllerRevision>,
+    /// An existing equal revision whose `revision` number must be bumped (rollback).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bump: Option<ControllerRevision>,
+    /// Names of old revisions beyond `revisionHistoryLimit`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub delete: Vec<String>,
+    pub collision_count: i32,
+}
+
+/// The planner's answer for one reconcile.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Plan {
+    pub resolved: Resolved,
+    pub diffs: Diffs,
+    pub revisions: RevisionPlan,
+    /// Ordered actions. One reconcile does a scale step or an update step, never both.
+    pub actions: Vec<Action>,
+    /// The status the controller should write.
+    pub status: CloneSetStatus,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<PlanProblem>,
+    /// Reconcile again after this long even if nothing changes (minReadySeconds, grace, deadline).
+    #[serde(skip_serializing_if = "Option::is_none", with = "opt_duration_secs")]
+    pub requeue_after: Option<Duration>,
+}
+
+mod opt_duration_secs {
+    use std::time::Duration;
+
+    use serde::Serializer;
+
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_f64(d.as_secs_f64()),
+            None => s.serialize_none(),
+        }
+    }
+}
+
+/// What every step of one plan shares: the snapshot, the pods' facts and the revisions.
+#[derive(Clone, Debug)]
+pub struct PlanContext<'a> {
+    pub snapshot: Snapshot<'a>,
+    /// Facts of every pod in the snapshot, in snapshot order.
+    pub pods: Vec<PodFacts>,
+    /// Name of the revision made from the current template.
+    pub update_revision: String,
+    /// Name of the revision that all pods had before (`status.currentRevision`).
+    pub current_revision: String,
+    pub resolved: Resolved,
+}
+
+impl PlanContext<'_> {
+    pub fn cloneset(&self) -> &CloneSet {
+        self.snapshot.cloneset
+    }
+
+    pub fn now(&self) -> Timestamp {
+        self.snapshot.now
+    }
+
+    pub fn options(&self) -> &PlanOptions {
+        self.snapshot.options
+    }
+
+    /// Pods that are neither terminating nor finished.
+    pub fn active_pods(&self) -> impl Iterator<Item = &PodFacts> {
+        self.pods.iter().filter(|p| p.is_active())
+    }
+
+    /// The pod is on the update revision.
+    pub fn is_updated(&self, pod: &PodFacts) -> bool {
+        pod.revision
+            .as_deref()
+            .is_some_and(|label| revision_matches(label, &self.update_revision))
+    }
+}
+
+/// Whether a pod's `controller-revision-hash` label names `revision`.
+///
+/// The label holds the full revision name `<cloneset>-<hash>` or, with the short-hash
+/// option (or pods written by it), only `<hash>`; both are accepted, like the reference,
+/// by comparing the last `-`-separated segment when the full names differ.
+pub fn revision_matches(label: &str, revision: &str) -> bool {
+    if label == revision {
+        return true;
+    }
+    let last = |s: &str| s.rsplit('-').next().map(str::to_owned);
+    last(label) == last(revision)
+}
