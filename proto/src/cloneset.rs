@@ -20,6 +20,7 @@ use crate::template::{ClaimTemplate, PodTemplate};
     group = "apps.kruise.io",
     version = "v1alpha1",
     kind = "CloneSet",
+    derive = "PartialEq",
     namespaced,
     shortname = "clone",
     status = "CloneSetStatus",
@@ -154,8 +155,11 @@ pub struct CloneSetUpdateStrategy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority_strategy: Option<UpdatePriorityStrategy>,
 
-    /// Spread pods matching these terms evenly through the update order.
+    /// Spread pods matching these terms evenly through the update order. A `key`/`value`
+    /// pair appears once: a list-type map keyed by both (the API server rejects
+    /// duplicates; both keys are required fields, as list-map keys must be).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["key", "value"]))]
     pub scatter_strategy: Vec<UpdateScatterTerm>,
 
     /// Tuning of in-place updates.
@@ -237,7 +241,9 @@ pub struct LifecycleHook {
 }
 
 /// The value of the `lifecycle.apps.kruise.io/state` pod label.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 pub enum LifecycleState {
     PreparingNormal,
     Normal,

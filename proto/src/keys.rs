@@ -56,7 +56,8 @@ pub const IMAGE_PREDOWNLOAD_IGNORED_LABEL: &str = "apps.kruise.io/image-predownl
 /// ControllerRevision label: FNV-32 hash of the revision data.
 pub const CONTROLLER_REVISION_HASH_LABEL: &str = "controller.kubernetes.io/hash";
 /// ControllerRevision annotation: FNV-32a hash of the volumeClaimTemplates.
-pub const VOLUME_CLAIM_TEMPLATE_HASH_ANNOTATION: &str = "kruise.io/cloneset-volumeclaimtemplate-hash";
+pub const VOLUME_CLAIM_TEMPLATE_HASH_ANNOTATION: &str =
+    "kruise.io/cloneset-volumeclaimtemplate-hash";
 
 /// Pod condition and readiness gate: the in-place update has completed.
 pub const INPLACE_UPDATE_READY_CONDITION: &str = "InPlaceUpdateReady";
@@ -86,9 +87,25 @@ pub const CRR_POD_UID_LABEL: &str = "crr.apps.kruise.io/pod-uid";
 pub const CRR_NODE_NAME_LABEL: &str = "crr.apps.kruise.io/node-name";
 pub const CRR_ACTIVE_LABEL: &str = "crr.apps.kruise.io/active";
 pub const CRR_UNREADY_ACQUIRED_FINALIZER: &str = "crr.apps.kruise.io/unready-acquired";
+/// CRR annotation (v1alpha1): JSON list of [`crate::CrrSyncContainerStatus`], the manager's
+/// snapshot of the pod's running containers while the CRR is Recreating (v1beta1 keeps it
+/// in `status.containerStatusSnapshot`).
+pub const CRR_SYNC_CONTAINER_STATUSES_ANNOTATION: &str =
+    "crr.apps.kruise.io/sync-container-statuses";
+/// CRR annotation (v1alpha1): RFC 3339 time at which the manager made the pod not-ready for
+/// `unreadyGracePeriodSeconds` (v1beta1: the `PreRecreateGrace` condition). Set once,
+/// never moved.
+pub const CRR_UNREADY_ACQUIRED_ANNOTATION: &str = "crr.apps.kruise.io/unready-acquired";
+
+/// NodeImage label: keep this NodeImage even though no Node of that name exists.
+pub const FAKE_NODEIMAGE_LABEL: &str = "apps.kruise.io/fake-nodeimage";
+/// Namespace the controller copies ImagePullJob pull secrets into for the daemons.
+pub const DAEMON_CONFIG_NAMESPACE: &str = "kruise-daemon-config";
 
 /// Sandbox annotation on image pulls made by the daemon.
 pub const PULLING_IMAGE_BY_ANNOTATION: &str = "apps.kruise.io/pulling-image-by";
+/// Value of [`PULLING_IMAGE_BY_ANNOTATION`] on the daemon's pulls.
+pub const PULLING_IMAGE_BY_VALUE: &str = "kruise-daemon";
 
 /// Events the controller emits (reasons).
 pub mod events {

@@ -1,11 +1,23 @@
 //! The contract between the inplace controller and daemon: the `apps.kruise.io/v1alpha1`
-//! resource types, the well-known keys, and the in-place update state. No I/O.
+//! resource types, the well-known keys, the in-place update state, and the CRDs generated
+//! from the types ([`crdgen`], with the validation of [`validation`]). No I/O.
 
 pub mod cloneset;
+pub mod crdgen;
+pub mod crr;
+pub mod imagepulljob;
 pub mod inplace_state;
 pub mod keys;
+pub mod nodeimage;
 pub mod template;
+pub mod validation;
 
 pub use cloneset::*;
+pub use crr::*;
+pub use imagepulljob::*;
 pub use inplace_state::*;
+pub use nodeimage::{
+    ImagePullPhase, ImageSpec, ImageStatus, ImageTagPullPolicy, ImageTagSpec, ImageTagStatus,
+    NodeImage, NodeImageSpec, NodeImageStatus, ReferenceObject, SyncStatus, SyncStatusPhase,
+};
 pub use template::{ClaimTemplate, PodTemplate, RawObject};

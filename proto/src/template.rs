@@ -96,7 +96,9 @@ impl ClaimTemplate {
 
     /// `metadata.name`, which names the pod volume and prefixes the PVC names.
     pub fn name(&self) -> Option<&str> {
-        self.0.pointer(&["metadata", "name"]).and_then(Value::as_str)
+        self.0
+            .pointer(&["metadata", "name"])
+            .and_then(Value::as_str)
     }
 }
 
