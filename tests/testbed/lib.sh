@@ -3,6 +3,7 @@
 
 TESTBED_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_DIR="$(cd "$TESTBED_DIR/../.." && pwd)"
+CRDS_DIR="${INPLACE_CRDS_DIR:-$REPO_DIR/deploy/crds}"
 K8S_VERSION=1.20.2
 K8S_DEB_VERSION="1.20.5+really1.20.2"
 BED="${INPLACE_TESTBED_DIR:-/var/tmp/inplace-testbed}"
@@ -32,12 +33,36 @@ BRIDGE=inplacebr0
 POD_CIDR=10.88.0.0/16
 SERVICE_CIDR=10.0.0.0/24
 SERVICE_IP=10.0.0.1
+# Host paths hard-coded by kubelet 1.20 / containerd 1.6; removed by down if up created them.
+HOST_PATHS="/var/log/pods /var/log/containers /var/lib/kubelet /run/containerd"
+
+# The node simulator: $INPLACE_NODESIM_BIN, else the release binary in cargo's target dir
+# ($CARGO_TARGET_DIR, else build.target-dir of the repo's .cargo/config.toml, else target/).
+cargo_target_dir() {
+  if [ -n "${CARGO_TARGET_DIR:-}" ]; then echo "$CARGO_TARGET_DIR"; return; fi
+  local t
+  t=$(sed -n 's/^[[:space:]]*target-dir[[:space:]]*=[[:space:]]*"\(.*\)".*/\1/p' "$REPO_DIR/.cargo/config.toml" 2>/dev/null | head -1)
+  case $t in "") echo "$REPO_DIR/target" ;; /*) echo "$t" ;; *) echo "$REPO_DIR/$t" ;; esac
+}
+SIM_BIN=${INPLACE_NODESIM_BIN:-$(cargo_target_dir)/release/inplace-nodesim}
 
 log() { printf '[testbed %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 die() { printf 'testbed: error: %s\n' "$*" >&2; exit 1; }
 
 need_root() {
   [ "$(id -u)" = 0 ] || die "must run as root (the bed starts containerd and a kubelet); rerun with sudo"
+}
+
+# One up/down at a time on this machine (nested calls, e.g. up -> down, inherit the lock).
+bed_lock() {
+  [ "${INPLACE_TESTBED_LOCKED:-}" = "$BED" ] && return 0
+  mkdir -p "$CACHE"
+  exec 8>"$CACHE/testbed.lock"
+  if ! flock -n 8; then
+    log "waiting for another tests/testbed/up or down to finish"
+    flock -w 900 8 || die "another tests/testbed/up or down holds $CACHE/testbed.lock"
+  fi
+  export INPLACE_TESTBED_LOCKED="$BED"
 }
 
 # apt-get update at most once per cache lifetime (or when forced).
@@ -91,6 +116,16 @@ apt_install() {
     tail -15 "$CACHE/apt-install.log" >&2
     die "apt-get install ${missing[*]} failed (see $CACHE/apt-install.log)"
   fi
+  # The bed runs its own etcd/containerd/registry, never the packaged services: policy-rc.d
+  # kept them from starting; on a systemd machine also keep them from starting at boot.
+  if [ -d /run/systemd/system ]; then
+    for p in "${missing[@]}"; do
+      case $p in
+        etcd-server) systemctl disable --now etcd >/dev/null 2>&1 || true ;;
+        containerd|docker-registry) systemctl disable --now "$p" >/dev/null 2>&1 || true ;;
+      esac
+    done
+  fi
 }
 
 # ---------- processes ----------
@@ -101,28 +136,35 @@ LOGS="$BED/logs"
 start_bg() {
   local name=$1; shift
   mkdir -p "$PIDS" "$LOGS"
-  setsid "$@" </dev/null >>"$LOGS/$name.log" 2>&1 &
+  setsid "$@" </dev/null >>"$LOGS/$name.log" 2>&1 8>&- 9>&- &
   echo $! >"$PIDS/$name.pid"
   echo "$name" >>"$BED/started"
 }
 
+# running PID: exists and is not a zombie (PID 1 here may reap orphans late).
+running() {
+  local st
+  st=$(sed -n 's/^[0-9]* (.*) \([A-Za-z]\) .*/\1/p' "/proc/$1/stat" 2>/dev/null) || return 1
+  [ -n "$st" ] && [ "$st" != Z ] && [ "$st" != X ]
+}
+
 pid_of() { [ -f "$PIDS/$1.pid" ] && cat "$PIDS/$1.pid"; }
-alive() { local p; p=$(pid_of "$1") && [ -n "$p" ] && kill -0 "$p" 2>/dev/null; }
+alive() { local p; p=$(pid_of "$1") && [ -n "$p" ] && running "$p"; }
 
 # stop_pid PID [GRACE_SECONDS]: TERM, wait, then KILL.
 stop_pid() {
   local p=$1 grace=${2:-10} i
-  kill -0 "$p" 2>/dev/null || return 0
+  running "$p" || return 0
   kill -TERM "$p" 2>/dev/null || true
-  for ((i = 0; i < grace * 10; i++)); do kill -0 "$p" 2>/dev/null || return 0; sleep 0.1; done
+  for ((i = 0; i < grace * 20; i++)); do running "$p" || return 0; sleep 0.05; done
   kill -KILL "$p" 2>/dev/null || true
-  for ((i = 0; i < 50; i++)); do kill -0 "$p" 2>/dev/null || return 0; sleep 0.1; done
+  for ((i = 0; i < 100; i++)); do running "$p" || return 0; sleep 0.05; done
 }
 
 stop_component() {
   local name=$1 p
   p=$(pid_of "$name") || return 0
-  if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then log "stopping $name (pid $p)"; stop_pid "$p" "${2:-10}"; fi
+  if [ -n "$p" ] && running "$p"; then log "stopping $name (pid $p)"; stop_pid "$p" "${2:-10}"; fi
   rm -f "$PIDS/$name.pid"
 }
 
@@ -155,3 +197,28 @@ fail() {
 }
 
 kc() { "$KUBECTL" --kubeconfig "$BED/kubeconfig" "$@"; }
+
+# bed_leftovers [HOST_PATHS_THE_BED_CREATED]: prints one line per process, mount, cgroup,
+# socket, bridge or host path of the bed that still exists; prints nothing when clean.
+bed_leftovers() {
+  local out="" d cmd m cg hp veths
+  for d in /proc/[0-9]*; do
+    cmd=$(tr '\0' ' ' 2>/dev/null <"$d/cmdline") || continue
+    # processes the bed starts (clients that merely use its kubeconfig are not the bed's)
+    case $cmd in
+      *"$K8S_BIN/"*|*"$BED/containerd/"*|*"--data-dir $BED/etcd"*|*"$BED/registry.yml"*|*"$BED/nodesim.kubeconfig"*)
+        out+="process ${d#/proc/}: ${cmd:0:120}"$'\n' ;;
+    esac
+  done
+  m=$(awk -v b="$BED/" 'index($2, b) == 1 { print "mount " $2 }' /proc/mounts)
+  [ -n "$m" ] && out+="$m"$'\n'
+  for cg in /sys/fs/cgroup/*/inplace-testbed /sys/fs/cgroup/inplace-testbed; do
+    [ -e "$cg" ] && out+="cgroup $cg"$'\n'
+  done
+  ip link show "$BRIDGE" >/dev/null 2>&1 && out+="bridge $BRIDGE"$'\n'
+  veths=$(ip -o link show master "$BRIDGE" 2>/dev/null | awk -F': ' '{print $2}')
+  [ -n "$veths" ] && out+="veths $veths"$'\n'
+  [ -S "$BED/containerd/containerd.sock" ] && out+="socket $BED/containerd/containerd.sock"$'\n'
+  for hp in ${1:-}; do [ -e "$hp" ] && out+="host path $hp"$'\n'; done
+  printf '%s' "$out"
+}
