@@ -1,1 +1,4 @@
 //! Test bed helpers shared by the end-to-end suites.
+
+pub mod bed;
+pub mod nodesim;

@@ -1,0 +1,17 @@
+//! `inplace-nodesim`: simulated Kubernetes nodes for the test bed.
+//!
+//! Pure parts (no API server needed, unit tested): [`duration`], [`fault`], [`model`]
+//! (the per-pod state machine), [`render`] (pod status patches), [`podview`] (reading
+//! pods), [`ippool`], [`procstat`]. I/O parts: [`nodes`] (registration, heartbeats,
+//! Leases) and [`pods`] (the watch, the timer heap, status patches and deletes).
+
+pub mod duration;
+pub mod fault;
+pub mod ippool;
+pub mod model;
+pub mod nodes;
+pub mod pods;
+pub mod podview;
+pub mod procstat;
+pub mod render;
+pub mod stats;
