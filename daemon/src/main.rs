@@ -1,4 +1,212 @@
-fn main() {
-    eprintln!("inplace-daemon: not built yet (issue 5)");
-    std::process::exit(1);
+//! `inplace-daemon`: one per node. See the crate docs and `daemon/README.md`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use inplace_daemon::api::{ContainerRecreateRequest, NodeImage};
+use inplace_daemon::cri::{self, CriClient};
+use inplace_daemon::inplace::{self, Executor};
+use inplace_daemon::kube_io::{self, Health, RateLimiter};
+use inplace_daemon::metrics::Metrics;
+use inplace_daemon::puller::{Puller, PullerConfig};
+use inplace_daemon::{crr, events, server};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+use kube::runtime::reflector;
+use tokio::sync::{Notify, watch};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "inplace-daemon",
+    version,
+    about = "inplace node daemon: image pre-download, in-place update completion, container recreate requests"
+)]
+struct Args {
+    /// This node's name (only its NodeImage, pods and CRRs are watched).
+    #[arg(long, env = "NODE_NAME")]
+    node_name: String,
+    /// CRI endpoint (`unix:///path` or `/path`); default: the first of containerd.sock,
+    /// containerd/containerd.sock, crio.sock, crio/crio.sock found under /run, /var/run.
+    #[arg(long, env = "CRI_ENDPOINT")]
+    cri_endpoint: Option<String>,
+    /// Node-wide cap on concurrent image pulls.
+    #[arg(long, default_value_t = 2)]
+    max_concurrent_pulls: usize,
+    /// Address of /healthz and /metrics.
+    #[arg(long, default_value = "0.0.0.0:10221")]
+    addr: SocketAddr,
+    /// Timeout of every CRI call but PullImage (seconds).
+    #[arg(long, default_value_t = 5)]
+    runtime_timeout_seconds: u64,
+    /// NodeImage status writes per second (token bucket refill).
+    #[arg(long, default_value_t = 1.0)]
+    status_qps: f64,
+    /// NodeImage status write burst.
+    #[arg(long, default_value_t = 5)]
+    status_burst: u32,
+    /// How often pods in an in-place update (and active CRRs) are re-checked through CRI (ms).
+    #[arg(long, default_value_t = 500)]
+    poll_interval_ms: u64,
+    /// Apply cpu/memory in-place resizes through CRI UpdateContainerResources when the
+    /// runtime's limits differ from the pod spec (for kubelets without `pods/resize`;
+    /// see daemon/README.md for the caveats). Off: resizes are only verified.
+    #[arg(long)]
+    apply_resize_via_cri: bool,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let args = Args::parse();
+    let socket = cri::resolve_endpoint(
+        args.cri_endpoint.as_deref(),
+        &cri::DEFAULT_SOCKET_DIRS,
+        cri::is_socket,
+    )?;
+    let cri = CriClient::new(&socket, Duration::from_secs(args.runtime_timeout_seconds))?;
+    let runtime_name = match cri.version().await {
+        Ok(v) => {
+            tracing::info!(socket = %socket.display(), runtime = %v.runtime_name, version = %v.runtime_version, "CRI runtime");
+            v.runtime_name
+        }
+        Err(e) => {
+            tracing::warn!(socket = %socket.display(), error = %e, "CRI runtime not answering yet");
+            "containerd".to_string()
+        }
+    };
+    let client = kube::Client::try_default()
+        .await
+        .context("cannot build a Kubernetes client (in-cluster or KUBECONFIG)")?;
+
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = Metrics::new(&mut registry);
+    let health = Arc::new(Health::default());
+    let poll = Duration::from_millis(args.poll_interval_ms.max(50));
+    let node = args.node_name.clone();
+
+    // runtime liveness for /healthz
+    {
+        let (cri, health) = (cri.clone(), health.clone());
+        tokio::spawn(async move {
+            loop {
+                match cri.version().await {
+                    Ok(_) => health.runtime_ok.store(true, Ordering::Relaxed),
+                    Err(e) => {
+                        health.runtime_ok.store(false, Ordering::Relaxed);
+                        if let Ok(mut m) = health.runtime_error.lock() {
+                            *m = e.to_string();
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+        });
+    }
+
+    // image puller
+    let ni_api: Api<NodeImage> = Api::all(client.clone());
+    let (snap_tx, snap_rx) = watch::channel(None);
+    let (puller, status_rx) = Puller::new(
+        cri.clone(),
+        PullerConfig {
+            max_concurrent: args.max_concurrent_pulls,
+        },
+        kube_io::secret_fetcher(client.clone()),
+        metrics.clone(),
+    );
+    tokio::spawn(kube_io::watch_node_image(
+        ni_api.clone(),
+        node.clone(),
+        snap_tx,
+        health.clone(),
+    ));
+    tokio::spawn(kube_io::write_node_image_status(
+        ni_api,
+        node.clone(),
+        status_rx,
+        snap_rx.clone(),
+        RateLimiter::new(args.status_qps, args.status_burst),
+        metrics.clone(),
+    ));
+    tokio::spawn(puller.run(snap_rx));
+
+    // pods: in-place executor
+    let (store, writer) = reflector::store();
+    let notify = Arc::new(Notify::new());
+    tokio::spawn(inplace::watch_pods(
+        Api::<Pod>::all(client.clone()),
+        node.clone(),
+        writer,
+        notify.clone(),
+        health.clone(),
+    ));
+    let mut executor = Executor::new(
+        cri.clone(),
+        client.clone(),
+        store.clone(),
+        notify.clone(),
+        metrics.clone(),
+        runtime_name.clone(),
+        poll,
+    );
+    executor.apply_resize = args.apply_resize_via_cri;
+    tokio::spawn(executor.run());
+
+    // container recreate requests
+    let (crr_store, crr_writer) = reflector::store();
+    let crr_notify = Arc::new(Notify::new());
+    tokio::spawn(crr::watch_crrs(
+        Api::<ContainerRecreateRequest>::all(client.clone()),
+        node.clone(),
+        crr_writer,
+        crr_notify.clone(),
+        health.clone(),
+    ));
+    tokio::spawn(
+        crr::CrrHandler::new(
+            cri.clone(),
+            client.clone(),
+            crr_store,
+            store,
+            crr_notify.clone(),
+            metrics.clone(),
+            poll,
+        )
+        .run(),
+    );
+
+    // containerd events wake both at once (polling stays the fallback)
+    {
+        let m = metrics.clone();
+        tokio::spawn(events::follow(
+            socket.clone(),
+            vec![notify.clone(), crr_notify.clone()],
+            move |_| {
+                m.runtime_events.inc();
+            },
+        ));
+    }
+
+    let listener = tokio::net::TcpListener::bind(args.addr)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.addr))?;
+    tracing::info!(node = %node, addr = %args.addr, max_concurrent_pulls = args.max_concurrent_pulls, "inplace-daemon started");
+    let registry = Arc::new(registry);
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("cannot install the SIGTERM handler")?;
+    tokio::select! {
+        r = server::serve(listener, health, registry) => r.context("HTTP server")?,
+        _ = tokio::signal::ctrl_c() => tracing::info!("interrupted; exiting"),
+        _ = term.recv() => tracing::info!("SIGTERM; exiting"),
+    }
+    Ok(())
 }

@@ -1,0 +1,338 @@
+//! ContainerRecreateRequest handling on the node: one active CRR per pod at a time,
+//! preStop then CRI StopContainer for each named container, progress from CRI polling.
+//!
+//! Success of a recreated container: a new instance (id differs from the request's
+//! `statusContext`) runs for `minStartedSeconds`, and, when the manager's snapshot
+//! annotation knows that instance, it is ready.
+
+pub mod decide;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use futures::StreamExt;
+use inplace_proto::keys;
+use k8s_cri::v1::ContainerState;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::{Api, Patch};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::watcher::{self, Event};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::Notify;
+
+use crate::api::{ContainerRecreateRequest, ContainerRecreateRequestStatus, ProbeHandler};
+use crate::cri::CriClient;
+use crate::inplace::{self, ExecError};
+use crate::kube_io::{Health, patch_params};
+use crate::metrics::{Metrics, PhaseLabel};
+use decide::{Instance, Kill};
+
+/// Watches the active CRRs of `node`.
+pub async fn watch_crrs(
+    api: Api<ContainerRecreateRequest>,
+    node: String,
+    writer: reflector::store::Writer<ContainerRecreateRequest>,
+    notify: Arc<Notify>,
+    health: Arc<Health>,
+) {
+    let cfg = watcher::Config::default().labels(&format!(
+        "{}={node},{}=true",
+        keys::CRR_NODE_NAME_LABEL,
+        keys::CRR_ACTIVE_LABEL
+    ));
+    let mut stream = watcher::watcher(api, cfg)
+        .default_backoff()
+        .reflect(writer)
+        .boxed();
+    while let Some(ev) = stream.next().await {
+        match ev {
+            Ok(Event::InitDone) => health.crr_synced.store(true, Ordering::Relaxed),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "CRR watch error (retrying)"),
+        }
+        notify.notify_one();
+    }
+}
+
+pub struct CrrHandler {
+    cri: CriClient,
+    client: kube::Client,
+    crrs: Store<ContainerRecreateRequest>,
+    pods: Store<Pod>,
+    notify: Arc<Notify>,
+    metrics: Metrics,
+    poll: Duration,
+    /// Per CRR uid: (resourceVersion before our last status write, the status written).
+    /// While the watch cache still shows the object as it was before that write, the
+    /// written status is the base (else a kill already done would be forgotten).
+    written: HashMap<String, (String, ContainerRecreateRequestStatus)>,
+}
+
+impl CrrHandler {
+    pub fn new(
+        cri: CriClient,
+        client: kube::Client,
+        crrs: Store<ContainerRecreateRequest>,
+        pods: Store<Pod>,
+        notify: Arc<Notify>,
+        metrics: Metrics,
+        poll: Duration,
+    ) -> Self {
+        Self {
+            cri,
+            client,
+            crrs,
+            pods,
+            notify,
+            metrics,
+            poll,
+            written: HashMap::new(),
+        }
+    }
+
+    pub async fn run(mut self) {
+        loop {
+            tokio::select! {
+                _ = self.notify.notified() => {}
+                _ = tokio::time::sleep(self.poll) => {}
+            }
+            let mut by_pod: BTreeMap<(String, String), Vec<Arc<ContainerRecreateRequest>>> =
+                BTreeMap::new();
+            for c in self.crrs.state() {
+                let ns = c.metadata.namespace.clone().unwrap_or_default();
+                by_pod
+                    .entry((ns, c.spec.pod_name.clone()))
+                    .or_default()
+                    .push(c);
+            }
+            let live: std::collections::HashSet<String> = by_pod
+                .values()
+                .flatten()
+                .filter_map(|c| c.metadata.uid.clone())
+                .collect();
+            self.written.retain(|uid, _| live.contains(uid));
+            for ((ns, pod), mut list) in by_pod {
+                list.sort_by_key(|c| decide::sort_key(c));
+                let Some(active) = list.iter().find(|c| !c.is_completed()) else {
+                    continue;
+                };
+                if let Err(e) = self.sync(&ns, &pod, active).await {
+                    tracing::warn!(crr = ?active.metadata.name, error = %e, "CRR sync failed");
+                }
+            }
+        }
+    }
+
+    async fn instances(&self, uid: &str) -> Result<HashMap<String, Instance>, ExecError> {
+        let mut newest: HashMap<String, inplace::decide::RuntimeContainer> = HashMap::new();
+        for c in inplace::runtime_containers(&self.cri, uid).await? {
+            let keep = newest
+                .get(&c.name)
+                .is_none_or(|o| (c.attempt, c.created_at) > (o.attempt, o.created_at));
+            if keep {
+                newest.insert(c.name.clone(), c);
+            }
+        }
+        let mut out = HashMap::new();
+        for (name, c) in newest {
+            let st = self.cri.container_status(&c.id).await?;
+            out.insert(
+                name,
+                Instance {
+                    id: c.id,
+                    running: st.state == ContainerState::ContainerRunning as i32,
+                    started_at: st.started_at,
+                },
+            );
+        }
+        Ok(out)
+    }
+
+    async fn sync(
+        &mut self,
+        ns: &str,
+        pod_name: &str,
+        stored: &ContainerRecreateRequest,
+    ) -> Result<(), ExecError> {
+        let crr_uid = stored.metadata.uid.clone().unwrap_or_default();
+        let mut base = stored.clone();
+        if let Some((rv_before, st)) = self.written.get(&crr_uid)
+            && stored.metadata.resource_version.as_ref() == Some(rv_before)
+        {
+            base.status = Some(st.clone());
+        }
+        let crr = &base;
+        let pod = self.pods.get(&ObjectRef::new(pod_name).within(ns));
+        let uid = pod.as_ref().and_then(|p| p.metadata.uid.clone());
+        let instances = match &uid {
+            Some(u) => self.instances(u).await?,
+            None => HashMap::new(),
+        };
+        let pod_grace = pod
+            .as_ref()
+            .and_then(|p| p.spec.as_ref())
+            .and_then(|s| s.termination_grace_period_seconds)
+            .unwrap_or(30);
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let mut step = decide::step(
+            crr,
+            uid.as_deref(),
+            &|n| instances.get(n).cloned(),
+            pod_grace,
+            now,
+        );
+        if let Some(k) = &step.kill {
+            let r = self.kill(pod.as_deref(), k).await;
+            if let Err(m) = &r {
+                tracing::warn!(crr = ?crr.metadata.name, container = %k.container, error = %m, "recreate failed");
+            } else {
+                tracing::info!(crr = ?crr.metadata.name, container = %k.container, id = %k.id, "container stopped for recreate");
+                self.metrics
+                    .restarts
+                    .get_or_create(&crate::metrics::ReasonLabel {
+                        reason: "crr".into(),
+                    })
+                    .inc();
+            }
+            decide::record_kill(&mut step.status, &k.container, r);
+        }
+        if crr.status.as_ref() != Some(&step.status) {
+            if crr.status.as_ref().map(|s| s.phase) != Some(step.status.phase) {
+                self.metrics
+                    .crr_phases
+                    .get_or_create(&PhaseLabel {
+                        phase: step.status.phase.as_str().into(),
+                    })
+                    .inc();
+                tracing::info!(crr = ?crr.metadata.name, phase = step.status.phase.as_str(), message = %step.status.message, "CRR phase");
+            }
+            let api: Api<ContainerRecreateRequest> = Api::namespaced(self.client.clone(), ns);
+            let name = crr.metadata.name.clone().unwrap_or_default();
+            let patch = serde_json::json!({ "status": step.status });
+            api.patch_status(&name, &patch_params(), &Patch::Merge(&patch))
+                .await?;
+            self.written.insert(
+                crr_uid,
+                (
+                    stored.metadata.resource_version.clone().unwrap_or_default(),
+                    step.status,
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    async fn kill(&self, pod: Option<&Pod>, k: &Kill) -> Result<(), String> {
+        let grace = Duration::from_secs(u64::try_from(k.grace_seconds).unwrap_or(2).max(2));
+        if let Some(h) = &k.pre_stop {
+            let t0 = tokio::time::Instant::now();
+            run_pre_stop(&self.cri, pod, &k.id, h, grace).await?;
+            let left = grace
+                .saturating_sub(t0.elapsed())
+                .max(Duration::from_secs(2));
+            return self
+                .cri
+                .stop_container(&k.id, left)
+                .await
+                .map_err(|e| e.runtime_message());
+        }
+        self.cri
+            .stop_container(&k.id, grace)
+            .await
+            .map_err(|e| e.runtime_message())
+    }
+}
+
+fn port_of(p: &IntOrString, pod: Option<&Pod>) -> Option<u16> {
+    match p {
+        IntOrString::Int(i) => u16::try_from(*i).ok(),
+        IntOrString::String(name) => pod?
+            .spec
+            .as_ref()?
+            .containers
+            .iter()
+            .flat_map(|c| c.ports.iter().flatten())
+            .find(|cp| cp.name.as_deref() == Some(name))
+            .and_then(|cp| u16::try_from(cp.container_port).ok()),
+    }
+}
+
+/// Runs a preStop hook within `limit`: exec through CRI ExecSync, httpGet and tcpSocket
+/// against the pod IP (or the hook's host).
+pub async fn run_pre_stop(
+    cri: &CriClient,
+    pod: Option<&Pod>,
+    id: &str,
+    h: &ProbeHandler,
+    limit: Duration,
+) -> Result<(), String> {
+    let pod_ip = pod
+        .and_then(|p| p.status.as_ref())
+        .and_then(|s| s.pod_ip.clone())
+        .unwrap_or_else(|| "127.0.0.1".into());
+    if let Some(e) = &h.exec {
+        let r = cri
+            .exec_sync(id, e.command.clone().unwrap_or_default(), limit)
+            .await
+            .map_err(|e| format!("preStop exec: {}", e.runtime_message()))?;
+        if r.exit_code != 0 {
+            return Err(format!(
+                "preStop exec exited {}: {}",
+                r.exit_code,
+                String::from_utf8_lossy(&r.stderr).trim()
+            ));
+        }
+        return Ok(());
+    }
+    let fut = async {
+        if let Some(g) = &h.http_get {
+            let port = port_of(&g.port, pod).ok_or("preStop httpGet: unknown port")?;
+            let host = g.host.clone().unwrap_or(pod_ip.clone());
+            let mut s = tokio::net::TcpStream::connect((host.as_str(), port))
+                .await
+                .map_err(|e| format!("preStop httpGet: {e}"))?;
+            let req = format!(
+                "GET {} HTTP/1.0\r\nHost: {host}\r\nUser-Agent: inplace-daemon\r\n\r\n",
+                g.path.as_deref().unwrap_or("/")
+            );
+            s.write_all(req.as_bytes())
+                .await
+                .map_err(|e| format!("preStop httpGet: {e}"))?;
+            let mut buf = Vec::new();
+            let _ = s.read_to_end(&mut buf).await;
+            let head = String::from_utf8_lossy(&buf);
+            let code: u16 = head
+                .split_whitespace()
+                .nth(1)
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(0);
+            if !(200..400).contains(&code) {
+                return Err(format!("preStop httpGet answered {code}"));
+            }
+            return Ok(());
+        }
+        if let Some(t) = &h.tcp_socket {
+            let port = port_of(&t.port, pod).ok_or("preStop tcpSocket: unknown port")?;
+            let host = t.host.clone().unwrap_or(pod_ip.clone());
+            tokio::net::TcpStream::connect((host.as_str(), port))
+                .await
+                .map_err(|e| format!("preStop tcpSocket: {e}"))?;
+        }
+        Ok(())
+    };
+    tokio::time::timeout(limit, fut)
+        .await
+        .map_err(|_| format!("preStop did not finish within {}s", limit.as_secs()))?
+}
+
+impl std::fmt::Debug for CrrHandler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CrrHandler")
+            .field("cri", &self.cri)
+            .finish_non_exhaustive()
+    }
+}

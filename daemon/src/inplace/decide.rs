@@ -1,0 +1,531 @@
+//! Pure decisions of the in-place executor: is this pod in an in-place update, and if so
+//! do the runtime's containers show it complete, or must a container be restarted.
+
+use std::collections::BTreeMap;
+
+use inplace_proto::InPlaceUpdateState;
+use inplace_proto::keys;
+use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::jiff::Timestamp;
+
+use crate::resize::{self, Limits};
+
+/// A container as the runtime lists it (CRI `Container` / `ContainerStatus`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuntimeContainer {
+    pub id: String,
+    pub name: String,
+    pub attempt: u32,
+    pub running: bool,
+    /// Nanoseconds since the epoch.
+    pub created_at: i64,
+    /// The image id the container runs (CRI `imageRef` / `image_id`).
+    pub image_ref: String,
+}
+
+/// What to do with one pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// No in-place update of this revision is waiting for the daemon: touch nothing.
+    NotInUpdate,
+    /// In an update, not complete yet.
+    Wait(String),
+    /// Apply these limits to this container through CRI (`--apply-resize-via-cri`).
+    Resize {
+        container: String,
+        id: String,
+        target: Limits,
+    },
+    /// Stop this container (the kubelet starts it again) because its environment
+    /// comes from pod metadata that changed.
+    Restart { container: String, id: String },
+    /// Every updated container runs what the spec asks: mark the pod ready and record
+    /// these container ids (name → id).
+    Complete(BTreeMap<String, String>),
+    /// The state annotation or the pod is unusable; reported, nothing done.
+    Invalid(String),
+}
+
+/// The pod's `InPlaceUpdateReady` condition status, if any.
+pub fn ready_condition(pod: &Pod) -> Option<&str> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == keys::INPLACE_UPDATE_READY_CONDITION)
+        .map(|c| c.status.as_str())
+}
+
+/// Cheap filter: the pod carries an update state and `InPlaceUpdateReady=False`.
+pub fn in_update(pod: &Pod) -> bool {
+    let has_state = pod.metadata.annotations.as_ref().is_some_and(|a| {
+        a.contains_key(keys::INPLACE_UPDATE_STATE_ANNOTATION)
+            || a.contains_key(keys::INPLACE_UPDATE_STATE_ANNOTATION_LEGACY)
+    });
+    has_state && ready_condition(pod) == Some("False") && pod.metadata.deletion_timestamp.is_none()
+}
+
+/// Whether a container's environment reads pod labels or annotations.
+pub fn env_from_metadata(c: &Container) -> bool {
+    c.env.iter().flatten().any(|e| {
+        e.value_from
+            .as_ref()
+            .and_then(|v| v.field_ref.as_ref())
+            .is_some_and(|f| {
+                f.field_path.starts_with("metadata.labels")
+                    || f.field_path.starts_with("metadata.annotations")
+            })
+    })
+}
+
+/// The newest runtime instance of container `name` (highest attempt, then newest).
+pub fn newest<'a>(runtime: &'a [RuntimeContainer], name: &str) -> Option<&'a RuntimeContainer> {
+    runtime
+        .iter()
+        .filter(|c| c.name == name)
+        .max_by_key(|c| (c.attempt, c.created_at))
+}
+
+fn timestamp_nanos(t: &Timestamp) -> i64 {
+    i64::try_from(t.as_nanosecond()).unwrap_or(i64::MAX)
+}
+
+/// Decides for one pod without resize information (see [`decide_with_resize`]).
+pub fn decide(
+    pod: &Pod,
+    runtime: &[RuntimeContainer],
+    resolved: &BTreeMap<String, String>,
+) -> Decision {
+    decide_with_resize(pod, runtime, resolved, &BTreeMap::new(), false)
+}
+
+/// The containers whose resources an update changes (state `updateResources`).
+pub fn resized_containers(state: &InPlaceUpdateState) -> Vec<String> {
+    if !state.update_resources {
+        return Vec::new();
+    }
+    state.last_container_statuses.keys().cloned().collect()
+}
+
+/// Decides for one pod. `resolved` maps each spec image to the id the runtime has for
+/// it (absent: not resolved yet / not present); `observed` the limits applied to the
+/// newest instance of each resized container; `apply_resize` whether the daemon may
+/// apply a resize itself.
+pub fn decide_with_resize(
+    pod: &Pod,
+    runtime: &[RuntimeContainer],
+    resolved: &BTreeMap<String, String>,
+    observed: &BTreeMap<String, Limits>,
+    apply_resize: bool,
+) -> Decision {
+    if !in_update(pod) {
+        return Decision::NotInUpdate;
+    }
+    let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+    let state = match InPlaceUpdateState::from_annotations(&annotations) {
+        None => return Decision::NotInUpdate,
+        Some(Err(e)) => return Decision::Invalid(format!("unreadable in-place update state: {e}")),
+        Some(Ok(s)) => s,
+    };
+    let revision = pod
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(keys::REVISION_LABEL));
+    if revision != Some(&state.revision) {
+        return Decision::NotInUpdate;
+    }
+    if annotations.contains_key(keys::INPLACE_UPDATE_GRACE_ANNOTATION)
+        || annotations.contains_key(keys::INPLACE_UPDATE_GRACE_ANNOTATION_LEGACY)
+    {
+        return Decision::Wait("grace period: spec not patched yet".into());
+    }
+    if !state.next_container_images.is_empty()
+        || !state.next_container_resources.is_empty()
+        || !state.next_container_ref_metadata.is_empty()
+    {
+        return Decision::Wait("later container batches pending".into());
+    }
+    let Some(spec) = pod.spec.as_ref() else {
+        return Decision::Invalid("pod has no spec".into());
+    };
+    let mut done = BTreeMap::new();
+
+    for name in state.last_container_statuses.keys() {
+        let Some(c) = spec.containers.iter().find(|c| &c.name == name) else {
+            return Decision::Invalid(format!(
+                "state names container {name} the pod does not have"
+            ));
+        };
+        let image = c.image.clone().unwrap_or_default();
+        let Some(want) = resolved.get(&image) else {
+            return Decision::Wait(format!(
+                "image {image} of {name} not known to the runtime yet"
+            ));
+        };
+        let Some(rc) = newest(runtime, name) else {
+            return Decision::Wait(format!("no runtime container for {name} yet"));
+        };
+        if &rc.image_ref != want {
+            return Decision::Wait(format!("{name} runs {} not {want} yet", rc.image_ref));
+        }
+        if !rc.running {
+            return Decision::Wait(format!("{name} not running yet"));
+        }
+        done.insert(name.clone(), rc.id.clone());
+    }
+
+    for name in resized_containers(&state) {
+        let Some(c) = spec.containers.iter().find(|c| c.name == name) else {
+            continue;
+        };
+        let want = match resize::target(&c.resources.clone().unwrap_or_default()) {
+            Ok(t) => t,
+            Err(e) => return Decision::Invalid(format!("resources of {name}: {e}")),
+        };
+        let Some(got) = observed.get(&name) else {
+            return Decision::Wait(format!("resources of {name} not observed yet"));
+        };
+        let diff = resize::mismatches(&want, got);
+        if !diff.is_empty() {
+            if apply_resize && let Some(rc) = newest(runtime, &name) {
+                return Decision::Resize {
+                    container: name,
+                    id: rc.id.clone(),
+                    target: want,
+                };
+            }
+            return Decision::Wait(format!(
+                "resize of {name} not applied yet: {}",
+                diff.join(", ")
+            ));
+        }
+    }
+
+    if state.update_env_from_metadata {
+        let Some(updated_at) = state
+            .update_timestamp
+            .as_ref()
+            .map(|t| timestamp_nanos(&t.0))
+        else {
+            return Decision::Invalid("updateEnvFromMetadata without updateTimestamp".into());
+        };
+        for c in spec.containers.iter().filter(|c| env_from_metadata(c)) {
+            let Some(rc) = newest(runtime, &c.name) else {
+                return Decision::Wait(format!("no runtime container for {} yet", c.name));
+            };
+            if rc.created_at < updated_at {
+                if rc.running {
+                    return Decision::Restart {
+                        container: c.name.clone(),
+                        id: rc.id.clone(),
+                    };
+                }
+                return Decision::Wait(format!(
+                    "{} stopped, waiting for the kubelet to start it",
+                    c.name
+                ));
+            }
+            if !rc.running {
+                return Decision::Wait(format!("{} not running yet", c.name));
+            }
+            done.insert(c.name.clone(), rc.id.clone());
+        }
+    }
+    Decision::Complete(done)
+}
+
+/// Key under which the daemon records the container ids in the state annotation.
+pub const STATE_CONTAINER_IDS_KEY: &str = "daemonContainerIDs";
+
+/// The state annotation with the observed container ids added (unknown keys kept).
+pub fn state_with_container_ids(
+    state: &InPlaceUpdateState,
+    ids: &BTreeMap<String, String>,
+) -> Result<String, serde_json::Error> {
+    let mut s = state.clone();
+    s.extra
+        .insert(STATE_CONTAINER_IDS_KEY.into(), serde_json::to_value(ids)?);
+    serde_json::to_string(&s)
+}
+
+/// The strategic merge patch of pod status that sets `InPlaceUpdateReady` True
+/// (conditions merge by `type`, so no other condition is touched).
+pub fn ready_patch(now: Timestamp) -> serde_json::Value {
+    serde_json::json!({
+        "status": {
+            "conditions": [{
+                "type": keys::INPLACE_UPDATE_READY_CONDITION,
+                "status": "True",
+                "lastTransitionTime": now.to_string(),
+                "reason": null,
+                "message": null,
+            }]
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(extra: serde_json::Value) -> Pod {
+        let mut base = json!({
+            "metadata": {
+                "name": "p", "uid": "u1",
+                "labels": {"controller-revision-hash": "cs-2"},
+                "annotations": {
+                    "apps.kruise.io/inplace-update-state":
+                        r#"{"revision":"cs-2","updateTimestamp":"2026-01-01T00:00:10Z","lastContainerStatuses":{"main":{"imageID":"reg/app@sha256:old"}},"updateImages":true}"#
+                }
+            },
+            "spec": {"containers": [
+                {"name": "main", "image": "reg/app:v2"},
+                {"name": "side", "image": "reg/side:v1",
+                 "env": [{"name": "X", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['x']"}}}]}
+            ]},
+            "status": {"conditions": [
+                {"type": "InPlaceUpdateReady", "status": "False", "reason": "StartInPlaceUpdate"},
+                {"type": "Ready", "status": "False"}
+            ]}
+        });
+        merge(&mut base, extra);
+        serde_json::from_value(base).unwrap_or_default()
+    }
+
+    fn merge(a: &mut serde_json::Value, b: serde_json::Value) {
+        match (a, b) {
+            (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
+                for (k, v) in b {
+                    merge(a.entry(k).or_insert(serde_json::Value::Null), v);
+                }
+            }
+            (a, b) => *a = b,
+        }
+    }
+
+    const T10: i64 = 1_767_225_610_000_000_000; // 2026-01-01T00:00:10Z
+
+    fn rc(
+        id: &str,
+        name: &str,
+        attempt: u32,
+        running: bool,
+        created: i64,
+        image: &str,
+    ) -> RuntimeContainer {
+        RuntimeContainer {
+            id: id.into(),
+            name: name.into(),
+            attempt,
+            running,
+            created_at: created,
+            image_ref: image.into(),
+        }
+    }
+
+    fn resolved() -> BTreeMap<String, String> {
+        BTreeMap::from([
+            ("reg/app:v2".to_string(), "sha256:new".to_string()),
+            ("reg/side:v1".to_string(), "sha256:side".to_string()),
+        ])
+    }
+
+    #[test]
+    fn table() {
+        let env_state = r#"{"revision":"cs-2","updateTimestamp":"2026-01-01T00:00:10Z","lastContainerStatuses":{},"updateEnvFromMetadata":true}"#;
+        let cases: Vec<(&str, Pod, Vec<RuntimeContainer>, Decision)> = vec![
+            (
+                "new container running the new image completes",
+                pod(json!({})),
+                vec![
+                    rc("a0", "main", 0, false, T10 - 5, "sha256:old"),
+                    rc("a1", "main", 1, true, T10 + 5, "sha256:new"),
+                ],
+                Decision::Complete(BTreeMap::from([("main".into(), "a1".into())])),
+            ),
+            (
+                "old container still running waits",
+                pod(json!({})),
+                vec![rc("a0", "main", 0, true, T10 - 5, "sha256:old")],
+                Decision::Wait("main runs sha256:old not sha256:new yet".into()),
+            ),
+            (
+                "new image created but not running waits",
+                pod(json!({})),
+                vec![rc("a1", "main", 1, false, T10 + 5, "sha256:new")],
+                Decision::Wait("main not running yet".into()),
+            ),
+            (
+                "no runtime container waits",
+                pod(json!({})),
+                vec![],
+                Decision::Wait("no runtime container for main yet".into()),
+            ),
+            (
+                "condition already True: not in update",
+                pod(
+                    json!({"status": {"conditions": [{"type": "InPlaceUpdateReady", "status": "True"}]}}),
+                ),
+                vec![rc("a1", "main", 1, true, T10 + 5, "sha256:new")],
+                Decision::NotInUpdate,
+            ),
+            (
+                "no condition at all: not in update",
+                pod(json!({"status": {"conditions": []}})),
+                vec![],
+                Decision::NotInUpdate,
+            ),
+            (
+                "revision label differs from the state: not in update",
+                pod(json!({"metadata": {"labels": {"controller-revision-hash": "cs-3"}}})),
+                vec![rc("a1", "main", 1, true, T10 + 5, "sha256:new")],
+                Decision::NotInUpdate,
+            ),
+            (
+                "grace annotation present waits",
+                pod(
+                    json!({"metadata": {"annotations": {"apps.kruise.io/inplace-update-grace": "{}"}}}),
+                ),
+                vec![rc("a1", "main", 1, true, T10 + 5, "sha256:new")],
+                Decision::Wait("grace period: spec not patched yet".into()),
+            ),
+            (
+                "garbage state is reported, not acted on",
+                pod(
+                    json!({"metadata": {"annotations": {"apps.kruise.io/inplace-update-state": "{nope"}}}),
+                ),
+                vec![],
+                Decision::Invalid(
+                    "unreadable in-place update state: key must be a string at line 1 column 2"
+                        .into(),
+                ),
+            ),
+            (
+                "env from metadata: old running container is restarted",
+                pod(
+                    json!({"metadata": {"annotations": {"apps.kruise.io/inplace-update-state": env_state}}}),
+                ),
+                vec![rc("s0", "side", 0, true, T10 - 1, "sha256:side")],
+                Decision::Restart {
+                    container: "side".into(),
+                    id: "s0".into(),
+                },
+            ),
+            (
+                "env from metadata: stopped, waiting for the kubelet",
+                pod(
+                    json!({"metadata": {"annotations": {"apps.kruise.io/inplace-update-state": env_state}}}),
+                ),
+                vec![rc("s0", "side", 0, false, T10 - 1, "sha256:side")],
+                Decision::Wait("side stopped, waiting for the kubelet to start it".into()),
+            ),
+            (
+                "env from metadata: restarted container completes",
+                pod(
+                    json!({"metadata": {"annotations": {"apps.kruise.io/inplace-update-state": env_state}}}),
+                ),
+                vec![
+                    rc("s0", "side", 0, false, T10 - 1, "sha256:side"),
+                    rc("s1", "side", 1, true, T10 + 1, "sha256:side"),
+                ],
+                Decision::Complete(BTreeMap::from([("side".into(), "s1".into())])),
+            ),
+        ];
+        for (name, p, runtime, want) in cases {
+            assert_eq!(decide(&p, &runtime, &resolved()), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn resize_is_verified_and_applied_only_when_allowed() {
+        let state = r#"{"revision":"cs-2","lastContainerStatuses":{"main":{"imageID":"x"}},"updateResources":true}"#;
+        let p = pod(
+            json!({"metadata": {"annotations": {"apps.kruise.io/inplace-update-state": state}},
+            "spec": {"containers": [{"name": "main", "image": "reg/app:v2",
+                "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}}}]}}),
+        );
+        let rt = [rc("a0", "main", 0, true, T10 - 5, "sha256:new")];
+        let want = Limits {
+            cpu_quota: Some(50_000),
+            cpu_shares: Some(512),
+            memory_limit: Some(64 << 20),
+        };
+        let old = Limits {
+            cpu_quota: Some(100_000),
+            cpu_shares: Some(1024),
+            memory_limit: Some(128 << 20),
+        };
+        let obs = |l: Limits| BTreeMap::from([("main".to_string(), l)]);
+        assert_eq!(
+            decide_with_resize(&p, &rt, &resolved(), &BTreeMap::new(), false),
+            Decision::Wait("resources of main not observed yet".into())
+        );
+        assert!(matches!(
+            decide_with_resize(&p, &rt, &resolved(), &obs(old), false),
+            Decision::Wait(m) if m.starts_with("resize of main not applied yet: cpu.cfs_quota_us is 100000 not 50000")
+        ));
+        assert_eq!(
+            decide_with_resize(&p, &rt, &resolved(), &obs(old), true),
+            Decision::Resize {
+                container: "main".into(),
+                id: "a0".into(),
+                target: want
+            }
+        );
+        assert_eq!(
+            decide_with_resize(&p, &rt, &resolved(), &obs(want), true),
+            Decision::Complete(BTreeMap::from([("main".into(), "a0".into())]))
+        );
+    }
+
+    #[test]
+    fn unresolved_image_waits() {
+        let d = decide(
+            &pod(json!({})),
+            &[rc("a1", "main", 1, true, T10 + 5, "sha256:new")],
+            &BTreeMap::new(),
+        );
+        assert_eq!(
+            d,
+            Decision::Wait("image reg/app:v2 of main not known to the runtime yet".into())
+        );
+    }
+
+    #[test]
+    fn env_detection() {
+        let p = pod(json!({}));
+        let cs = &p
+            .spec
+            .as_ref()
+            .map(|s| s.containers.clone())
+            .unwrap_or_default();
+        assert!(!env_from_metadata(&cs[0]));
+        assert!(env_from_metadata(&cs[1]));
+    }
+
+    #[test]
+    fn ids_go_into_extra_and_unknown_keys_survive() -> Result<(), serde_json::Error> {
+        let s: InPlaceUpdateState = serde_json::from_str(r#"{"revision":"r","future":1}"#)?;
+        let out = state_with_container_ids(
+            &s,
+            &BTreeMap::from([("main".into(), "containerd://a1".into())]),
+        )?;
+        let v: serde_json::Value = serde_json::from_str(&out)?;
+        assert_eq!(v["future"], 1);
+        assert_eq!(v["daemonContainerIDs"]["main"], "containerd://a1");
+        Ok(())
+    }
+
+    #[test]
+    fn ready_patch_is_one_condition_by_type() {
+        let p = ready_patch(Timestamp::UNIX_EPOCH);
+        assert_eq!(
+            p,
+            json!({"status": {"conditions": [{"type": "InPlaceUpdateReady", "status": "True",
+                "lastTransitionTime": "1970-01-01T00:00:00Z", "reason": null, "message": null}]}})
+        );
+    }
+}

@@ -1,0 +1,347 @@
+//! The in-place executor: watches the pods of its node and, for pods in an in-place
+//! update, checks through CRI that the updated containers run the new image, restarts
+//! containers whose environment comes from changed metadata, and marks the pod
+//! `InPlaceUpdateReady=True`.
+//!
+//! Container changes are seen by polling CRI (`--poll-interval`) for pods in an update
+//! only; pod changes by the watch. Pods not in an update cost nothing and their
+//! containers are never touched.
+//!
+//! Completion writes two things: the container ids, into the state annotation under
+//! [`decide::STATE_CONTAINER_IDS_KEY`] (`<runtime>://<id>` per container name; a merge
+//! patch carrying the pod's resourceVersion, so a concurrent controller write wins and
+//! the daemon re-evaluates), then the condition, as a strategic merge patch of pod
+//! status (conditions merge by type).
+
+pub mod decide;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use futures::StreamExt;
+use inplace_proto::{InPlaceUpdateState, keys};
+use k8s_cri::v1::ContainerState;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, Patch};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher::{self, Event};
+use tokio::sync::Notify;
+
+use crate::cri::{CriClient, CriError};
+use crate::kube_io::{Health, patch_params};
+use crate::metrics::{Metrics, ReasonLabel};
+use crate::resize;
+use decide::{Decision, RuntimeContainer};
+
+/// How long a written completion suppresses re-completing the same pod revision.
+const COMPLETION_MEMORY: Duration = Duration::from_secs(30);
+
+/// CRI label with the pod UID (set by the kubelet on every container).
+pub const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
+/// CRI label with the container name.
+pub const CONTAINER_NAME_LABEL: &str = "io.kubernetes.container.name";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    #[error(transparent)]
+    Cri(#[from] CriError),
+    #[error("API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("state annotation: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+/// Watches the pods bound to `node` into `writer`, poking `notify` on every change.
+pub async fn watch_pods(
+    api: Api<Pod>,
+    node: String,
+    writer: reflector::store::Writer<Pod>,
+    notify: Arc<Notify>,
+    health: Arc<Health>,
+) {
+    let cfg = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
+    let mut stream = watcher::watcher(api, cfg)
+        .default_backoff()
+        .reflect(writer)
+        .boxed();
+    while let Some(ev) = stream.next().await {
+        match ev {
+            Ok(Event::InitDone) => health.pods_synced.store(true, Ordering::Relaxed),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "pod watch error (retrying)"),
+        }
+        notify.notify_one();
+    }
+}
+
+/// Lists the runtime containers of a pod.
+pub async fn runtime_containers(
+    cri: &CriClient,
+    uid: &str,
+) -> Result<Vec<RuntimeContainer>, CriError> {
+    let list = cri
+        .list_containers(HashMap::from([(
+            POD_UID_LABEL.to_string(),
+            uid.to_string(),
+        )]))
+        .await?;
+    Ok(list
+        .into_iter()
+        .map(|c| {
+            let meta = c.metadata.unwrap_or_default();
+            RuntimeContainer {
+                name: c
+                    .labels
+                    .get(CONTAINER_NAME_LABEL)
+                    .cloned()
+                    .unwrap_or(meta.name),
+                attempt: meta.attempt,
+                running: c.state == ContainerState::ContainerRunning as i32,
+                created_at: c.created_at,
+                image_ref: c.image_ref,
+                id: c.id,
+            }
+        })
+        .collect())
+}
+
+pub struct Executor {
+    pub cri: CriClient,
+    pub client: kube::Client,
+    pub store: Store<Pod>,
+    pub notify: Arc<Notify>,
+    pub metrics: Metrics,
+    /// Prefix of recorded container ids (`containerd`).
+    pub runtime_name: String,
+    pub poll: Duration,
+    /// `--apply-resize-via-cri`.
+    pub apply_resize: bool,
+    last: HashMap<String, Decision>,
+    /// uid → (revision, when) of completions written: the watch cache may show the pod
+    /// with the condition still False for a moment (or the kubelet's status writes may
+    /// interleave with the daemon's), which must not complete the same update twice.
+    completed: HashMap<String, (String, std::time::Instant)>,
+}
+
+impl Executor {
+    pub fn new(
+        cri: CriClient,
+        client: kube::Client,
+        store: Store<Pod>,
+        notify: Arc<Notify>,
+        metrics: Metrics,
+        runtime_name: String,
+        poll: Duration,
+    ) -> Self {
+        Self {
+            cri,
+            client,
+            store,
+            notify,
+            metrics,
+            runtime_name,
+            poll,
+            apply_resize: false,
+            last: HashMap::new(),
+            completed: Default::default(),
+        }
+    }
+
+    pub async fn run(mut self) {
+        loop {
+            tokio::select! {
+                _ = self.notify.notified() => {}
+                _ = tokio::time::sleep(self.poll) => {}
+            }
+            let pods: Vec<Arc<Pod>> = self
+                .store
+                .state()
+                .into_iter()
+                .filter(|p| decide::in_update(p))
+                .collect();
+            self.last
+                .retain(|uid, _| pods.iter().any(|p| p.metadata.uid.as_deref() == Some(uid)));
+            self.completed
+                .retain(|_, (_, at)| at.elapsed() < COMPLETION_MEMORY);
+            for pod in pods {
+                if let Err(e) = self.sync_pod(&pod).await {
+                    tracing::warn!(pod = %pod_name(&pod), error = %e, "in-place sync failed");
+                }
+            }
+        }
+    }
+
+    /// Limits applied to the newest instance of each container a resize changes.
+    async fn observe_resized(
+        &self,
+        pod: &Pod,
+        runtime: &[RuntimeContainer],
+    ) -> BTreeMap<String, resize::Limits> {
+        let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+        let Some(Ok(state)) = InPlaceUpdateState::from_annotations(&annotations) else {
+            return BTreeMap::new();
+        };
+        let mut out = BTreeMap::new();
+        for name in decide::resized_containers(&state) {
+            let Some(rc) = decide::newest(runtime, &name) else {
+                continue;
+            };
+            match resize::observe(&self.cri, &rc.id).await {
+                Ok((l, _)) => {
+                    out.insert(name, l);
+                }
+                Err(e) => {
+                    tracing::debug!(container = %name, error = %e, "cannot observe resources")
+                }
+            }
+        }
+        out
+    }
+
+    async fn resolve_images(&self, pod: &Pod) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        for c in pod.spec.iter().flat_map(|s| s.containers.iter()) {
+            let Some(image) = c.image.as_ref() else {
+                continue;
+            };
+            if out.contains_key(image) {
+                continue;
+            }
+            match self.cri.image_status(image).await {
+                Ok(Some(img)) => {
+                    out.insert(image.clone(), img.id);
+                }
+                Ok(None) => {}
+                Err(e) => tracing::debug!(image, error = %e, "ImageStatus failed"),
+            }
+        }
+        out
+    }
+
+    /// Evaluates one pod and acts on the decision.
+    pub async fn sync_pod(&mut self, pod: &Pod) -> Result<Decision, ExecError> {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let revision = pod
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(keys::REVISION_LABEL))
+            .cloned()
+            .unwrap_or_default();
+        if self
+            .completed
+            .get(&uid)
+            .is_some_and(|(r, at)| *r == revision && at.elapsed() < COMPLETION_MEMORY)
+        {
+            return Ok(Decision::Wait(
+                "completion written; waiting for the watch".into(),
+            ));
+        }
+        let runtime = runtime_containers(&self.cri, &uid).await?;
+        let resolved = self.resolve_images(pod).await;
+        let observed = self.observe_resized(pod, &runtime).await;
+        let d = decide::decide_with_resize(pod, &runtime, &resolved, &observed, self.apply_resize);
+        if self.last.get(&uid) != Some(&d) {
+            tracing::info!(pod = %pod_name(pod), decision = ?d, "in-place update");
+            self.last.insert(uid.clone(), d.clone());
+        }
+        match &d {
+            Decision::Restart { container, id } => {
+                let grace = pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.termination_grace_period_seconds)
+                    .and_then(|g| u64::try_from(g).ok())
+                    .unwrap_or(30)
+                    .clamp(2, 30);
+                tracing::info!(pod = %pod_name(pod), container, id, "stopping container so the kubelet restarts it with the new metadata");
+                self.cri
+                    .stop_container(id, Duration::from_secs(grace))
+                    .await?;
+                self.metrics
+                    .restarts
+                    .get_or_create(&ReasonLabel {
+                        reason: "env-from-metadata".into(),
+                    })
+                    .inc();
+            }
+            Decision::Resize {
+                container,
+                id,
+                target,
+            } => {
+                let report = resize::apply(&self.cri, id, target).await;
+                match report {
+                    Ok(r) => {
+                        tracing::info!(pod = %pod_name(pod), container, report = %r, "resized through CRI")
+                    }
+                    Err(e) => {
+                        tracing::warn!(pod = %pod_name(pod), container, error = %e, "resize through CRI failed")
+                    }
+                }
+            }
+            Decision::Complete(ids) => {
+                self.complete(pod, ids).await?;
+                self.completed
+                    .insert(uid.clone(), (revision, std::time::Instant::now()));
+            }
+            Decision::NotInUpdate | Decision::Wait(_) | Decision::Invalid(_) => {}
+        }
+        Ok(d)
+    }
+
+    /// Writes the completion.
+    async fn complete(&self, pod: &Pod, ids: &BTreeMap<String, String>) -> Result<(), ExecError> {
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+        let full: BTreeMap<String, String> = ids
+            .iter()
+            .map(|(n, id)| (n.clone(), format!("{}://{id}", self.runtime_name)))
+            .collect();
+        if let Some(Ok(state)) = InPlaceUpdateState::from_annotations(&annotations) {
+            let recorded = state.extra.get(decide::STATE_CONTAINER_IDS_KEY);
+            if recorded != Some(&serde_json::to_value(&full)?) {
+                let key = if annotations.contains_key(keys::INPLACE_UPDATE_STATE_ANNOTATION) {
+                    keys::INPLACE_UPDATE_STATE_ANNOTATION
+                } else {
+                    keys::INPLACE_UPDATE_STATE_ANNOTATION_LEGACY
+                };
+                let patch = serde_json::json!({
+                    "metadata": {
+                        "resourceVersion": pod.metadata.resource_version,
+                        "annotations": { key: decide::state_with_container_ids(&state, &full)? }
+                    }
+                });
+                api.patch(&name, &patch_params(), &Patch::Merge(&patch))
+                    .await?;
+            }
+        }
+        let patch = decide::ready_patch(k8s_openapi::jiff::Timestamp::now());
+        api.patch_status(&name, &patch_params(), &Patch::Strategic(&patch))
+            .await?;
+        self.metrics.inplace_completed.inc();
+        tracing::info!(pod = %format!("{ns}/{name}"), containers = ?full, "InPlaceUpdateReady=True");
+        Ok(())
+    }
+}
+
+fn pod_name(p: &Pod) -> String {
+    format!(
+        "{}/{}",
+        p.metadata.namespace.as_deref().unwrap_or_default(),
+        p.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+impl std::fmt::Debug for Executor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Executor")
+            .field("cri", &self.cri)
+            .finish_non_exhaustive()
+    }
+}

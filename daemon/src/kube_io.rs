@@ -1,0 +1,266 @@
+//! API-server side of the puller: the NodeImage watch feeding [`crate::puller::Puller`],
+//! the rate-limited status writer, and pull-secret reads.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use tokio::sync::watch;
+
+use crate::api::{NodeImage, NodeImageStatus};
+use crate::metrics::Metrics;
+use crate::puller::{SecretFetcher, Snapshot, plan};
+
+/// Field manager name of every write the daemon makes.
+pub const FIELD_MANAGER: &str = "inplace-daemon";
+
+/// Patch parameters of every daemon write (merge and strategic patches).
+pub fn patch_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    }
+}
+
+/// What `/healthz` looks at.
+#[derive(Debug, Default)]
+pub struct Health {
+    pub node_image_synced: AtomicBool,
+    pub pods_synced: AtomicBool,
+    pub crr_synced: AtomicBool,
+    pub runtime_ok: AtomicBool,
+    pub runtime_error: std::sync::Mutex<String>,
+}
+
+impl Health {
+    /// `Ok` or the list of what is not ready.
+    pub fn check(&self) -> Result<(), String> {
+        let mut bad = Vec::new();
+        for (flag, what) in [
+            (&self.node_image_synced, "NodeImage watch not synced"),
+            (&self.pods_synced, "pod watch not synced"),
+            (
+                &self.crr_synced,
+                "ContainerRecreateRequest watch not synced",
+            ),
+        ] {
+            if !flag.load(Ordering::Relaxed) {
+                bad.push(what.to_string());
+            }
+        }
+        if !self.runtime_ok.load(Ordering::Relaxed) {
+            let e = self
+                .runtime_error
+                .lock()
+                .map(|e| e.clone())
+                .unwrap_or_default();
+            bad.push(format!("container runtime not answering: {e}"));
+        }
+        if bad.is_empty() {
+            Ok(())
+        } else {
+            Err(bad.join("; "))
+        }
+    }
+}
+
+/// Watches the NodeImage named `node` and publishes it (None while it does not exist).
+pub async fn watch_node_image(
+    api: Api<NodeImage>,
+    node: String,
+    tx: watch::Sender<Option<Snapshot>>,
+    health: Arc<Health>,
+) {
+    let cfg = watcher::Config::default().fields(&format!("metadata.name={node}"));
+    let mut stream = watcher::watcher(api, cfg).default_backoff().boxed();
+    let mut init: Option<Option<NodeImage>> = None;
+    let publish = |o: Option<NodeImage>| {
+        let snap = o.map(|ni| Snapshot {
+            spec: ni.spec,
+            status: ni.status.unwrap_or_default(),
+        });
+        tx.send_if_modified(|cur| {
+            if *cur == snap {
+                false
+            } else {
+                *cur = snap;
+                true
+            }
+        });
+    };
+    while let Some(ev) = stream.next().await {
+        match ev {
+            Ok(Event::Init) => init = Some(None),
+            Ok(Event::InitApply(o)) => init = Some(Some(o)),
+            Ok(Event::InitDone) => {
+                publish(init.take().flatten());
+                health.node_image_synced.store(true, Ordering::Relaxed);
+            }
+            Ok(Event::Apply(o)) => publish(Some(o)),
+            Ok(Event::Delete(_)) => publish(None),
+            Err(e) => tracing::warn!(error = %e, "NodeImage watch error (retrying)"),
+        }
+    }
+}
+
+/// A token bucket: `burst` writes at once, then one per `1/qps`.
+#[derive(Debug)]
+pub struct RateLimiter {
+    tokens: f64,
+    burst: f64,
+    per_sec: f64,
+    last: tokio::time::Instant,
+}
+
+impl RateLimiter {
+    pub fn new(qps: f64, burst: u32) -> Self {
+        let burst = f64::from(burst.max(1));
+        Self {
+            tokens: burst,
+            burst,
+            per_sec: qps.max(0.01),
+            last: tokio::time::Instant::now(),
+        }
+    }
+
+    pub async fn acquire(&mut self) {
+        let now = tokio::time::Instant::now();
+        self.tokens = (self.tokens + now.duration_since(self.last).as_secs_f64() * self.per_sec)
+            .min(self.burst);
+        self.last = now;
+        if self.tokens < 1.0 {
+            let wait = (1.0 - self.tokens) / self.per_sec;
+            tokio::time::sleep(Duration::from_secs_f64(wait)).await;
+            self.tokens = 1.0;
+            self.last = tokio::time::Instant::now();
+        }
+        self.tokens -= 1.0;
+    }
+}
+
+/// Writes the puller's status into the NodeImage's status subresource: the whole status
+/// as a merge patch (images that left are nulled), coalesced (only the latest status is
+/// written) and rate-limited. Nothing is written while the NodeImage does not exist or
+/// already carries exactly this status.
+pub async fn write_node_image_status(
+    api: Api<NodeImage>,
+    node: String,
+    mut status_rx: watch::Receiver<NodeImageStatus>,
+    snapshots: watch::Receiver<Option<Snapshot>>,
+    mut limiter: RateLimiter,
+    metrics: Metrics,
+) {
+    let mut retry = false;
+    loop {
+        if !retry && status_rx.changed().await.is_err() {
+            return;
+        }
+        retry = false;
+        limiter.acquire().await;
+        let new = status_rx.borrow_and_update().clone();
+        let stored = match &*snapshots.borrow() {
+            None => continue,
+            Some(s) => s.status.clone(),
+        };
+        if stored == new {
+            continue;
+        }
+        let patch = match plan::status_patch(Some(&stored), &new) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot serialise NodeImage status");
+                continue;
+            }
+        };
+        match api
+            .patch_status(&node, &patch_params(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {
+                metrics
+                    .status_writes
+                    .get_or_create(&Metrics::result("ok"))
+                    .inc();
+                tracing::debug!(
+                    desired = new.desired,
+                    succeeded = new.succeeded,
+                    failed = new.failed,
+                    "NodeImage status written"
+                );
+            }
+            Err(e) => {
+                metrics
+                    .status_writes
+                    .get_or_create(&Metrics::result("error"))
+                    .inc();
+                tracing::warn!(error = %e, "NodeImage status write failed; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                retry = true;
+            }
+        }
+    }
+}
+
+/// Reads pull secrets through the API (namespace and name from the NodeImage).
+pub fn secret_fetcher(client: kube::Client) -> SecretFetcher {
+    Arc::new(move |ns: String, name: String| {
+        let api: Api<Secret> = Api::namespaced(client.clone(), &ns);
+        Box::pin(async move {
+            match api.get_opt(&name).await {
+                Ok(Some(s)) => Ok(Some(
+                    s.data
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|(k, v)| (k, v.0))
+                        .collect::<BTreeMap<_, _>>(),
+                )),
+                Ok(None) => Ok(None),
+                Err(e) => Err(e.to_string()),
+            }
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn rate_limiter_allows_a_burst_then_the_rate() {
+        let mut l = RateLimiter::new(2.0, 3);
+        let t0 = tokio::time::Instant::now();
+        for _ in 0..3 {
+            l.acquire().await;
+        }
+        assert_eq!(t0.elapsed(), Duration::ZERO, "burst is immediate");
+        l.acquire().await;
+        l.acquire().await;
+        let e = t0.elapsed();
+        assert!(
+            e >= Duration::from_millis(999) && e <= Duration::from_millis(1001),
+            "{e:?}"
+        );
+        // idle time refills up to the burst only
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        let t1 = tokio::time::Instant::now();
+        for _ in 0..3 {
+            l.acquire().await;
+        }
+        assert_eq!(t1.elapsed(), Duration::ZERO);
+        l.acquire().await;
+        assert!(t1.elapsed() >= Duration::from_millis(499));
+    }
+
+    #[test]
+    fn health_lists_what_is_missing() {
+        let h = Health::default();
+        let e = h.check().err().unwrap_or_default();
+        assert!(e.contains("NodeImage watch not synced; pod watch not synced; ContainerRecreateRequest watch not synced; container runtime not answering"), "{e}");
+    }
+}

@@ -1,0 +1,14 @@
+//! The inplace node daemon: image pre-download, in-place update completion, container
+//! recreate requests, over CRI.
+
+pub mod api;
+pub mod cri;
+pub mod crr;
+pub mod events;
+pub mod inplace;
+pub mod kube_io;
+pub mod metrics;
+pub mod puller;
+pub mod resize;
+pub mod server;
+pub mod testkit;

@@ -1,0 +1,699 @@
+//! The daemon binary against the test bed's API server and real kubelet + containerd.
+//!
+//! Needs the bed up (`tests/testbed/up`; kubeconfig at
+//! `${INPLACE_TESTBED_DIR:-/var/tmp/inplace-testbed}/kubeconfig`, node `inplace-node-0`,
+//! the CRDs applied) and, for the restart test, root + the testkit packages.
+//! Run: cargo test -p inplace-daemon --test bed -- --ignored --test-threads=1
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use inplace_daemon::api::{ContainerRecreateRequest, CrrPhase, NodeImage, TagPhase};
+use inplace_daemon::cri::CriClient;
+use inplace_daemon::inplace::runtime_containers;
+use inplace_daemon::testkit::{Fixture, SlowProxy, free_port};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+fn bed_dir() -> PathBuf {
+    PathBuf::from(
+        std::env::var("INPLACE_TESTBED_DIR").unwrap_or_else(|_| "/var/tmp/inplace-testbed".into()),
+    )
+}
+
+const NODE: &str = "inplace-node-0";
+const REGISTRY: &str = "127.0.0.1:5000";
+
+async fn client() -> kube::Client {
+    let kc = bed_dir().join("kubeconfig");
+    assert!(
+        kc.exists(),
+        "test bed not up: {} missing (run tests/testbed/up)",
+        kc.display()
+    );
+    let cfg = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(&kc).unwrap(),
+        &Default::default(),
+    )
+    .await
+    .unwrap();
+    kube::Client::try_from(cfg).unwrap()
+}
+
+fn bed_cri() -> CriClient {
+    CriClient::new(
+        &bed_dir().join("containerd/containerd.sock"),
+        Duration::from_secs(10),
+    )
+    .unwrap()
+}
+
+struct Daemon {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+}
+
+impl Daemon {
+    fn start(node: &str, cri: &std::path::Path, tag: &str) -> Daemon {
+        let port = free_port().unwrap();
+        let log =
+            std::env::temp_dir().join(format!("inplace-daemon-{tag}-{}.log", std::process::id()));
+        let f = std::fs::File::create(&log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_inplace-daemon"))
+            .env("NODE_NAME", node)
+            .env("KUBECONFIG", bed_dir().join("kubeconfig"))
+            .env("RUST_LOG", "info")
+            .arg("--cri-endpoint")
+            .arg(cri)
+            .arg("--addr")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--poll-interval-ms")
+            .arg("200")
+            .stdout(f.try_clone().unwrap())
+            .stderr(f)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        Daemon { child, port, log }
+    }
+
+    async fn get(&self, path: &str) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await else {
+            return String::new();
+        };
+        let _ = s
+            .write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
+            .await;
+        let mut b = Vec::new();
+        let _ = s.read_to_end(&mut b).await;
+        String::from_utf8_lossy(&b).into_owned()
+    }
+
+    async fn wait_healthy(&self) {
+        let t0 = Instant::now();
+        loop {
+            let r = self.get("/healthz").await;
+            if r.starts_with("HTTP/1.0 200") || r.starts_with("HTTP/1.1 200") {
+                return;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "daemon not healthy: {r}\n{}",
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+struct TestNs {
+    api: Api<Namespace>,
+    name: String,
+}
+
+impl TestNs {
+    async fn new(c: &kube::Client) -> TestNs {
+        let name = format!("inplace-daemon-t-{:08x}", rand::random::<u32>());
+        let api: Api<Namespace> = Api::all(c.clone());
+        api.create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": name}})).unwrap(),
+        )
+        .await
+        .unwrap();
+        TestNs { api, name }
+    }
+}
+
+impl Drop for TestNs {
+    fn drop(&mut self) {
+        let api = self.api.clone();
+        let name = self.name.clone();
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let _ = api.delete(&name, &DeleteParams::default()).await;
+            });
+        })
+        .join();
+    }
+}
+
+fn condition(p: &Pod, t: &str) -> Option<String> {
+    p.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == t)
+        .map(|c| c.status.clone())
+}
+
+async fn wait_pod(
+    api: &Api<Pod>,
+    name: &str,
+    what: &str,
+    limit: Duration,
+    ok: impl Fn(&Pod) -> bool,
+) -> Pod {
+    let t0 = Instant::now();
+    loop {
+        let p = api.get(name).await.unwrap();
+        if ok(&p) {
+            return p;
+        }
+        assert!(
+            t0.elapsed() < limit,
+            "{what}: not within {limit:?}: {:#?}",
+            p.status
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn all_started(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .is_some_and(|cs| {
+            !cs.is_empty()
+                && cs
+                    .iter()
+                    .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+        })
+}
+
+fn container_id(p: &Pod, name: &str) -> String {
+    p.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.name == name))
+        .and_then(|c| c.container_id.clone())
+        .unwrap_or_default()
+}
+
+fn restart_count(p: &Pod, name: &str) -> i32 {
+    p.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.name == name))
+        .map(|c| c.restart_count)
+        .unwrap_or(-1)
+}
+
+async fn set_not_ready(api: &Api<Pod>, name: &str) {
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Strategic(json!({"status": {"conditions": [{"type": "InPlaceUpdateReady", "status": "False",
+            "reason": "StartInPlaceUpdate", "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string()}]}})),
+    )
+    .await
+    .unwrap();
+}
+
+fn pod_json(name: &str, containers: serde_json::Value) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"controller-revision-hash": "rev-1", "x": "1"}},
+        "spec": {
+            "nodeName": NODE,
+            "automountServiceAccountToken": false,
+            "terminationGracePeriodSeconds": 5,
+            "readinessGates": [{"conditionType": "InPlaceUpdateReady"}],
+            "volumes": [{"name": "shared", "emptyDir": {}}],
+            "containers": containers
+        }
+    }))
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the test bed (tests/testbed/up)"]
+async fn image_update_is_ready_only_after_the_new_container_runs() {
+    let c = client().await;
+    let ns = TestNs::new(&c).await;
+    let pods: Api<Pod> = Api::namespaced(c.clone(), &ns.name);
+    let cri = bed_cri();
+    let v1 = format!("{REGISTRY}/inplace-test/app:v1");
+    let v2 = format!("{REGISTRY}/inplace-test/app:v2");
+    pods.create(
+        &PostParams::default(),
+        &pod_json("ip", json!([{"name": "main", "image": v1}])),
+    )
+    .await
+    .unwrap();
+    let p = wait_pod(
+        &pods,
+        "ip",
+        "pod running",
+        Duration::from_secs(90),
+        all_started,
+    )
+    .await;
+    let uid = p.metadata.uid.clone().unwrap();
+    let old_id = container_id(&p, "main");
+    let old_image_id = p
+        .status
+        .as_ref()
+        .unwrap()
+        .container_statuses
+        .as_ref()
+        .unwrap()[0]
+        .image_id
+        .clone();
+    // the new image is on the node already (a pre-download would have done this)
+    cri.pull_image(&v2, None, None, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let v2_id = cri.image_status(&v2).await.unwrap().unwrap().id;
+
+    set_not_ready(&pods, "ip").await;
+    let d = Daemon::start(
+        NODE,
+        &bed_dir().join("containerd/containerd.sock"),
+        "inplace",
+    );
+    d.wait_healthy().await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let p = pods.get("ip").await.unwrap();
+    assert_eq!(
+        condition(&p, "InPlaceUpdateReady").as_deref(),
+        Some("False"),
+        "daemon must not touch a pod without update state"
+    );
+
+    let state = json!({"revision": "rev-2", "updateTimestamp": k8s_openapi::jiff::Timestamp::now().to_string(),
+        "lastContainerStatuses": {"main": {"imageID": old_image_id}}, "updateImages": true});
+    let t_patch = Instant::now();
+    pods.patch(
+        "ip",
+        &PatchParams::default(),
+        &Patch::Strategic(json!({
+            "metadata": {"labels": {"controller-revision-hash": "rev-2"},
+                         "annotations": {"apps.kruise.io/inplace-update-state": state.to_string()}},
+            "spec": {"containers": [{"name": "main", "image": v2}]}
+        })),
+    )
+    .await
+    .unwrap();
+
+    let mut samples_false_with_old = 0;
+    let t0 = Instant::now();
+    let done = loop {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "not marked ready in 60 s\n{}",
+            d.logs()
+        );
+        let p = pods.get("ip").await.unwrap();
+        let rc = runtime_containers(&cri, &uid).await.unwrap();
+        let newest = rc
+            .iter()
+            .filter(|c| c.name == "main")
+            .max_by_key(|c| (c.attempt, c.created_at))
+            .cloned();
+        match condition(&p, "InPlaceUpdateReady").as_deref() {
+            Some("True") => break (p, newest),
+            _ => {
+                if newest.as_ref().is_some_and(|n| n.image_ref != v2_id) {
+                    samples_false_with_old += 1;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let (p, newest) = done;
+    let newest = newest.unwrap();
+    println!(
+        "InPlaceUpdateReady=True {:.2}s after the image patch; {samples_false_with_old} samples saw False while the old container ran",
+        t_patch.elapsed().as_secs_f64()
+    );
+    assert!(
+        newest.running,
+        "ready was set while the new container was not running"
+    );
+    assert_eq!(
+        newest.image_ref, v2_id,
+        "ready was set while the old image ran"
+    );
+    assert_ne!(format!("containerd://{}", newest.id), old_id);
+    let st: serde_json::Value = serde_json::from_str(
+        &p.metadata.annotations.as_ref().unwrap()["apps.kruise.io/inplace-update-state"],
+    )
+    .unwrap();
+    assert_eq!(
+        st["daemonContainerIDs"]["main"],
+        format!("containerd://{}", newest.id)
+    );
+    assert_eq!(st["revision"], "rev-2", "controller's keys kept");
+    // the kubelet keeps the other conditions; Ready follows
+    wait_pod(&pods, "ip", "Ready", Duration::from_secs(30), |p| {
+        condition(p, "Ready").as_deref() == Some("True")
+    })
+    .await;
+    let m = d.get("/metrics").await;
+    assert!(
+        m.contains("inplace_daemon_inplace_updates_completed_total 1"),
+        "{m}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the test bed (tests/testbed/up)"]
+async fn env_from_metadata_change_restarts_the_container() {
+    let c = client().await;
+    let ns = TestNs::new(&c).await;
+    let pods: Api<Pod> = Api::namespaced(c.clone(), &ns.name);
+    let v1 = format!("{REGISTRY}/inplace-test/app:v1");
+    pods.create(
+        &PostParams::default(),
+        &pod_json("env", json!([
+            {"name": "main", "image": v1,
+             "env": [{"name": "X", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['x']"}}}]},
+            {"name": "other", "image": v1, "env": [{"name": "PORT", "value": "8081"}]}
+        ])),
+    )
+    .await
+    .unwrap();
+    let p = wait_pod(
+        &pods,
+        "env",
+        "pod running",
+        Duration::from_secs(90),
+        all_started,
+    )
+    .await;
+    let old_main = container_id(&p, "main");
+    let old_other = container_id(&p, "other");
+    set_not_ready(&pods, "env").await;
+    let d = Daemon::start(NODE, &bed_dir().join("containerd/containerd.sock"), "env");
+    d.wait_healthy().await;
+    let state = json!({"revision": "rev-2", "updateTimestamp": k8s_openapi::jiff::Timestamp::now().to_string(),
+        "lastContainerStatuses": {}, "updateEnvFromMetadata": true});
+    pods.patch(
+        "env",
+        &PatchParams::default(),
+        &Patch::Merge(
+            json!({"metadata": {"labels": {"controller-revision-hash": "rev-2", "x": "2"},
+            "annotations": {"apps.kruise.io/inplace-update-state": state.to_string()}}}),
+        ),
+    )
+    .await
+    .unwrap();
+    let p = wait_pod(
+        &pods,
+        "env",
+        "InPlaceUpdateReady",
+        Duration::from_secs(60),
+        |p| condition(p, "InPlaceUpdateReady").as_deref() == Some("True"),
+    )
+    .await;
+    assert_eq!(condition(&p, "InPlaceUpdateReady").as_deref(), Some("True"));
+    // the kubelet reports the restart in pod status a moment later
+    let p = wait_pod(
+        &pods,
+        "env",
+        "main restarted",
+        Duration::from_secs(30),
+        |p| restart_count(p, "main") == 1,
+    )
+    .await;
+    assert_ne!(
+        container_id(&p, "main"),
+        old_main,
+        "main not restarted\n{}",
+        d.logs()
+    );
+    assert_eq!(
+        container_id(&p, "other"),
+        old_other,
+        "other must not be touched"
+    );
+    assert_eq!(restart_count(&p, "other"), 0);
+    let m = d.get("/metrics").await;
+    assert!(
+        m.contains("inplace_daemon_container_restarts_total{reason=\"env-from-metadata\"} 1"),
+        "{m}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the test bed (tests/testbed/up)"]
+async fn crr_recreates_exactly_the_named_containers() {
+    let c = client().await;
+    let ns = TestNs::new(&c).await;
+    let pods: Api<Pod> = Api::namespaced(c.clone(), &ns.name);
+    let v1 = format!("{REGISTRY}/inplace-test/app:v1");
+    pods.create(
+        &PostParams::default(),
+        &pod_json("crr", json!([
+            {"name": "a", "image": v1, "volumeMounts": [{"name": "shared", "mountPath": "/shared"}]},
+            {"name": "b", "image": v1, "env": [{"name": "PORT", "value": "8081"}],
+             "volumeMounts": [{"name": "shared", "mountPath": "/shared"}]},
+            {"name": "c", "image": v1, "env": [{"name": "PORT", "value": "8082"}]}
+        ])),
+    )
+    .await
+    .unwrap();
+    let p = wait_pod(
+        &pods,
+        "crr",
+        "pod running",
+        Duration::from_secs(90),
+        all_started,
+    )
+    .await;
+    let uid = p.metadata.uid.clone().unwrap();
+    let d = Daemon::start(NODE, &bed_dir().join("containerd/containerd.sock"), "crr");
+    d.wait_healthy().await;
+    let crrs: Api<ContainerRecreateRequest> = Api::namespaced(c.clone(), &ns.name);
+    let ctx = |n: &str| json!({"containerID": container_id(&p, n), "restartCount": 0});
+    let crr: ContainerRecreateRequest = serde_json::from_value(json!({
+        "apiVersion": "apps.kruise.io/v1alpha1", "kind": "ContainerRecreateRequest",
+        "metadata": {"name": "r1", "labels": {
+            "crr.apps.kruise.io/node-name": NODE, "crr.apps.kruise.io/active": "true", "crr.apps.kruise.io/pod-uid": uid}},
+        "spec": {"podName": "crr",
+            "containers": [
+                {"name": "a", "statusContext": ctx("a"),
+                 "preStop": {"exec": {"command": ["/bin/sh", "-c", "echo bye from $(cat /etc/version) > /shared/prestop"]}}},
+                {"name": "c", "statusContext": ctx("c")}],
+            "strategy": {"orderedRecreate": true, "minStartedSeconds": 1},
+            "activeDeadlineSeconds": 120}
+    }))
+    .unwrap();
+    crrs.create(&PostParams::default(), &crr).await.unwrap();
+    let t0 = Instant::now();
+    let done = loop {
+        let r = crrs.get("r1").await.unwrap();
+        if r.phase() == CrrPhase::Completed {
+            break r;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(90),
+            "CRR not completed: {:#?}\n{}",
+            r.status,
+            d.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    println!(
+        "CRR completed in {:.1}s: {}",
+        t0.elapsed().as_secs_f64(),
+        serde_json::to_string(&done.status).unwrap()
+    );
+    let st = done.status.unwrap();
+    assert_eq!(st.message, "");
+    let phases: BTreeMap<String, (CrrPhase, bool)> = st
+        .container_recreate_states
+        .iter()
+        .map(|s| (s.name.clone(), (s.phase, s.is_killed)))
+        .collect();
+    assert_eq!(
+        phases,
+        BTreeMap::from([
+            ("a".into(), (CrrPhase::Succeeded, true)),
+            ("c".into(), (CrrPhase::Succeeded, true))
+        ])
+    );
+    let p = wait_pod(
+        &pods,
+        "crr",
+        "restart counts",
+        Duration::from_secs(30),
+        |p| restart_count(p, "a") == 1 && restart_count(p, "c") == 1,
+    )
+    .await;
+    assert_eq!(restart_count(&p, "b"), 0, "b was not named");
+    // preStop ran in a before the stop: b (untouched, same emptyDir) sees its file
+    let cri = bed_cri();
+    let b_id = container_id(&p, "b").replace("containerd://", "");
+    let out = cri
+        .exec_sync(
+            &b_id,
+            vec!["cat".into(), "/shared/prestop".into()],
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "bye from v1");
+    // orderedRecreate: c's new instance was created only after a's had run minStartedSeconds
+    let rc = runtime_containers(&cri, &uid).await.unwrap();
+    let newest = |n: &str| {
+        rc.iter()
+            .filter(|c| c.name == n)
+            .max_by_key(|c| c.attempt)
+            .cloned()
+            .unwrap()
+    };
+    let (a1, c1) = (newest("a"), newest("c"));
+    assert_eq!((a1.attempt, c1.attempt), (1, 1));
+    assert!(
+        c1.created_at >= a1.created_at + 1_000_000_000,
+        "c recreated {} ms after a",
+        (c1.created_at - a1.created_at) / 1_000_000
+    );
+    let m = d.get("/metrics").await;
+    assert!(
+        m.contains("inplace_daemon_container_restarts_total{reason=\"crr\"} 2"),
+        "{m}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the test bed (tests/testbed/up) + root for the fixture containerd"]
+async fn daemon_killed_mid_pull_finishes_after_restart() {
+    let c = client().await;
+    let fx = Fixture::start().unwrap();
+    let refs = fx.push_bulk("restart", 1, 24 * 1024).unwrap();
+    let proxy = SlowProxy::start(&fx.registry, Duration::from_secs(2))
+        .await
+        .unwrap();
+    fx.allow_http(&proxy.addr).unwrap();
+    let image = refs[0]
+        .replace(&fx.registry, &proxy.addr)
+        .trim_end_matches(":v1")
+        .to_string();
+    let node = format!("inplace-daemon-t-{:08x}", rand::random::<u32>());
+    let nis: Api<NodeImage> = Api::all(c.clone());
+    let ni: NodeImage = serde_json::from_value(json!({
+        "apiVersion": "apps.kruise.io/v1alpha1", "kind": "NodeImage",
+        "metadata": {"name": node},
+        "spec": {"images": {image.clone(): {"tags": [{"tag": "v1", "version": 1,
+            "pullPolicy": {"timeoutSeconds": 120, "backoffLimit": 2}}]}}}
+    }))
+    .unwrap();
+    nis.create(&PostParams::default(), &ni).await.unwrap();
+    struct Cleanup(Api<NodeImage>, String);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let (api, name) = (self.0.clone(), self.1.clone());
+            let _ = std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                rt.block_on(async move {
+                    let _ = api.delete(&name, &DeleteParams::default()).await;
+                });
+            })
+            .join();
+        }
+    }
+    let _cleanup = Cleanup(nis.clone(), node.clone());
+
+    let tag_status = |n: &NodeImage| n.tag_status(&image, "v1").cloned();
+    let mut d1 = Daemon::start(&node, &fx.socket, "pull1");
+    let t0 = Instant::now();
+    let pulling = loop {
+        let n = nis.get(&node).await.unwrap();
+        if let Some(t) = tag_status(&n).filter(|t| t.phase == TagPhase::Pulling) {
+            break t;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "never Pulling: {:?}\n{}",
+            n.status,
+            d1.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    d1.kill();
+    let n = nis.get(&node).await.unwrap();
+    let after_kill = tag_status(&n).unwrap();
+    assert_eq!(
+        after_kill.phase,
+        TagPhase::Pulling,
+        "killed before the pull could finish"
+    );
+    println!(
+        "killed daemon 1 while {image}:v1 was Pulling since {:?}",
+        pulling.start_time
+    );
+
+    let d2 = Daemon::start(&node, &fx.socket, "pull2");
+    let t1 = Instant::now();
+    let done = loop {
+        let n = nis.get(&node).await.unwrap();
+        if tag_status(&n).is_some_and(|t| t.phase.is_finished()) {
+            break n;
+        }
+        assert!(
+            t1.elapsed() < Duration::from_secs(90),
+            "not finished after restart: {:?}\n{}",
+            n.status,
+            d2.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let s = done.status.clone().unwrap();
+    let t = tag_status(&done).unwrap();
+    println!("after restart: {}", serde_json::to_string(&s).unwrap());
+    assert_eq!(t.phase, TagPhase::Succeeded, "{t:?}");
+    assert_eq!(
+        t.start_time, pulling.start_time,
+        "the start of the interrupted pull is kept"
+    );
+    assert!(t.completion_time.is_some());
+    assert_eq!(t.version, 1);
+    assert!(
+        t.image_id.starts_with(&format!("{image}@sha256:")),
+        "{}",
+        t.image_id
+    );
+    assert_eq!(
+        (s.desired, s.succeeded, s.pulling, s.waiting, s.failed),
+        (1, 1, 0, 0, 0)
+    );
+    let cri = CriClient::new(&fx.socket, Duration::from_secs(5)).unwrap();
+    assert!(
+        cri.image_status(&format!("{image}:v1"))
+            .await
+            .unwrap()
+            .is_some()
+    );
+}

@@ -1,0 +1,233 @@
+//! Image puller against a real containerd 1.6 and a local registry.
+//!
+//! Needs root and Debian's containerd, runc, docker-registry, skopeo, busybox-static, jq.
+//! Run: cargo test -p inplace-daemon --test puller_containerd -- --ignored --test-threads=1
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use inplace_daemon::api::{
+    ImageSpec, ImageTagPullPolicy, ImageTagSpec, ImageTagStatus, NodeImageSpec, NodeImageStatus,
+    TagPhase,
+};
+use inplace_daemon::cri::CriClient;
+use inplace_daemon::metrics::Metrics;
+use inplace_daemon::puller::{Puller, PullerConfig, Snapshot, no_secrets};
+use inplace_daemon::testkit::{BlackHole, Fixture, SlowProxy, free_port};
+use tokio::sync::watch;
+
+const NEEDS: &str = "needs root + containerd/docker-registry/skopeo (daemon/src/testkit.rs)";
+
+fn tag(t: &str, timeout: i32, backoff: i32) -> ImageTagSpec {
+    ImageTagSpec {
+        tag: t.into(),
+        pull_policy: Some(ImageTagPullPolicy {
+            timeout_seconds: Some(timeout),
+            backoff_limit: Some(backoff),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn spec(entries: Vec<(String, Vec<ImageTagSpec>)>) -> NodeImageSpec {
+    NodeImageSpec {
+        images: entries
+            .into_iter()
+            .map(|(n, tags)| {
+                (
+                    n,
+                    ImageSpec {
+                        tags,
+                        ..Default::default()
+                    },
+                )
+            })
+            .collect(),
+    }
+}
+
+struct Run {
+    snap_tx: watch::Sender<Option<Snapshot>>,
+    status_rx: watch::Receiver<NodeImageStatus>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+fn start_puller(fx: &Fixture, max: usize, s: NodeImageSpec) -> Run {
+    let cri = CriClient::new(&fx.socket, Duration::from_secs(10)).unwrap();
+    let (puller, status_rx) = Puller::new(
+        cri,
+        PullerConfig {
+            max_concurrent: max,
+        },
+        no_secrets(),
+        Metrics::unregistered(),
+    );
+    let (snap_tx, snap_rx) = watch::channel(Some(Snapshot {
+        spec: s,
+        status: NodeImageStatus::default(),
+    }));
+    let task = tokio::spawn(puller.run(snap_rx));
+    Run {
+        snap_tx,
+        status_rx,
+        task,
+    }
+}
+
+async fn wait_done(run: &mut Run, limit: Duration) -> NodeImageStatus {
+    wait_for(run, limit, |_| true).await
+}
+
+async fn wait_for(
+    run: &mut Run,
+    limit: Duration,
+    also: impl Fn(&NodeImageStatus) -> bool,
+) -> NodeImageStatus {
+    let t0 = Instant::now();
+    loop {
+        {
+            let s = run.status_rx.borrow_and_update().clone();
+            if s.desired > 0 && s.succeeded + s.failed == s.desired && also(&s) {
+                return s;
+            }
+        }
+        let left = limit.saturating_sub(t0.elapsed());
+        assert!(
+            !left.is_zero(),
+            "not finished within {limit:?}: {:#?}",
+            *run.status_rx.borrow()
+        );
+        let _ = tokio::time::timeout(left, run.status_rx.changed()).await;
+    }
+}
+
+fn the_tag(s: &NodeImageStatus, image: &str) -> ImageTagStatus {
+    s.image_statuses[image].tags[0].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root + containerd/docker-registry/skopeo (daemon/src/testkit.rs)"]
+async fn k_images_at_parallelism_p_never_exceed_p() {
+    let _ = NEEDS;
+    let fx = Fixture::start().unwrap();
+    let images = fx.push_bulk("bulk", 6, 256).unwrap();
+    let proxy = SlowProxy::start(&fx.registry, Duration::from_millis(400))
+        .await
+        .unwrap();
+    fx.allow_http(&proxy.addr).unwrap();
+    let names: Vec<String> = images
+        .iter()
+        .map(|r| {
+            r.replace(&fx.registry, &proxy.addr)
+                .trim_end_matches(":v1")
+                .to_string()
+        })
+        .collect();
+    let p = 2;
+    let t0 = Instant::now();
+    let mut run = start_puller(
+        &fx,
+        p,
+        spec(
+            names
+                .iter()
+                .map(|n| (n.clone(), vec![tag("v1", 60, 1)]))
+                .collect(),
+        ),
+    );
+    let s = wait_done(&mut run, Duration::from_secs(120)).await;
+    assert_eq!((s.desired, s.succeeded, s.failed), (6, 6, 0), "{s:#?}");
+    let max = proxy.max_concurrent_repos();
+    println!(
+        "6 images at parallelism {p}: {:.2}s, max concurrent repositories at the registry = {max}, repos seen {}",
+        t0.elapsed().as_secs_f64(),
+        proxy.repos_seen().len()
+    );
+    assert_eq!(proxy.repos_seen().len(), 6);
+    assert!(max <= p, "saw {max} concurrent pulls with a cap of {p}");
+    assert_eq!(
+        max, p,
+        "the cap was never reached: the measurement would prove nothing"
+    );
+    for n in &names {
+        let t = the_tag(&s, n);
+        assert!(t.image_id.starts_with(&format!("{n}@sha256:")), "{t:?}");
+        assert_eq!(t.progress, 100);
+        assert!(t.start_time.is_some() && t.completion_time.is_some());
+    }
+    run.task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root + containerd/docker-registry/skopeo (daemon/src/testkit.rs)"]
+async fn failures_land_in_status_with_the_runtime_message() {
+    let fx = Fixture::start().unwrap();
+    let hole = BlackHole::start().await.unwrap();
+    fx.allow_http(&hole.addr).unwrap();
+    let dead = format!("127.0.0.1:{}", free_port().unwrap());
+    fx.allow_http(&dead).unwrap();
+    let missing = format!("{}/inplace-test/app", fx.registry);
+    let good = format!("{}/inplace-test/pause", fx.registry);
+    let entries = vec![
+        (missing.clone(), vec![tag("nope", 20, 1)]),
+        (format!("{dead}/x/y"), vec![tag("v1", 20, 2)]),
+        (format!("{}/x/y", hole.addr), vec![tag("v1", 3, 1)]),
+        (format!("{}/Bad Name", fx.registry), vec![tag("v1", 20, 3)]),
+        (good.clone(), vec![tag("1", 60, 0)]),
+    ];
+    let t0 = Instant::now();
+    let mut run = start_puller(&fx, 4, spec(entries));
+    let s = wait_done(&mut run, Duration::from_secs(60)).await;
+    let took = t0.elapsed();
+    println!("{}", serde_json::to_string_pretty(&s).unwrap());
+    assert_eq!((s.desired, s.succeeded, s.failed), (5, 1, 4));
+
+    let m = the_tag(&s, &missing);
+    assert_eq!(m.phase, TagPhase::Failed);
+    assert!(m.message.starts_with("NotFound: "), "{}", m.message);
+    assert!(m.message.contains("not found"), "{}", m.message);
+    assert!(m.message.ends_with("(after 2 attempt(s))"), "{}", m.message);
+
+    let d = the_tag(&s, &format!("{dead}/x/y"));
+    assert!(d.message.contains("connection refused"), "{}", d.message);
+    assert!(d.message.ends_with("(after 3 attempt(s))"), "{}", d.message);
+
+    let h = the_tag(&s, &format!("{}/x/y", hole.addr));
+    assert!(
+        h.message
+            .contains("PullImage: no answer from the runtime within 3s"),
+        "{}",
+        h.message
+    );
+    assert!(h.message.ends_with("(after 2 attempt(s))"), "{}", h.message);
+    // 2 attempts of 3 s + 1 s backoff, with slack
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+
+    let b = the_tag(&s, &format!("{}/Bad Name", fx.registry));
+    assert!(
+        b.message.starts_with("invalid image reference"),
+        "{}",
+        b.message
+    );
+
+    let g = the_tag(&s, &good);
+    assert_eq!(g.phase, TagPhase::Succeeded);
+
+    // IfNotPresent short-circuits: re-adding the present image as a new version
+    // succeeds without a pull
+    let mut sp = spec(vec![(good.clone(), vec![tag("1", 60, 0)])]);
+    sp.images.get_mut(&good).unwrap().tags[0].version = 1;
+    run.snap_tx
+        .send(Some(Snapshot {
+            spec: sp,
+            status: s.clone(),
+        }))
+        .unwrap();
+    let t1 = Instant::now();
+    let s2 = wait_for(&mut run, Duration::from_secs(10), |s| s.desired == 1).await;
+    assert_eq!((s2.desired, s2.succeeded), (1, 1));
+    assert_eq!(the_tag(&s2, &good).version, 1);
+    assert!(t1.elapsed() < Duration::from_secs(2));
+    run.task.abort();
+}
