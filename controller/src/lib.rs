@@ -1,5 +1,22 @@
 //! The inplace CloneSet controller.
 //!
 //! - [`plan`]: pure decisions from a snapshot to the next step.
+//! - [`cli`]: the `kubectl-inplace` plugin (offline plan preview).
+//! - [`runtime`]: the reconciler (watches → snapshot → plan → [`act`] → [`status_writer`]),
+//!   with [`watch`], [`expectations`], [`events`], [`metrics`], [`leader`], [`discovery`].
 
 pub mod plan;
+
+pub mod cli;
+
+pub mod act;
+pub mod discovery;
+pub mod error;
+pub mod events;
+pub mod expectations;
+pub mod imagepulljob;
+pub mod leader;
+pub mod metrics;
+pub mod runtime;
+pub mod status_writer;
+pub mod watch;

@@ -1,4 +1,285 @@
-fn main() {
-    eprintln!("inplace-controller: not built yet (issue 4)");
-    std::process::exit(1);
+//! `inplace-controller`: the CloneSet controller (`apps.kruise.io/v1alpha1`).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use clap::Parser;
+use inplace_controller::discovery;
+use inplace_controller::events::EventSink;
+use inplace_controller::imagepulljob;
+use inplace_controller::leader::{Election, LeaseConfig};
+use inplace_controller::metrics::{Health, Metrics};
+use inplace_controller::plan::PlanOptions;
+use inplace_controller::runtime::{self, Settings};
+use inplace_controller::watch::Scope;
+use kube::Client;
+use tracing::{info, warn};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "inplace-controller",
+    version,
+    about = "The inplace CloneSet controller"
+)]
+struct Args {
+    /// Kubeconfig to use (default: in-cluster config, then $KUBECONFIG, then ~/.kube/config).
+    #[arg(long, env = "INPLACE_KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// Manage CloneSets of this namespace only (default: all namespaces).
+    #[arg(long, env = "INPLACE_NAMESPACE")]
+    namespace: Option<String>,
+    /// Address of /metrics, /healthz and /readyz.
+    #[arg(long, default_value = "0.0.0.0:8080", env = "INPLACE_METRICS_ADDR")]
+    metrics_addr: SocketAddr,
+    /// Elect a leader on a coordination.k8s.io/v1 Lease before reconciling.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    leader_elect: bool,
+    #[arg(long, default_value = "inplace-controller")]
+    lease_name: String,
+    /// Namespace of the Lease (default: $POD_NAMESPACE, then --namespace, then "default").
+    #[arg(long)]
+    lease_namespace: Option<String>,
+    /// Lease validity in seconds after the last renewal.
+    #[arg(long, default_value_t = 15)]
+    lease_duration: u64,
+    /// Identity in the Lease (default: $POD_NAME or host name, plus a random suffix).
+    #[arg(long)]
+    identity: Option<String>,
+    /// CloneSets reconciled concurrently.
+    #[arg(long, default_value_t = 3)]
+    workers: u16,
+    /// Seconds after which an unobserved write is given up on.
+    #[arg(long, default_value_t = 300)]
+    expectation_timeout: u64,
+    /// Concurrent API calls per action phase of one CloneSet.
+    #[arg(long, default_value_t = 16)]
+    api_parallelism: usize,
+    /// Feature gates, e.g. `CloneSetPartitionRollback=true,CloneSetShortHash=true`.
+    #[arg(long, default_value = "")]
+    feature_gates: String,
+    /// Do not count PreparingDelete pods in replicas, for every CloneSet.
+    #[arg(long)]
+    cloneset_scaling_exclude_preparing_delete: bool,
+    /// Run the ImagePullJob controller (NodeImage tags, job status) next to the CloneSet one.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "INPLACE_IMAGEPULLJOB_CONTROLLER")]
+    imagepulljob_controller: bool,
+    /// ImagePullJobs reconciled concurrently.
+    #[arg(long, default_value_t = 2)]
+    imagepulljob_workers: u16,
+}
+
+fn plan_options(args: &Args) -> anyhow::Result<PlanOptions> {
+    let mut o = PlanOptions {
+        exclude_preparing_delete: args.cloneset_scaling_exclude_preparing_delete,
+        ..PlanOptions::default()
+    };
+    for gate in args
+        .feature_gates
+        .split(',')
+        .map(str::trim)
+        .filter(|g| !g.is_empty())
+    {
+        let (name, value) = gate.split_once('=').unwrap_or((gate, "true"));
+        let on: bool = value
+            .parse()
+            .with_context(|| format!("feature gate {name}: {value:?} is not true/false"))?;
+        match name {
+            "CloneSetPartitionRollback" => o.partition_rollback = on,
+            "CloneSetShortHash" => o.short_hash = on,
+            "InPlaceWorkloadVerticalScaling" => o.in_place_vertical_scaling = on,
+            "RecreatePodWhenChangeVCTInCloneSetGate" => o.recreate_on_vct_change = on,
+            other => bail!("unknown feature gate {other}"),
+        }
+    }
+    Ok(o)
+}
+
+async fn client(args: &Args) -> anyhow::Result<Client> {
+    let config = match &args.kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await?
+        }
+        None => kube::Config::infer().await?,
+    };
+    Ok(Client::try_from(config)?)
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {},
+                    _ = term.recv() => {},
+                }
+            }
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube_lease_manager=warn"));
+    tracing_subscriber::fmt().with_env_filter(filter).init();
+
+    let mut options = plan_options(&args)?;
+    let client = client(&args)
+        .await
+        .context("connecting to the API server")?;
+    let caps = discovery::discover(&client)
+        .await
+        .context("discovering the API server")?;
+    info!(
+        version = %caps.git_version,
+        pod_resize = caps.pod_resize,
+        events_v1 = caps.events_v1,
+        "API server discovered"
+    );
+    if options.in_place_vertical_scaling && !caps.pod_resize && !caps.at_least(1, 27) {
+        warn!(
+            version = %caps.git_version,
+            "InPlaceWorkloadVerticalScaling requested but the server serves no pods/resize and \
+             forbids resource changes in the pod spec: cpu/memory changes will recreate pods"
+        );
+        options.in_place_vertical_scaling = false;
+    }
+
+    let metrics = Arc::new(Metrics::new());
+    let health = Arc::new(Health::default());
+    let (bound, _server) =
+        inplace_controller::metrics::serve(args.metrics_addr, metrics.clone(), health.clone())
+            .await
+            .with_context(|| format!("binding {}", args.metrics_addr))?;
+    info!(%bound, "serving /metrics, /healthz, /readyz");
+
+    let scope = Scope {
+        namespace: args.namespace.clone(),
+    };
+    let identity = args.identity.clone().unwrap_or_else(|| {
+        let base = std::env::var("POD_NAME")
+            .ok()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .unwrap_or_else(|| "inplace-controller".into());
+        format!("{base}-{:08x}", rand::random::<u32>())
+    });
+
+    let mut election = None;
+    if args.leader_elect {
+        let lease_ns = args
+            .lease_namespace
+            .clone()
+            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .or_else(|| args.namespace.clone())
+            .unwrap_or_else(|| "default".into());
+        let config = LeaseConfig {
+            namespace: lease_ns,
+            name: args.lease_name.clone(),
+            identity: identity.clone(),
+            duration: Duration::from_secs(args.lease_duration),
+            grace: Duration::from_secs((args.lease_duration / 3).max(1)),
+        };
+        info!(lease = %format!("{}/{}", config.namespace, config.name), %identity, "joining leader election");
+        let mut e = Election::start(client.clone(), &config)
+            .await
+            .context("starting leader election")?;
+        tokio::select! {
+            r = e.acquired() => r.context("leader election stopped")?,
+            () = shutdown_signal() => {
+                info!("shutdown before becoming leader");
+                return Ok(());
+            }
+        }
+        info!(%identity, "became leader");
+        election = Some(e);
+    }
+    metrics.leader.set(1);
+
+    let events = if caps.events_v1 {
+        EventSink::start(client.clone(), Some(identity.clone()), 4096)
+    } else {
+        warn!("events.k8s.io/v1 not served: events disabled");
+        EventSink::disabled()
+    };
+    let settings = Settings {
+        scope,
+        workers: args.workers.max(1),
+        expectation_timeout: Duration::from_secs(args.expectation_timeout.max(1)),
+        api_parallelism: args.api_parallelism.max(1),
+        plan_options: options,
+        ..Settings::default()
+    };
+
+    let (lost_tx, lost_rx) = tokio::sync::oneshot::channel::<()>();
+    // Without an election the sender is kept to the end: the lease is never "lost".
+    let mut _unelected_tx = None;
+    if let Some(mut e) = election {
+        tokio::spawn(async move {
+            e.lost().await;
+            let _ = lost_tx.send(());
+        });
+    } else {
+        _unelected_tx = Some(lost_tx);
+    }
+    let lost = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let lost_flag = lost.clone();
+    let stop = async move {
+        tokio::select! {
+            () = shutdown_signal() => info!("shutting down"),
+            _ = lost_rx => {
+                lost_flag.store(true, Ordering::Relaxed);
+                warn!("leader lease lost, stopping");
+            }
+        }
+    };
+    let stop = futures::FutureExt::shared(stop);
+    let imagepulljob = args.imagepulljob_controller.then(|| {
+        tokio::spawn(imagepulljob::run(
+            client.clone(),
+            Scope {
+                namespace: args.namespace.clone(),
+            },
+            args.imagepulljob_workers.max(1),
+            stop.clone(),
+        ))
+    });
+    health.stopping.store(false, Ordering::Relaxed);
+    runtime::run(
+        client,
+        caps,
+        settings,
+        events,
+        metrics.clone(),
+        health.clone(),
+        stop,
+    )
+    .await;
+    if let Some(task) = imagepulljob
+        && let Err(e) = task.await
+    {
+        warn!(error = %e, "ImagePullJob controller task failed");
+    }
+    health.stopping.store(true, Ordering::Relaxed);
+    metrics.leader.set(0);
+    if lost.load(Ordering::Relaxed) {
+        bail!("lost the leader lease");
+    }
+    Ok(())
 }

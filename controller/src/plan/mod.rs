@@ -3,7 +3,37 @@
 //!
 //! Every rule of the CloneSet documentation lives in one of these modules and is tested
 //! there, without a cluster.
+//!
+//! [`plan`] runs the reference's reconcile in order:
+//!
+//! 1. revisions ([`revision`]): update revision (created, reused or bumped), current
+//!    revision, collision count, history to delete;
+//! 2. the facts of every pod ([`PodFacts`]);
+//! 3. percents resolved ([`diffs::resolve`]) and the arithmetic ([`diffs::calculate`]);
+//! 4. PVC cleanup when `disablePVCReuse` ([`housekeeping`]);
+//! 5. the scale step ([`scale`]); when it has nothing to do, the update step
+//!    ([`update::plan_update`]) — one reconcile never does both (kruise-behaviour a.5);
+//!    neither runs while the CloneSet is being deleted;
+//! 6. the status to write ([`status::compute`]) and `podsToDelete` pruning.
 
+pub mod build;
+pub mod diffs;
+#[cfg(test)]
+pub(crate) mod fixtures;
+pub mod housekeeping;
+pub mod inplace;
+pub mod instance_ids;
+pub mod lifecycle;
 pub mod model;
+pub mod quantity;
+pub mod revision;
+mod run;
+pub mod scale;
+pub mod selector;
+pub mod status;
+pub mod update;
+pub mod update_order;
+pub mod victims;
 
 pub use model::*;
+pub use run::{PlanError, plan};

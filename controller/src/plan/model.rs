@@ -7,9 +7,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use inplace_proto::keys;
-use inplace_proto::{CloneSet, CloneSetStatus, InPlaceUpdateState, LifecycleState};
+use inplace_proto::{
+    CloneSet, CloneSetStatus, InPlaceUpdateGrace, InPlaceUpdateState, LifecycleState,
+};
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Container, ContainerStatus, Node, PersistentVolumeClaim, Pod};
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
@@ -42,19 +44,27 @@ pub struct Snapshot<'a> {
     pub pvcs: &'a [PersistentVolumeClaim],
     /// ControllerRevisions owned by the CloneSet.
     pub revisions: &'a [ControllerRevision],
+    /// Nodes the pods run on (only their names and labels are read). Used to rank scale-down
+    /// victims by `topologySpreadConstraints`; may be empty, then pods on unknown nodes
+    /// get no topology rank (like the reference when a node cannot be read).
+    pub nodes: &'a [Node],
     pub now: Timestamp,
     pub options: &'a PlanOptions,
 }
 
 /// What the planner knows about one pod, extracted once per plan.
+///
+/// The facts borrow from the snapshot's [`Pod`] (names, labels, finalizers, containers)
+/// instead of copying them: extraction allocates nothing for a pod without in-place
+/// annotations, which keeps a plan over 100k pods within milliseconds.
 #[derive(Clone, Debug, PartialEq)]
-pub struct PodFacts {
-    pub name: String,
-    pub uid: String,
+pub struct PodFacts<'a> {
+    pub name: &'a str,
+    pub uid: &'a str,
     /// Value of the `controller-revision-hash` label.
-    pub revision: Option<String>,
-    pub instance_id: Option<String>,
-    pub node_name: Option<String>,
+    pub revision: Option<&'a str>,
+    pub instance_id: Option<&'a str>,
+    pub node_name: Option<&'a str>,
     pub phase: PodPhase,
     pub lifecycle: Option<LifecycleState>,
     /// Deletion requested (deletionTimestamp set).
@@ -72,13 +82,25 @@ pub struct PodFacts {
     pub deletion_cost: i64,
     /// Carries `apps.kruise.io/specified-delete` or is named in `podsToDelete`.
     pub specified_delete: bool,
-    pub labels: BTreeMap<String, String>,
-    pub finalizers: BTreeSet<String>,
+    pub labels: &'a BTreeMap<String, String>,
+    pub finalizers: &'a [String],
     /// Parsed `apps.kruise.io/inplace-update-state`, if present and valid.
     pub in_place_state: Option<InPlaceUpdateState>,
     /// An `apps.kruise.io/inplace-update-grace` annotation is present.
     pub in_place_grace_pending: bool,
+    /// The parsed grace annotation (None when absent or unreadable).
+    pub in_place_grace: Option<InPlaceUpdateGrace>,
+    /// Status of the `InPlaceUpdateReady` condition: None when the pod has no such condition.
+    pub in_place_update_ready: Option<bool>,
+    /// Raw `lifecycle.apps.kruise.io/timestamp`; see [`PodFacts::lifecycle_since`].
+    pub lifecycle_timestamp: Option<&'a str>,
+    /// `spec.containers`.
+    pub container_specs: &'a [Container],
+    /// `status.containerStatuses`.
+    pub container_statuses: &'a [ContainerStatus],
 }
+
+static NO_STRINGS: BTreeMap<String, String> = BTreeMap::new();
 
 /// The pod phase, ordered as the reference sorts it (Pending < Unknown < Running).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -102,39 +124,44 @@ impl PodPhase {
     }
 }
 
-impl PodFacts {
+impl<'a> PodFacts<'a> {
     /// Extracts the facts of `pod`. `pods_to_delete` is `spec.scaleStrategy.podsToDelete`.
-    pub fn from_pod(pod: &Pod, pods_to_delete: &BTreeSet<&str>) -> Self {
+    pub fn from_pod(pod: &'a Pod, pods_to_delete: &BTreeSet<&str>) -> Self {
         let meta = &pod.metadata;
-        let labels = meta.labels.clone().unwrap_or_default();
-        let annotations = meta.annotations.clone().unwrap_or_default();
-        let name = meta.name.clone().unwrap_or_default();
+        let labels = meta.labels.as_ref().unwrap_or(&NO_STRINGS);
+        let annotations = meta.annotations.as_ref().unwrap_or(&NO_STRINGS);
+        let name = meta.name.as_deref().unwrap_or_default();
         let status = pod.status.as_ref();
         let phase = PodPhase::parse(status.and_then(|s| s.phase.as_deref()));
         let conditions = status.and_then(|s| s.conditions.as_deref()).unwrap_or(&[]);
         let condition = |ty: &str| conditions.iter().find(|c| c.type_ == ty);
         let ready_condition = condition("Ready").filter(|c| c.status == "True");
-        let in_place_ready = condition(keys::INPLACE_UPDATE_READY_CONDITION)
-            .is_none_or(|c| c.status == "True");
+        let in_place_condition = condition(keys::INPLACE_UPDATE_READY_CONDITION);
+        let in_place_ready = in_place_condition.is_none_or(|c| c.status == "True");
         let ready = phase == PodPhase::Running && ready_condition.is_some() && in_place_ready;
-        let restarts = status
+        let container_statuses = status
             .and_then(|s| s.container_statuses.as_deref())
-            .unwrap_or(&[])
-            .iter()
-            .map(|c| c.restart_count)
-            .sum();
+            .unwrap_or(&[]);
+        let restarts = container_statuses.iter().map(|c| c.restart_count).sum();
         let deletion_cost = annotations
             .get(keys::POD_DELETION_COST_ANNOTATION)
+            // Like Kubernetes: "+10" and "008" are invalid (no sign, no leading zero).
+            .filter(|v| {
+                v.starts_with(['-', '1', '2', '3', '4', '5', '6', '7', '8', '9']) || *v == "0"
+            })
             .and_then(|v| v.parse::<i64>().ok())
             .filter(|v| (-2_147_483_647..=2_147_483_647).contains(v))
             .unwrap_or(0);
-        let specified_delete = labels.contains_key(keys::SPECIFIED_DELETE_LABEL)
-            || pods_to_delete.contains(name.as_str());
+        let specified_delete =
+            labels.contains_key(keys::SPECIFIED_DELETE_LABEL) || pods_to_delete.contains(name);
+        let grace_raw = annotations
+            .get(keys::INPLACE_UPDATE_GRACE_ANNOTATION)
+            .or_else(|| annotations.get(keys::INPLACE_UPDATE_GRACE_ANNOTATION_LEGACY));
         PodFacts {
-            uid: meta.uid.clone().unwrap_or_default(),
-            revision: labels.get(keys::REVISION_LABEL).cloned(),
-            instance_id: labels.get(keys::INSTANCE_ID_LABEL).cloned(),
-            node_name: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+            uid: meta.uid.as_deref().unwrap_or_default(),
+            revision: labels.get(keys::REVISION_LABEL).map(String::as_str),
+            instance_id: labels.get(keys::INSTANCE_ID_LABEL).map(String::as_str),
+            node_name: pod.spec.as_ref().and_then(|s| s.node_name.as_deref()),
             phase,
             lifecycle: labels
                 .get(keys::LIFECYCLE_STATE_LABEL)
@@ -149,15 +176,25 @@ impl PodFacts {
             restarts,
             deletion_cost,
             specified_delete,
-            finalizers: meta.finalizers.iter().flatten().cloned().collect(),
-            in_place_state: InPlaceUpdateState::from_annotations(&annotations)
-                .and_then(Result::ok),
-            in_place_grace_pending: annotations
-                .contains_key(keys::INPLACE_UPDATE_GRACE_ANNOTATION)
-                || annotations.contains_key(keys::INPLACE_UPDATE_GRACE_ANNOTATION_LEGACY),
             labels,
+            finalizers: meta.finalizers.as_deref().unwrap_or(&[]),
+            in_place_state: InPlaceUpdateState::from_annotations(annotations).and_then(Result::ok),
+            in_place_grace_pending: grace_raw.is_some(),
+            in_place_grace: grace_raw.and_then(|raw| serde_json::from_str(raw).ok()),
+            in_place_update_ready: in_place_condition.map(|c| c.status == "True"),
+            lifecycle_timestamp: annotations
+                .get(keys::LIFECYCLE_TIMESTAMP_ANNOTATION)
+                .map(String::as_str),
+            container_specs: pod.spec.as_ref().map_or(&[], |s| s.containers.as_slice()),
+            container_statuses,
             name,
         }
+    }
+
+    /// When the lifecycle state last changed (`lifecycle.apps.kruise.io/timestamp`),
+    /// parsed on demand: only held in-place updates need it.
+    pub fn lifecycle_since(&self) -> Option<Timestamp> {
+        self.lifecycle_timestamp.and_then(|v| v.parse().ok())
     }
 
     /// Neither terminating nor finished.
@@ -174,9 +211,7 @@ impl PodFacts {
             return true;
         }
         match self.ready_since {
-            Some(since) => {
-                now.duration_since(since).as_secs() >= i64::from(min_ready_seconds)
-            }
+            Some(since) => now.duration_since(since).as_secs() >= i64::from(min_ready_seconds),
             None => false,
         }
     }
@@ -248,7 +283,10 @@ pub enum UpdateMethod {
 pub enum Action {
     /// Create pod `<cloneset>-<instance_id>` (and its missing PVCs) from `revision`.
     #[serde(rename_all = "camelCase")]
-    Create { revision: String, instance_id: String },
+    Create {
+        revision: String,
+        instance_id: String,
+    },
     /// Delete the pod (and, unless reused, its PVCs).
     #[serde(rename_all = "camelCase")]
     Delete { pod: String, reason: DeleteReason },
@@ -281,6 +319,10 @@ pub enum Action {
     /// Remove names from `spec.scaleStrategy.podsToDelete` (pods that no longer exist).
     #[serde(rename_all = "camelCase")]
     PrunePodsToDelete { names: Vec<String> },
+    /// With `disablePVCReuse`: hand a PVC of a finished (inactive) pod over to that pod
+    /// (owner reference CloneSet → pod), so that it goes away with the pod.
+    #[serde(rename_all = "camelCase")]
+    ReownPvcToPod { pvc: String, pod: String },
 }
 
 /// A problem that the planner reports as a condition and an event instead of acting.
@@ -347,7 +389,7 @@ mod opt_duration_secs {
 pub struct PlanContext<'a> {
     pub snapshot: Snapshot<'a>,
     /// Facts of every pod in the snapshot, in snapshot order.
-    pub pods: Vec<PodFacts>,
+    pub pods: Vec<PodFacts<'a>>,
     /// Name of the revision made from the current template.
     pub update_revision: String,
     /// Name of the revision that all pods had before (`status.currentRevision`).
@@ -355,7 +397,7 @@ pub struct PlanContext<'a> {
     pub resolved: Resolved,
 }
 
-impl PlanContext<'_> {
+impl<'a> PlanContext<'a> {
     pub fn cloneset(&self) -> &CloneSet {
         self.snapshot.cloneset
     }
@@ -369,14 +411,13 @@ impl PlanContext<'_> {
     }
 
     /// Pods that are neither terminating nor finished.
-    pub fn active_pods(&self) -> impl Iterator<Item = &PodFacts> {
+    pub fn active_pods(&self) -> impl Iterator<Item = &PodFacts<'a>> {
         self.pods.iter().filter(|p| p.is_active())
     }
 
     /// The pod is on the update revision.
     pub fn is_updated(&self, pod: &PodFacts) -> bool {
         pod.revision
-            .as_deref()
             .is_some_and(|label| revision_matches(label, &self.update_revision))
     }
 }
@@ -390,6 +431,5 @@ pub fn revision_matches(label: &str, revision: &str) -> bool {
     if label == revision {
         return true;
     }
-    let last = |s: &str| s.rsplit('-').next().map(str::to_owned);
-    last(label) == last(revision)
+    label.rsplit('-').next() == revision.rsplit('-').next()
 }

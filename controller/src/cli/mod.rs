@@ -1,0 +1,495 @@
+//! `kubectl-inplace`: the kubectl plugin. Its `plan` command previews, offline, what the
+//! controller would do in its next reconcile of a CloneSet, from files:
+//!
+//! ```text
+//! kubectl-inplace plan -f cloneset.yaml --pods pods.yaml [--revisions revisions.yaml]
+//!     [--pvcs pvcs.yaml] [--update-revision NAME] [--current-revision NAME] [--now RFC3339]
+//!     [--partition-rollback] [-o json|table]
+//! ```
+//!
+//! - `pods.yaml` is what `kubectl get pods -o yaml` prints, or a stream of Pods; every pod
+//!   must match the CloneSet's selector. `--revisions` (optional) is what
+//!   `kubectl get controllerrevisions -o yaml` prints; without it the old revisions'
+//!   templates are unknown, which matters for in-place decisions. `--pvcs` (optional) is
+//!   what `kubectl get pvc -o yaml` prints: claims of vanished pods are reused.
+//! - The update revision is computed from the template unless `--update-revision` names
+//!   it; the current revision is `status.currentRevision` unless `--current-revision`
+//!   names it (offline there is no list of revisions to check it against).
+//! - Exit codes: 0 planned, 2 bad input (one line on stderr naming the file and the field;
+//!   also for bad flags). A CloneSet the CRD would reject is still planned, with warnings
+//!   on stderr.
+//!
+//! Online commands (`rollout status|pause|resume`, `warm-up`; `--kubeconfig`, `-n` like
+//! kubectl) are in [`online`]; exit 0 done, 1 rollout/warm-up failed or timed out, 2 bad
+//! input or API errors.
+//!
+//! Everything here is a library function over texts so that it is tested without a
+//! process; the binary only passes `std::env::args` and the standard streams.
+
+pub mod checks;
+pub mod input;
+pub mod online;
+pub mod render;
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use inplace_proto::CloneSet;
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::jiff::Timestamp;
+
+use self::input::{InputError, Place, Source};
+use crate::plan::selector::Selector;
+use crate::plan::{Plan, PlanError, PlanOptions, Snapshot};
+
+/// Exit code for bad input.
+pub const EXIT_BAD_INPUT: i32 = 2;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "kubectl-inplace",
+    version,
+    about = "Tools for inplace CloneSets (apps.kruise.io/v1alpha1)"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+    #[command(flatten)]
+    pub connect: online::ConnectArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Preview what the controller would do next for a CloneSet, from files.
+    Plan(PlanArgs),
+    /// Follow, pause or resume a CloneSet's rollout (online, see [`online`]).
+    Rollout(online::RolloutArgs),
+    /// Pre-pull an image on nodes through an ImagePullJob (online, see [`online`]).
+    WarmUp(online::WarmUpArgs),
+}
+
+/// Output form.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// Explained in words.
+    #[default]
+    Table,
+    /// One JSON object.
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// The CloneSet (YAML or JSON).
+    #[arg(short = 'f', long = "filename", value_name = "FILE")]
+    pub cloneset: PathBuf,
+    /// Its pods: a List (kubectl get pods -o yaml) or a stream of Pods.
+    #[arg(long, value_name = "FILE")]
+    pub pods: Option<PathBuf>,
+    /// Its ControllerRevisions (kubectl get controllerrevisions -o yaml).
+    #[arg(long, value_name = "FILE")]
+    pub revisions: Option<PathBuf>,
+    /// Its PersistentVolumeClaims (kubectl get pvc -o yaml).
+    #[arg(long, value_name = "FILE")]
+    pub pvcs: Option<PathBuf>,
+    /// Take this revision name as the update revision.
+    #[arg(long, value_name = "NAME")]
+    pub update_revision: Option<String>,
+    /// Take this revision name as the current revision.
+    #[arg(long, value_name = "NAME")]
+    pub current_revision: Option<String>,
+    /// The time to plan at (RFC 3339); defaults to now.
+    #[arg(long, value_name = "RFC3339")]
+    pub now: Option<String>,
+    /// Raising the partition rolls updated pods back (gate CloneSetPartitionRollback).
+    #[arg(long)]
+    pub partition_rollback: bool,
+    /// Output form.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Table)]
+    pub output: Format,
+}
+
+/// What the plan command was given, already parsed.
+#[derive(Clone, Debug)]
+pub struct Inputs {
+    pub cloneset: CloneSet,
+    pub pods: Vec<Pod>,
+    pub revisions: Vec<ControllerRevision>,
+    pub pvcs: Vec<PersistentVolumeClaim>,
+}
+
+/// Settings of one plan run.
+#[derive(Clone, Debug, Default)]
+pub struct Settings {
+    pub update_revision: Option<String>,
+    pub current_revision: Option<String>,
+    pub partition_rollback: bool,
+}
+
+/// A computed plan and the warnings about the CloneSet.
+#[derive(Clone, Debug)]
+pub struct Report {
+    pub plan: Plan,
+    pub warnings: Vec<String>,
+}
+
+/// Parses the texts (see [`input`]) and checks that every pod matches the selector.
+pub fn load(
+    cloneset: Source<'_>,
+    pods: Option<Source<'_>>,
+    revisions: Option<Source<'_>>,
+    pvcs: Option<Source<'_>>,
+) -> Result<Inputs, InputError> {
+    let cs = input::cloneset(cloneset)?;
+    let pod_list = pods.map(input::pods).transpose()?.unwrap_or_default();
+    let revision_list = revisions
+        .map(input::revisions)
+        .transpose()?
+        .unwrap_or_default();
+    let pvc_list = pvcs.map(input::pvcs).transpose()?.unwrap_or_default();
+    let selector = Selector::parse(&cs.spec.selector)
+        .map_err(|e| InputError::field(cloneset.name, "spec.selector", e.to_string()))?;
+    if let Some(src) = pods {
+        for (i, pod) in pod_list.iter().enumerate() {
+            let labels = pod.metadata.labels.clone().unwrap_or_default();
+            if let Some(requirement) = selector.first_mismatch(&labels) {
+                let name = pod.metadata.name.as_deref().unwrap_or("<unnamed>");
+                return Err(InputError::field(
+                    src.name,
+                    format!("pod {name}: metadata.labels"),
+                    format!(
+                        "do not match the CloneSet's selector ({selector}): {requirement} fails (pod #{})",
+                        i + 1
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(Inputs {
+        cloneset: cs,
+        pods: pod_list,
+        revisions: revision_list,
+        pvcs: pvc_list,
+    })
+}
+
+/// Runs the planner on `inputs` at `now`.
+pub fn compute(
+    inputs: &Inputs,
+    settings: &Settings,
+    now: Timestamp,
+    cloneset_file: &str,
+) -> Result<Report, InputError> {
+    let status_current = inputs
+        .cloneset
+        .status
+        .as_ref()
+        .and_then(|s| s.current_revision.clone());
+    let options = PlanOptions {
+        partition_rollback: settings.partition_rollback,
+        update_revision_override: settings.update_revision.clone(),
+        current_revision_override: settings.current_revision.clone().or(status_current),
+        ..PlanOptions::default()
+    };
+    let snapshot = Snapshot {
+        cloneset: &inputs.cloneset,
+        pods: &inputs.pods,
+        pvcs: &inputs.pvcs,
+        revisions: &inputs.revisions,
+        nodes: &[],
+        now,
+        options: &options,
+    };
+    let plan = crate::plan::plan(snapshot).map_err(|e| plan_error(cloneset_file, &e))?;
+    let mut warnings = checks::warnings(&inputs.cloneset);
+    let current = &plan.revisions.current_revision;
+    let known = |name: &str| {
+        inputs
+            .revisions
+            .iter()
+            .any(|r| r.metadata.name.as_deref() == Some(name))
+    };
+    if *current != plan.revisions.update_revision && !known(current) {
+        warnings.push(format!(
+            "revision {current} is not among the given revisions (--revisions): its template is unknown, so no pod of it can be judged for an in-place update"
+        ));
+    }
+    Ok(Report { plan, warnings })
+}
+
+fn plan_error(file: &str, e: &PlanError) -> InputError {
+    match e {
+        PlanError::Selector(inner) => InputError::field(file, "spec.selector", inner.to_string()),
+        PlanError::Template(inner) => InputError::field(file, "spec.template", inner.clone()),
+        PlanError::Revision(inner) => InputError::new(file, Place::Nowhere, inner.to_string()),
+    }
+}
+
+/// Renders `report` in `format` (JSON ends with a newline).
+pub fn render(report: &Report, inputs: &Inputs, format: Format) -> String {
+    match format {
+        Format::Json => {
+            let mut s = serde_json::to_string_pretty(&render::json(&report.plan))
+                .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+            s.push('\n');
+            s
+        }
+        Format::Table => render::table(&inputs.cloneset, &report.plan, inputs.pods.len()),
+    }
+}
+
+fn read(path: &Path) -> Result<String, InputError> {
+    std::fs::read_to_string(path).map_err(|e| {
+        InputError::new(
+            &path.display().to_string(),
+            Place::Nowhere,
+            format!("cannot read: {e}"),
+        )
+    })
+}
+
+fn parse_now(text: Option<&str>) -> Result<Timestamp, InputError> {
+    match text {
+        None => Ok(Timestamp::now()),
+        Some(t) => t.parse::<Timestamp>().map_err(|e| {
+            InputError::new(
+                "--now",
+                Place::Nowhere,
+                format!("not an RFC 3339 time: {e}"),
+            )
+        }),
+    }
+}
+
+fn plan_command(
+    args: &PlanArgs,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<(), InputError> {
+    let now = parse_now(args.now.as_deref())?;
+    let cs_name = args.cloneset.display().to_string();
+    let cs_text = read(&args.cloneset)?;
+    let pods_name = args.pods.as_ref().map(|p| p.display().to_string());
+    let pods_text = args.pods.as_deref().map(read).transpose()?;
+    let rev_name = args.revisions.as_ref().map(|p| p.display().to_string());
+    let rev_text = args.revisions.as_deref().map(read).transpose()?;
+    let pvc_name = args.pvcs.as_ref().map(|p| p.display().to_string());
+    let pvc_text = args.pvcs.as_deref().map(read).transpose()?;
+    let source = |name: &Option<String>, text: &Option<String>| -> Option<(String, String)> {
+        Some((name.clone()?, text.clone()?))
+    };
+    let pods = source(&pods_name, &pods_text);
+    let revs = source(&rev_name, &rev_text);
+    let claims = source(&pvc_name, &pvc_text);
+    let inputs = load(
+        Source {
+            name: &cs_name,
+            text: &cs_text,
+        },
+        pods.as_ref().map(|(name, text)| Source { name, text }),
+        revs.as_ref().map(|(name, text)| Source { name, text }),
+        claims.as_ref().map(|(name, text)| Source { name, text }),
+    )?;
+    let settings = Settings {
+        update_revision: args.update_revision.clone(),
+        current_revision: args.current_revision.clone(),
+        partition_rollback: args.partition_rollback,
+    };
+    let report = compute(&inputs, &settings, now, &cs_name)?;
+    for w in &report.warnings {
+        let _ = writeln!(err, "warning: {cs_name}: {w}");
+    }
+    let _ = out.write_all(render(&report, &inputs, args.output).as_bytes());
+    Ok(())
+}
+
+/// Runs the command line `args` (program name first); returns the exit code.
+pub fn run<I, T>(args: I, out: &mut dyn Write, err: &mut dyn Write) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = e.exit_code();
+            let text = e.render().to_string();
+            let _ = if code == 0 {
+                out.write_all(text.as_bytes())
+            } else {
+                err.write_all(text.as_bytes())
+            };
+            return if code == 0 { 0 } else { EXIT_BAD_INPUT };
+        }
+    };
+    match cli.command {
+        Command::Plan(args) => match plan_command(&args, out, err) {
+            Ok(()) => 0,
+            Err(e) => {
+                let _ = writeln!(err, "error: {e}");
+                EXIT_BAD_INPUT
+            }
+        },
+        Command::Rollout(args) => online_exit(run_rollout(args, &cli.connect, out), err),
+        Command::WarmUp(args) => online_exit(run_warm_up(args, &cli.connect, out), err),
+    }
+}
+
+fn online_exit(result: Result<(), online::OnlineError>, err: &mut dyn Write) -> i32 {
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            let _ = writeln!(err, "error: {e}");
+            e.exit_code()
+        }
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, online::OnlineError> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
+}
+
+fn run_rollout(
+    args: online::RolloutArgs,
+    connect: &online::ConnectArgs,
+    out: &mut dyn Write,
+) -> Result<(), online::OnlineError> {
+    runtime()?.block_on(async {
+        let (client, ns) = online::connect(connect).await?;
+        let api: kube::Api<CloneSet> = kube::Api::namespaced(client, &ns);
+        match args.command {
+            online::RolloutCommand::Status { cloneset, timeout } => {
+                online::rollout_status(api, &cloneset, timeout, out).await
+            }
+            online::RolloutCommand::Pause { cloneset } => {
+                online::set_paused(&api, &cloneset, true, out).await
+            }
+            online::RolloutCommand::Resume { cloneset } => {
+                online::set_paused(&api, &cloneset, false, out).await
+            }
+        }
+    })
+}
+
+fn run_warm_up(
+    args: online::WarmUpArgs,
+    connect: &online::ConnectArgs,
+    out: &mut dyn Write,
+) -> Result<(), online::OnlineError> {
+    let job = online::warm_up_job(&args).map_err(online::OnlineError::BadInput)?;
+    runtime()?.block_on(async {
+        let (client, ns) = online::connect(connect).await?;
+        let api = kube::Api::namespaced(client, &ns);
+        let wait = args.wait.then_some(args.timeout);
+        online::warm_up(api, &job, wait, out).await.map(|_| ())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const CS: &str = "apiVersion: apps.kruise.io/v1alpha1
+kind: CloneSet
+metadata: {name: demo, namespace: default, uid: u1}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: demo}}
+  template:
+    metadata: {labels: {app: demo}}
+    spec: {containers: [{name: main, image: 'nginx:1'}]}
+";
+
+    const PODS: &str = "apiVersion: v1
+kind: List
+items:
+- metadata:
+    name: demo-aaaaa
+    labels: {app: demo, controller-revision-hash: demo-old, apps.kruise.io/cloneset-instance-id: aaaaa}
+  spec: {nodeName: n1, containers: [{name: main, image: 'nginx:1'}]}
+  status:
+    phase: Running
+    conditions: [{type: Ready, status: 'True', lastTransitionTime: '2026-01-01T00:00:00Z'}]
+";
+
+    fn src<'a>(name: &'a str, text: &'a str) -> Source<'a> {
+        Source { name, text }
+    }
+
+    #[test]
+    fn pod_not_matching_the_selector_is_bad_input_naming_the_pods_file() {
+        let pods = PODS.replace("app: demo,", "app: other,");
+        let e = load(
+            src("cs.yaml", CS),
+            Some(src("pods.yaml", &pods)),
+            None,
+            None,
+        )
+        .unwrap_err();
+        let line = e.to_string();
+        assert!(
+            line.starts_with("pods.yaml: pod demo-aaaaa: metadata.labels:"),
+            "{line}"
+        );
+        assert!(line.contains("app=demo"));
+    }
+
+    #[test]
+    fn status_current_revision_is_taken_without_a_revision_list() {
+        let cs = format!("{CS}status: {{currentRevision: demo-old}}\n");
+        let inputs = load(
+            src("cs.yaml", &cs),
+            Some(src("pods.yaml", PODS)),
+            None,
+            None,
+        )
+        .unwrap();
+        let report = compute(
+            &inputs,
+            &Settings::default(),
+            "2026-01-02T00:00:00Z".parse().unwrap(),
+            "cs.yaml",
+        )
+        .unwrap();
+        assert_eq!(report.plan.revisions.current_revision, "demo-old");
+        assert_eq!(report.plan.diffs.scale_up, 2);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Truncated inputs (any prefix of the CloneSet and of the pods) never panic the
+        /// whole pipeline: they parse and plan, or fail with one line.
+        #[test]
+        fn truncated_inputs_never_panic_the_plan_command(
+            cut_cs in 0usize..=CS.len(),
+            cut_pods in 0usize..=PODS.len(),
+        ) {
+            let now: Timestamp = "2026-01-02T00:00:00Z".parse().unwrap();
+            let result = load(
+                src("cs.yaml", &CS[..cut_cs]),
+                Some(src("pods.yaml", &PODS[..cut_pods])),
+                None,
+                None,
+            )
+            .and_then(|inputs| {
+                let report = compute(&inputs, &Settings::default(), now, "cs.yaml")?;
+                let _ = render(&report, &inputs, Format::Table);
+                let _ = render(&report, &inputs, Format::Json);
+                Ok(())
+            });
+            if let Err(e) = result {
+                prop_assert!(!e.to_string().contains('\n'));
+            }
+        }
+    }
+}

@@ -1,0 +1,267 @@
+//! The two output forms of the plan command: one JSON object, or a table in words.
+
+use std::fmt::Write as _;
+
+use inplace_proto::CloneSet;
+use serde_json::{Value, json};
+
+use crate::plan::{Action, DeleteReason, Plan, UpdateMethod};
+
+/// The JSON object: `resolved`, `diffs`, `revisions`, `actions`, `status`, and `problems`
+/// and `requeueAfterSeconds` when there are any.
+pub fn json(plan: &Plan) -> Value {
+    let revisions = &plan.revisions;
+    let mut out = json!({
+        "resolved": plan.resolved,
+        "diffs": plan.diffs,
+        "revisions": {
+            "update": revisions.update_revision,
+            "current": revisions.current_revision,
+            "create": revisions.create.as_ref().and_then(|r| r.metadata.name.clone()),
+            "bump": revisions.bump.as_ref().map(|r| json!({
+                "name": r.metadata.name,
+                "revision": r.revision,
+            })),
+            "delete": revisions.delete,
+            "collisionCount": revisions.collision_count,
+        },
+        "actions": plan.actions,
+        "status": plan.status,
+    });
+    if !plan.problems.is_empty() {
+        out["problems"] = json!(plan.problems);
+    }
+    if let Some(after) = plan.requeue_after {
+        out["requeueAfterSeconds"] = json!(after.as_secs_f64());
+    }
+    out
+}
+
+fn reason_words(reason: DeleteReason) -> &'static str {
+    match reason {
+        DeleteReason::PreparingDeleteReleased => "its preDelete hook was released",
+        DeleteReason::SpecifiedDelete => "specified for deletion",
+        DeleteReason::ScaleDown => "scale down",
+        DeleteReason::SurgeEnd => "surge no longer needed",
+    }
+}
+
+/// One action in words.
+pub fn describe(cs: &CloneSet, action: &Action) -> String {
+    let cs_name = cs.metadata.name.as_deref().unwrap_or_default();
+    let vcts: Vec<&str> = cs
+        .spec
+        .volume_claim_templates
+        .iter()
+        .filter_map(|v| v.name())
+        .collect();
+    match action {
+        Action::Create {
+            revision,
+            instance_id,
+        } => {
+            let mut s = format!("create pod {cs_name}-{instance_id} from revision {revision}");
+            if !vcts.is_empty() {
+                let claims: Vec<String> = vcts
+                    .iter()
+                    .map(|v| format!("{v}-{cs_name}-{instance_id}"))
+                    .collect();
+                let _ = write!(s, " with PVC {} (kept if it exists)", claims.join(", "));
+            }
+            s
+        }
+        Action::Delete { pod, reason } => {
+            let pvcs = if vcts.is_empty() { "" } else { " and its PVCs" };
+            format!("delete pod {pod}{pvcs} ({})", reason_words(*reason))
+        }
+        Action::Update {
+            pod,
+            method: UpdateMethod::InPlace,
+            revision,
+        } => format!("update pod {pod} in place to revision {revision}"),
+        Action::Update {
+            pod,
+            method: UpdateMethod::Recreate,
+            revision,
+        } => format!(
+            "recreate pod {pod} on revision {revision} (label it apps.kruise.io/specified-delete; a later scale step replaces it)"
+        ),
+        Action::Lifecycle {
+            pod,
+            from,
+            to,
+            mark_not_ready,
+        } => {
+            let from = from.map_or("no state", |f| f.as_str());
+            let mark = match mark_not_ready {
+                Some(true) => ", marking it not ready (KruisePodReady)",
+                Some(false) => ", marking it ready again (KruisePodReady)",
+                None => "",
+            };
+            format!("move pod {pod} from {from} to {to}{mark}")
+        }
+        Action::CompleteInPlaceUpdate { pod } => {
+            format!("finish the in-place update of pod {pod} (InPlaceUpdateReady=True)")
+        }
+        Action::ApplyGracedUpdate { pod } => {
+            format!("apply the held in-place update of pod {pod} (grace period over)")
+        }
+        Action::DeletePvc { pvc } => {
+            format!("delete PVC {pvc} (disablePVCReuse, no pod uses it)")
+        }
+        Action::ReownPvcToPod { pvc, pod } => {
+            format!("hand PVC {pvc} over to its finished pod {pod} (disablePVCReuse)")
+        }
+        Action::PrunePodsToDelete { names } => format!(
+            "remove {} from spec.scaleStrategy.podsToDelete (no such pod any more)",
+            names.join(", ")
+        ),
+    }
+}
+
+fn limit(v: i32) -> String {
+    if v == i32::MAX {
+        "unlimited".into()
+    } else {
+        v.to_string()
+    }
+}
+
+/// The table form: the same content in words.
+pub fn table(cs: &CloneSet, plan: &Plan, pod_count: usize) -> String {
+    let mut s = String::new();
+    let name = cs.metadata.name.as_deref().unwrap_or_default();
+    let ns = cs.metadata.namespace.as_deref().unwrap_or("default");
+    let r = &plan.resolved;
+    let d = &plan.diffs;
+    let rev = &plan.revisions;
+    let _ = writeln!(
+        s,
+        "CloneSet {ns}/{name}: {} replicas, update type {}",
+        r.replicas,
+        cs.update_type().as_str()
+    );
+    let _ = writeln!(
+        s,
+        "  partition {}, maxSurge {}, maxUnavailable {}, scaleStrategy.maxUnavailable {}",
+        r.partition,
+        r.max_surge,
+        r.max_unavailable,
+        limit(r.scale_max_unavailable)
+    );
+    let _ = writeln!(s, "\nRevisions");
+    let state = if rev.create.is_some() {
+        " (not among the known revisions: the controller creates it)"
+    } else if rev.bump.is_some() {
+        " (an older revision again: its number is bumped)"
+    } else {
+        ""
+    };
+    let _ = writeln!(s, "  update   {}{state}", rev.update_revision);
+    let _ = writeln!(s, "  current  {}", rev.current_revision);
+    if !rev.delete.is_empty() {
+        let _ = writeln!(
+            s,
+            "  delete   {} (beyond revisionHistoryLimit)",
+            rev.delete.join(", ")
+        );
+    }
+
+    let _ = writeln!(s, "\nArithmetic ({pod_count} pods given)");
+    let rows = [
+        ("scaleUp", d.scale_up, "pods to create (surge included)"),
+        (
+            "scaleUpOldRevision",
+            d.scale_up_old_revision,
+            "of which from the current revision",
+        ),
+        ("scaleUpLimit", d.scale_up_limit, "most pods created now"),
+        ("scaleDown", d.scale_down, "pods to delete"),
+        (
+            "scaleDownOldRevision",
+            d.scale_down_old_revision,
+            "of which from old revisions",
+        ),
+        (
+            "deleteReadyLimit",
+            d.delete_ready_limit,
+            "most ready pods deleted now",
+        ),
+        ("useSurge", d.use_surge, "surge pods in use"),
+        (
+            "useSurgeOldRevision",
+            d.use_surge_old_revision,
+            "of which on the current revision",
+        ),
+        (
+            "update",
+            d.update,
+            "pods to move to the update revision (negative: back to current)",
+        ),
+        (
+            "updateMaxUnavailable",
+            d.update_max_unavailable,
+            "unavailability budget of the update",
+        ),
+    ];
+    for (key, value, words) in rows {
+        let _ = writeln!(s, "  {key:<22}{:>6}  {words}", limit(value));
+    }
+
+    let _ = writeln!(s, "\nNext step");
+    if plan.actions.is_empty() {
+        let _ = writeln!(s, "  nothing to do");
+    }
+    for (i, action) in plan.actions.iter().enumerate() {
+        let _ = writeln!(s, "  {}. {}", i + 1, describe(cs, action));
+    }
+    for p in &plan.problems {
+        let _ = writeln!(s, "  ! {} {}: {}", p.condition, p.reason, p.message);
+    }
+    if let Some(after) = plan.requeue_after {
+        let _ = writeln!(
+            s,
+            "  then look again after {:.0}s at the latest",
+            after.as_secs_f64().ceil()
+        );
+    }
+
+    let st = &plan.status;
+    let _ = writeln!(s, "\nStatus the controller would write");
+    let _ = writeln!(
+        s,
+        "  replicas {}, ready {}, available {}, updated {}, updatedReady {}, updatedAvailable {}, expectedUpdated {}",
+        st.replicas,
+        st.ready_replicas,
+        st.available_replicas,
+        st.updated_replicas,
+        st.updated_ready_replicas,
+        st.updated_available_replicas.unwrap_or(0),
+        st.expected_updated_replicas
+            .map_or("-".into(), |v| v.to_string()),
+    );
+    let _ = writeln!(
+        s,
+        "  currentRevision {}, updateRevision {}, collisionCount {}",
+        st.current_revision.as_deref().unwrap_or("-"),
+        st.update_revision.as_deref().unwrap_or("-"),
+        st.collision_count.unwrap_or(0)
+    );
+    if let Some(sel) = &st.label_selector {
+        let _ = writeln!(s, "  labelSelector {sel}");
+    }
+    for c in &st.conditions {
+        let _ = writeln!(
+            s,
+            "  condition {}={} {}{}",
+            c.type_,
+            c.status,
+            c.reason.as_deref().unwrap_or(""),
+            c.message
+                .as_deref()
+                .map(|m| format!(": {m}"))
+                .unwrap_or_default()
+        );
+    }
+    s
+}

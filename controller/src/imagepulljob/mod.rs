@@ -1,0 +1,306 @@
+//! The ImagePullJob controller: watches ImagePullJobs, NodeImages, Nodes and Pods, runs
+//! [`plan::plan`] per job and applies it (creates a node's NodeImage when missing, patches
+//! `spec.images[<image>]` of NodeImages with the node's resourceVersion as precondition,
+//! writes the job status through the status subresource, deletes jobs past their TTL).
+
+pub mod plan;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use inplace_proto::imagepulljob::ImagePullJob;
+use inplace_proto::nodeimage::{NodeImage, NodeImageSpec};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use rand::Rng as _;
+use tracing::{info, warn};
+
+use crate::watch::{Scope, strip_pod};
+
+/// Why a reconcile of one ImagePullJob did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{action}: {source}")]
+    Kube {
+        action: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("planning: {0}")]
+    Plan(#[from] plan::PlanError),
+    #[error("encoding {what}: {source}")]
+    Encode {
+        what: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+fn kube_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+    let action = action.into();
+    move |source| Error::Kube { action, source }
+}
+
+fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
+}
+
+struct Ctx {
+    client: Client,
+    node_images: Store<NodeImage>,
+    nodes: Store<Node>,
+    pods: Store<Pod>,
+}
+
+fn strip_node(node: &mut Node) {
+    node.metadata.managed_fields = None;
+    node.metadata.annotations = None;
+    node.spec = None;
+    node.status = None;
+}
+
+fn strip_node_image(ni: &mut NodeImage) {
+    ni.metadata.managed_fields = None;
+}
+
+/// Runs the ImagePullJob controller until `stop` completes.
+pub async fn run<S>(client: Client, scope: Scope, workers: u16, stop: S)
+where
+    S: Future<Output = ()> + Send + Sync + 'static,
+{
+    let (ni_store, ni_writer) = reflector::store();
+    let ni_stream = watcher(
+        Api::<NodeImage>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .modify(strip_node_image)
+    .reflect(ni_writer)
+    .touched_objects();
+    let (node_store, node_writer) = reflector::store();
+    let node_stream = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .modify(strip_node)
+        .reflect(node_writer)
+        .touched_objects();
+    let (pod_store, pod_writer) = reflector::store();
+    let pod_stream = watcher(scope.api::<Pod>(&client), watcher::Config::default())
+        .default_backoff()
+        .modify(strip_pod)
+        .reflect(pod_writer)
+        .touched_objects();
+
+    let controller = Controller::new(
+        scope.api::<ImagePullJob>(&client),
+        watcher::Config::default(),
+    )
+    .with_config(kube::runtime::controller::Config::default().concurrency(workers));
+    let jobs = controller.store();
+    let jobs_for_nodes = jobs.clone();
+    let jobs_for_pods = jobs.clone();
+    let controller = controller
+        // a NodeImage wakes the jobs that own one of its tags
+        .watches_stream(ni_stream, |ni: NodeImage| {
+            ni.spec
+                .images
+                .values()
+                .flat_map(|i| i.tags.iter())
+                .flat_map(|t| t.owner_references.iter())
+                .filter(|o| o.kind.as_deref() == Some("ImagePullJob"))
+                .filter_map(|o| {
+                    let name = o.name.as_deref()?;
+                    let ns = o.namespace.as_deref()?;
+                    Some(ObjectRef::<ImagePullJob>::new(name).within(ns))
+                })
+                .collect::<Vec<_>>()
+        })
+        // a node change may change any job's node set
+        .watches_stream(node_stream, move |_node: Node| {
+            jobs_for_nodes
+                .state()
+                .iter()
+                .filter(|j| {
+                    j.status
+                        .as_ref()
+                        .is_none_or(|s| s.completion_time.is_none())
+                })
+                .map(|j| ObjectRef::from_obj(j.as_ref()))
+                .collect::<Vec<_>>()
+        })
+        .watches_stream(pod_stream, move |pod: Pod| {
+            let ns = pod.namespace().unwrap_or_default();
+            jobs_for_pods
+                .state()
+                .iter()
+                .filter(|j| j.spec.pod_selector.is_some())
+                .filter(|j| j.namespace().as_deref() == Some(ns.as_str()))
+                .filter(|j| {
+                    j.status
+                        .as_ref()
+                        .is_none_or(|s| s.completion_time.is_none())
+                })
+                .map(|j| ObjectRef::from_obj(j.as_ref()))
+                .collect::<Vec<_>>()
+        });
+    let ctx = Arc::new(Ctx {
+        client,
+        node_images: ni_store,
+        nodes: node_store,
+        pods: pod_store,
+    });
+    info!("ImagePullJob controller started");
+    controller
+        .graceful_shutdown_on(stop)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "imagepulljob reconcile");
+            }
+        })
+        .await;
+    info!("ImagePullJob controller stopped");
+}
+
+fn error_policy(job: Arc<ImagePullJob>, e: &Error, _: Arc<Ctx>) -> Action {
+    match e {
+        Error::Kube { source, .. } if is_conflict(source) => {
+            Action::requeue(Duration::from_secs(1))
+        }
+        _ => {
+            warn!(job = %format!("{}/{}", job.namespace().unwrap_or_default(), job.name_any()), error = %e, "ImagePullJob reconcile failed");
+            Action::requeue(Duration::from_secs(5))
+        }
+    }
+}
+
+async fn reconcile(job: Arc<ImagePullJob>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    if job.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    // the caches must have listed before "no NodeImage" may mean "create one"
+    for ready in [
+        ctx.node_images.wait_until_ready().await.is_ok(),
+        ctx.nodes.wait_until_ready().await.is_ok(),
+        ctx.pods.wait_until_ready().await.is_ok(),
+    ] {
+        if !ready {
+            return Ok(Action::requeue(Duration::from_secs(1)));
+        }
+    }
+    let node_images: BTreeMap<String, NodeImage> = ctx
+        .node_images
+        .state()
+        .iter()
+        .map(|n| (n.name_any(), n.as_ref().clone()))
+        .collect();
+    let nodes: Vec<Node> = ctx
+        .nodes
+        .state()
+        .iter()
+        .map(|n| n.as_ref().clone())
+        .collect();
+    let ns = job.namespace().unwrap_or_default();
+    let pods: Vec<Pod> = if job.spec.pod_selector.is_some() {
+        ctx.pods
+            .state()
+            .iter()
+            .filter(|p| p.namespace().as_deref() == Some(ns.as_str()))
+            .map(|p| p.as_ref().clone())
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let never = job.completion_type() == inplace_proto::imagepulljob::CompletionPolicyType::Never;
+    let jitter = if never {
+        rand::rng().random_range(-600..=600)
+    } else {
+        rand::rng().random_range(0..=300)
+    };
+    let input = plan::Input {
+        job: &job,
+        node_images: &node_images,
+        nodes: &nodes,
+        pods: &pods,
+        now: k8s_openapi::jiff::Timestamp::now(),
+        ttl_jitter_seconds: jitter,
+    };
+    let p = plan::plan(&input)?;
+    let name = job.name_any();
+    let jobs: Api<ImagePullJob> = Api::namespaced(ctx.client.clone(), &ns);
+
+    if p.delete {
+        info!(job = %format!("{ns}/{name}"), "deleting ImagePullJob past ttlSecondsAfterFinished");
+        match jobs.delete(&name, &DeleteParams::background()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(kube_err(format!("deleting ImagePullJob {ns}/{name}"))(e)),
+        }
+        return Ok(Action::await_change());
+    }
+
+    let nis: Api<NodeImage> = Api::all(ctx.client.clone());
+    for w in &p.writes {
+        if w.create {
+            let ni = NodeImage {
+                metadata: ObjectMeta {
+                    name: Some(w.node.clone()),
+                    ..ObjectMeta::default()
+                },
+                spec: NodeImageSpec {
+                    images: BTreeMap::from([(w.image.clone(), w.spec.clone())]),
+                },
+                status: None,
+            };
+            nis.create(&PostParams::default(), &ni)
+                .await
+                .map_err(kube_err(format!("creating NodeImage {}", w.node)))?;
+        } else {
+            let rv = node_images
+                .get(&w.node)
+                .and_then(|n| n.resource_version())
+                .unwrap_or_default();
+            let spec = serde_json::to_value(&w.spec).map_err(|source| Error::Encode {
+                what: format!("NodeImage {} image {}", w.node, w.image),
+                source,
+            })?;
+            let patch = serde_json::json!({
+                "metadata": {"resourceVersion": rv},
+                "spec": {"images": {w.image.clone(): spec}},
+            });
+            nis.patch(&w.node, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(kube_err(format!("patching NodeImage {}", w.node)))?;
+        }
+        info!(job = %format!("{ns}/{name}"), node = %w.node, image = %w.image, "added image tag to NodeImage");
+    }
+
+    if job.status.as_ref() != Some(&p.status) {
+        let mut status = serde_json::to_value(&p.status).map_err(|source| Error::Encode {
+            what: format!("status of ImagePullJob {ns}/{name}"),
+            source,
+        })?;
+        // fields left out when empty must be cleared explicitly in a merge patch
+        if let Some(obj) = status.as_object_mut() {
+            for key in ["completionTime", "message", "failedNodes"] {
+                obj.entry(key).or_insert(serde_json::Value::Null);
+            }
+        }
+        let patch = serde_json::json!({"status": status});
+        jobs.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(kube_err(format!(
+                "writing status of ImagePullJob {ns}/{name}"
+            )))?;
+    }
+    Ok(match p.requeue_after_seconds {
+        Some(s) => Action::requeue(Duration::from_secs(u64::try_from(s.max(1)).unwrap_or(1))),
+        None => Action::await_change(),
+    })
+}

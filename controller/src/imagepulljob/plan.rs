@@ -1,0 +1,917 @@
+//! The pure core of the ImagePullJob controller: from the job, the nodes, their NodeImages,
+//! the pods (for `podSelector`) and the time to the NodeImage writes, the job status and
+//! whether the job is deleted.
+//!
+//! Per node the job is in one of four states: not synced (the node's NodeImage does not list
+//! the tag with an owner reference to the job), active (listed, not finished for the listed
+//! `version`), succeeded or failed. At most `parallelism − active` not-synced nodes (by
+//! name) get the tag per reconcile. With completion policy `Always` the job completes once
+//! no node is pending, or at `activeDeadlineSeconds` after `startTime` (unfinished nodes then
+//! count as failed); `ttlSecondsAfterFinished` after completion the job is deleted. `Never`
+//! never completes and keeps adding nodes that appear.
+
+use std::collections::BTreeMap;
+
+use inplace_proto::imagepulljob::{
+    CompletionPolicyType, ImagePullJob, ImagePullJobStatus, ImagePullPolicy,
+};
+use inplace_proto::nodeimage::{
+    ImagePullPhase, ImageSpec, ImageTagPullPolicy, ImageTagSpec, NodeImage, ReferenceObject,
+};
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::ResourceExt;
+
+use crate::plan::selector::{Selector, SelectorError};
+
+/// Extra seconds added to the NodeImage tag TTL of an `Always` job (the reference's
+/// `--default-ttlseconds-for-always-nodeimage`).
+pub const ALWAYS_TTL_EXTRA_SECONDS: i32 = 300;
+/// NodeImage tag TTL of a `Never` job.
+pub const NEVER_TTL_SECONDS: i32 = 24 * 3600;
+/// Minimum NodeImage tag active deadline of a `Never` job.
+pub const NEVER_MIN_ACTIVE_DEADLINE_SECONDS: i64 = 1800;
+/// Failed nodes quoted in `status.message`.
+const MESSAGE_FAILED_NODES: usize = 3;
+
+/// Why a job cannot be planned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    #[error("spec.image {0:?} has no image name")]
+    Image(String),
+    #[error("spec.selector: {0}")]
+    NodeSelector(#[source] SelectorError),
+    #[error("spec.podSelector: {0}")]
+    PodSelector(#[source] SelectorError),
+    #[error("the job has no uid yet")]
+    NoUid,
+}
+
+/// Everything one reconcile of a job looks at.
+#[derive(Debug, Clone, Copy)]
+pub struct Input<'a> {
+    pub job: &'a ImagePullJob,
+    /// NodeImages by name (= node name).
+    pub node_images: &'a BTreeMap<String, NodeImage>,
+    pub nodes: &'a [Node],
+    /// Pods of the job's namespace (only read with `podSelector`).
+    pub pods: &'a [Pod],
+    pub now: Timestamp,
+    /// Random seconds spread over TTLs (the reference's rand): 0..=300 for `Always`
+    /// jobs, −600..=600 for `Never` jobs; the caller draws it.
+    pub ttl_jitter_seconds: i32,
+}
+
+/// A tag entry to write: set `spec.images[image]` of NodeImage `node` to `spec`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeImageWrite {
+    pub node: String,
+    /// The NodeImage does not exist and has to be created.
+    pub create: bool,
+    pub image: String,
+    pub spec: ImageSpec,
+}
+
+/// What to do for a job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub writes: Vec<NodeImageWrite>,
+    /// The status to write (equal to the current one when nothing changed).
+    pub status: ImagePullJobStatus,
+    /// The job's TTL after completion has passed.
+    pub delete: bool,
+    /// Seconds after which to look again even without events (deadline, TTL).
+    pub requeue_after_seconds: Option<i64>,
+}
+
+/// The job's state on one node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum NodeState {
+    NotSynced,
+    Active,
+    Succeeded,
+    Failed(String),
+}
+
+/// Splits `name[:tag|@digest]` into the NodeImage image name and tag (default `latest`).
+pub fn split_image(image: &str) -> (String, String) {
+    if let Some((name, digest)) = image.split_once('@') {
+        return (name.to_string(), digest.to_string());
+    }
+    let last = image.rfind('/').map_or(0, |i| i + 1);
+    match image[last..].split_once(':') {
+        Some((repo, tag)) => (format!("{}{repo}", &image[..last]), tag.to_string()),
+        None => (image.to_string(), "latest".to_string()),
+    }
+}
+
+fn selector(
+    match_labels: &Option<BTreeMap<String, String>>,
+    match_expressions: &Option<
+        Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement>,
+    >,
+) -> Result<Selector, SelectorError> {
+    Selector::parse(&LabelSelector {
+        match_labels: match_labels.clone(),
+        match_expressions: match_expressions.clone(),
+    })
+}
+
+fn pod_is_active(pod: &Pod) -> bool {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    pod.metadata.deletion_timestamp.is_none() && !matches!(phase, Some("Succeeded" | "Failed"))
+}
+
+/// The names of the nodes the job pulls on, sorted.
+pub fn target_nodes(input: &Input<'_>) -> Result<Vec<String>, PlanError> {
+    let spec = &input.job.spec;
+    let mut out: Vec<String> = if let Some(ps) = &spec.pod_selector {
+        let sel =
+            selector(&ps.match_labels, &ps.match_expressions).map_err(PlanError::PodSelector)?;
+        let ns = input.job.namespace().unwrap_or_default();
+        let on_pods: std::collections::BTreeSet<&str> = input
+            .pods
+            .iter()
+            .filter(|p| p.metadata.namespace.as_deref().unwrap_or_default() == ns)
+            .filter(|p| pod_is_active(p) && sel.matches(p.labels()))
+            .filter_map(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()))
+            .filter(|n| !n.is_empty())
+            .collect();
+        input
+            .nodes
+            .iter()
+            .map(|n| n.name_any())
+            .filter(|n| on_pods.contains(n.as_str()))
+            .collect()
+    } else if let Some(ns) = &spec.selector {
+        if ns.names.is_empty() {
+            let sel = selector(&ns.match_labels, &ns.match_expressions)
+                .map_err(PlanError::NodeSelector)?;
+            input
+                .nodes
+                .iter()
+                .filter(|n| sel.matches(n.labels()))
+                .map(|n| n.name_any())
+                .collect()
+        } else {
+            input
+                .nodes
+                .iter()
+                .map(|n| n.name_any())
+                .filter(|n| ns.names.contains(n))
+                .collect()
+        }
+    } else {
+        input.nodes.iter().map(|n| n.name_any()).collect()
+    };
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+fn owned_by(tag: &ImageTagSpec, uid: &str) -> bool {
+    tag.owner_references
+        .iter()
+        .any(|o| o.uid.as_deref() == Some(uid))
+}
+
+fn node_state(ni: Option<&NodeImage>, image: &str, tag: &str, uid: &str) -> NodeState {
+    let Some(ni) = ni else {
+        return NodeState::NotSynced;
+    };
+    let Some(spec) = ni.tag_spec(image, tag).filter(|t| owned_by(t, uid)) else {
+        return NodeState::NotSynced;
+    };
+    match ni.tag_status(image, tag) {
+        Some(st) if st.version == spec.version => match st.phase {
+            ImagePullPhase::Succeeded => NodeState::Succeeded,
+            ImagePullPhase::Failed => NodeState::Failed(st.message.clone()),
+            ImagePullPhase::Waiting | ImagePullPhase::Pulling => NodeState::Active,
+        },
+        _ => NodeState::Active,
+    }
+}
+
+/// The `pullPolicy` of the NodeImage tag entry for this job.
+pub fn tag_pull_policy(job: &ImagePullJob, jitter: i32) -> ImageTagPullPolicy {
+    let timeout = job.timeout_seconds();
+    let backoff = job.backoff_limit();
+    let cp = &job.spec.completion_policy;
+    let (ttl, deadline) = match job.completion_type() {
+        CompletionPolicyType::Always => {
+            let base = match (cp.ttl_seconds_after_finished, cp.active_deadline_seconds) {
+                (Some(ttl), _) => i64::from(ttl),
+                (None, Some(ads)) => ads,
+                (None, None) => i64::from(timeout) * i64::from(backoff.max(1)),
+            };
+            let ttl = base + i64::from(ALWAYS_TTL_EXTRA_SECONDS) + i64::from(jitter);
+            (
+                i32::try_from(ttl).unwrap_or(i32::MAX),
+                cp.active_deadline_seconds,
+            )
+        }
+        CompletionPolicyType::Never => (
+            NEVER_TTL_SECONDS.saturating_add(jitter),
+            Some(NEVER_MIN_ACTIVE_DEADLINE_SECONDS.max(i64::from(timeout))),
+        ),
+    };
+    ImageTagPullPolicy {
+        timeout_seconds: Some(timeout),
+        backoff_limit: Some(backoff),
+        ttl_seconds_after_finished: Some(ttl),
+        active_deadline_seconds: deadline,
+    }
+}
+
+fn owner_ref(job: &ImagePullJob, uid: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("apps.kruise.io/v1alpha1".into()),
+        kind: Some("ImagePullJob".into()),
+        name: Some(job.name_any()),
+        namespace: job.namespace(),
+        uid: Some(uid.to_string()),
+        ..ObjectReference::default()
+    }
+}
+
+/// `spec.images[image]` of `ni` with the job's tag entry added (or its owner reference
+/// added and `version` bumped, when the tag is listed already).
+pub fn with_tag(
+    ni: Option<&NodeImage>,
+    input: &Input<'_>,
+    image: &str,
+    tag: &str,
+    uid: &str,
+) -> ImageSpec {
+    let job = input.job;
+    let mut spec = ni
+        .and_then(|n| n.spec.images.get(image).cloned())
+        .unwrap_or_default();
+    let ns = job.namespace().unwrap_or_default();
+    for s in &job.spec.pull_secrets {
+        if !spec
+            .pull_secrets
+            .iter()
+            .any(|r| r.namespace == ns && &r.name == s)
+        {
+            spec.pull_secrets.push(ReferenceObject {
+                namespace: ns.clone(),
+                name: s.clone(),
+                mode: None,
+            });
+        }
+    }
+    if spec.sandbox_config.is_none() {
+        spec.sandbox_config = job.spec.sandbox_config.clone();
+    }
+    let pull_policy = Some(tag_pull_policy(job, input.ttl_jitter_seconds));
+    let created_at = Some(Time(input.now));
+    let policy = job.image_pull_policy();
+    if let Some(t) = spec.tags.iter_mut().find(|t| t.tag == tag) {
+        t.owner_references.retain(|o| o.uid.as_deref() != Some(uid));
+        t.owner_references.push(owner_ref(job, uid));
+        // a new pull for this job: the runtime short-circuits IfNotPresent when present
+        t.version += 1;
+        t.created_at = created_at;
+        t.pull_policy = pull_policy;
+        if policy == ImagePullPolicy::Always || t.image_pull_policy.is_none() {
+            t.image_pull_policy = Some(policy);
+        }
+    } else {
+        spec.tags.push(ImageTagSpec {
+            tag: tag.to_string(),
+            created_at,
+            pull_policy,
+            owner_references: vec![owner_ref(job, uid)],
+            version: 0,
+            image_pull_policy: Some(policy),
+        });
+    }
+    spec
+}
+
+fn secs_until(t: Timestamp, now: Timestamp) -> i64 {
+    t.duration_since(now).as_secs().max(1)
+}
+
+fn plus_secs(t: Timestamp, secs: i64) -> Timestamp {
+    t.checked_add(SignedDuration::from_secs(secs))
+        .unwrap_or(Timestamp::MAX)
+}
+
+/// Plans one reconcile of `input.job`.
+pub fn plan(input: &Input<'_>) -> Result<Plan, PlanError> {
+    let job = input.job;
+    let uid = job.metadata.uid.clone().ok_or(PlanError::NoUid)?;
+    let old = job.status.clone().unwrap_or_default();
+    let ttl = job.spec.completion_policy.ttl_seconds_after_finished;
+    let always = job.completion_type() == CompletionPolicyType::Always;
+
+    if let Some(done) = old.completion_time.as_ref().map(|t| t.0) {
+        let (delete, requeue) = match ttl.filter(|_| always) {
+            Some(ttl) => {
+                let at = plus_secs(done, i64::from(ttl));
+                if at <= input.now {
+                    (true, None)
+                } else {
+                    (false, Some(secs_until(at, input.now)))
+                }
+            }
+            None => (false, None),
+        };
+        return Ok(Plan {
+            writes: Vec::new(),
+            status: old,
+            delete,
+            requeue_after_seconds: requeue,
+        });
+    }
+
+    let (image, tag) = split_image(&job.spec.image);
+    if image.is_empty() {
+        return Err(PlanError::Image(job.spec.image.clone()));
+    }
+    let start = old.start_time.as_ref().map_or(input.now, |t| t.0);
+    let targets = target_nodes(input)?;
+    let mut states: Vec<(String, NodeState)> = targets
+        .into_iter()
+        .map(|n| {
+            let s = node_state(input.node_images.get(&n), &image, &tag, &uid);
+            (n, s)
+        })
+        .collect();
+
+    let deadline = job
+        .spec
+        .completion_policy
+        .active_deadline_seconds
+        .filter(|_| always)
+        .map(|s| plus_secs(start, s));
+    let past_deadline = deadline.is_some_and(|d| d <= input.now);
+
+    let mut writes = Vec::new();
+    if !past_deadline {
+        let active = states
+            .iter()
+            .filter(|(_, s)| *s == NodeState::Active)
+            .count();
+        let room = usize::try_from(job.parallelism())
+            .unwrap_or(0)
+            .saturating_sub(active);
+        for (node, state) in states
+            .iter_mut()
+            .filter(|(_, s)| *s == NodeState::NotSynced)
+            .take(room)
+        {
+            let ni = input.node_images.get(node.as_str());
+            writes.push(NodeImageWrite {
+                node: node.clone(),
+                create: ni.is_none(),
+                image: image.clone(),
+                spec: with_tag(ni, input, &image, &tag, &uid),
+            });
+            *state = NodeState::Active;
+        }
+    }
+
+    let count = |f: fn(&NodeState) -> bool| -> i32 {
+        i32::try_from(states.iter().filter(|(_, s)| f(s)).count()).unwrap_or(i32::MAX)
+    };
+    let desired = i32::try_from(states.len()).unwrap_or(i32::MAX);
+    let succeeded = count(|s| *s == NodeState::Succeeded);
+    let mut failed = count(|s| matches!(s, NodeState::Failed(_)));
+    let active = count(|s| *s == NodeState::Active);
+    let pending = count(|s| *s == NodeState::NotSynced);
+    let mut failed_nodes: Vec<String> = states
+        .iter()
+        .filter(|(_, s)| matches!(s, NodeState::Failed(_)))
+        .map(|(n, _)| n.clone())
+        .collect();
+    let failures: Vec<String> = states
+        .iter()
+        .filter_map(|(n, s)| match s {
+            NodeState::Failed(m) => Some(format!("{n}: {m}")),
+            _ => None,
+        })
+        .take(MESSAGE_FAILED_NODES)
+        .collect();
+
+    let mut completion_time = None;
+    let mut message;
+    if always && past_deadline {
+        completion_time = Some(Time(input.now));
+        failed = desired - succeeded;
+        failed_nodes = states
+            .iter()
+            .filter(|(_, s)| *s != NodeState::Succeeded)
+            .map(|(n, _)| n.clone())
+            .collect();
+        message = "job exceeds activeDeadlineSeconds".to_string();
+    } else if always && active == 0 && pending == 0 {
+        completion_time = Some(Time(input.now));
+        message = "job has completed".to_string();
+    } else {
+        let done = succeeded + failed;
+        let pct = if desired == 0 {
+            100.0
+        } else {
+            f64::from(done) * 100.0 / f64::from(desired)
+        };
+        message = format!("job is running, progress {pct:.1}%");
+    }
+    if !failures.is_empty() {
+        message = format!("{message}; failed on {}", failures.join("; "));
+    }
+    failed_nodes.sort();
+
+    let status = ImagePullJobStatus {
+        start_time: Some(Time(start)),
+        completion_time: completion_time.clone(),
+        desired,
+        active: if completion_time.is_some() { 0 } else { active },
+        succeeded,
+        failed,
+        message,
+        failed_nodes,
+    };
+    let requeue_after_seconds = match (&completion_time, ttl.filter(|_| always), deadline) {
+        (Some(_), Some(ttl), _) => Some(i64::from(ttl).max(1)),
+        (None, _, Some(d)) => Some(secs_until(d, input.now)),
+        _ => None,
+    };
+    Ok(Plan {
+        writes,
+        status,
+        delete: false,
+        requeue_after_seconds,
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use inplace_proto::imagepulljob::{
+        CompletionPolicy, ImagePullJobNodeSelector, ImagePullJobPodSelector, ImagePullJobSpec,
+    };
+    use inplace_proto::nodeimage::{ImageStatus, ImageTagStatus, NodeImageSpec, NodeImageStatus};
+    use k8s_openapi::api::core::v1::{PodSpec, PodStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+    const IMG: &str = "127.0.0.1:5000/inplace-test/app";
+
+    fn t(s: i64) -> Timestamp {
+        Timestamp::from_second(1_700_000_000 + s).unwrap()
+    }
+
+    fn job(f: impl FnOnce(&mut ImagePullJobSpec)) -> ImagePullJob {
+        let mut spec = ImagePullJobSpec {
+            image: format!("{IMG}:v3"),
+            ..ImagePullJobSpec::default()
+        };
+        f(&mut spec);
+        let mut j = ImagePullJob::new("pull", spec);
+        j.metadata.namespace = Some("ns".into());
+        j.metadata.uid = Some("job-uid".into());
+        j
+    }
+
+    fn node(name: &str, zone: &str) -> Node {
+        Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                labels: Some(BTreeMap::from([("zone".into(), zone.into())])),
+                ..ObjectMeta::default()
+            },
+            ..Node::default()
+        }
+    }
+
+    fn nodes() -> Vec<Node> {
+        vec![node("n1", "a"), node("n2", "a"), node("n3", "b")]
+    }
+
+    /// A NodeImage listing the job's tag (owned by `owner`), with a status phase if given.
+    fn ni(name: &str, owner: &str, phase: Option<(ImagePullPhase, &str)>) -> NodeImage {
+        let tag = ImageTagSpec {
+            tag: "v3".into(),
+            owner_references: vec![ObjectReference {
+                uid: Some(owner.into()),
+                ..ObjectReference::default()
+            }],
+            ..ImageTagSpec::default()
+        };
+        let mut n = NodeImage::new(
+            name,
+            NodeImageSpec {
+                images: BTreeMap::from([(
+                    IMG.to_string(),
+                    ImageSpec {
+                        tags: vec![tag],
+                        ..ImageSpec::default()
+                    },
+                )]),
+            },
+        );
+        n.metadata.resource_version = Some("7".into());
+        if let Some((phase, msg)) = phase {
+            n.status = Some(NodeImageStatus {
+                image_statuses: BTreeMap::from([(
+                    IMG.to_string(),
+                    ImageStatus {
+                        tags: vec![ImageTagStatus {
+                            tag: "v3".into(),
+                            phase,
+                            message: msg.into(),
+                            ..ImageTagStatus::default()
+                        }],
+                    },
+                )]),
+                ..NodeImageStatus::default()
+            });
+        }
+        n
+    }
+
+    fn run(
+        j: &ImagePullJob,
+        nis: Vec<NodeImage>,
+        nodes: &[Node],
+        pods: &[Pod],
+        now: Timestamp,
+    ) -> Plan {
+        let map: BTreeMap<String, NodeImage> = nis.into_iter().map(|n| (n.name_any(), n)).collect();
+        plan(&Input {
+            job: j,
+            node_images: &map,
+            nodes,
+            pods,
+            now,
+            ttl_jitter_seconds: 7,
+        })
+        .unwrap()
+    }
+
+    fn written(p: &Plan) -> Vec<(&str, bool)> {
+        p.writes
+            .iter()
+            .map(|w| (w.node.as_str(), w.create))
+            .collect()
+    }
+
+    #[test]
+    fn split_image_forms() {
+        for (input, name, tag) in [
+            ("nginx", "nginx", "latest"),
+            ("nginx:1.25", "nginx", "1.25"),
+            ("127.0.0.1:5000/a/b:v1", "127.0.0.1:5000/a/b", "v1"),
+            ("127.0.0.1:5000/a/b", "127.0.0.1:5000/a/b", "latest"),
+            ("r/a@sha256:0123", "r/a", "sha256:0123"),
+        ] {
+            assert_eq!(
+                split_image(input),
+                (name.to_string(), tag.to_string()),
+                "{input}"
+            );
+        }
+    }
+
+    #[test]
+    fn target_node_selection() {
+        let pod = |name: &str, node: &str, app: &str, phase: &str| Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                labels: Some(BTreeMap::from([("app".into(), app.into())])),
+                ..ObjectMeta::default()
+            },
+            spec: Some(PodSpec {
+                node_name: Some(node.into()),
+                ..PodSpec::default()
+            }),
+            status: Some(PodStatus {
+                phase: Some(phase.into()),
+                ..PodStatus::default()
+            }),
+        };
+        let pods = vec![
+            pod("p1", "n3", "web", "Running"),
+            pod("p2", "n1", "web", "Succeeded"),
+            pod("p3", "n2", "db", "Running"),
+        ];
+        let cases: Vec<(&str, ImagePullJob, Vec<&str>)> = vec![
+            ("all nodes", job(|_| {}), vec!["n1", "n2", "n3"]),
+            (
+                "names (unknown ignored)",
+                job(|s| {
+                    s.selector = Some(ImagePullJobNodeSelector {
+                        names: vec!["n3".into(), "gone".into(), "n1".into()],
+                        ..ImagePullJobNodeSelector::default()
+                    })
+                }),
+                vec!["n1", "n3"],
+            ),
+            (
+                "labels",
+                job(|s| {
+                    s.selector = Some(ImagePullJobNodeSelector {
+                        match_labels: Some(BTreeMap::from([("zone".into(), "a".into())])),
+                        ..ImagePullJobNodeSelector::default()
+                    })
+                }),
+                vec!["n1", "n2"],
+            ),
+            (
+                "pods: active ones only",
+                job(|s| {
+                    s.pod_selector = Some(ImagePullJobPodSelector {
+                        match_labels: Some(BTreeMap::from([("app".into(), "web".into())])),
+                        ..ImagePullJobPodSelector::default()
+                    })
+                }),
+                vec!["n3"],
+            ),
+        ];
+        let ns = nodes();
+        for (what, j, want) in cases {
+            let map = BTreeMap::new();
+            let input = Input {
+                job: &j,
+                node_images: &map,
+                nodes: &ns,
+                pods: &pods,
+                now: t(0),
+                ttl_jitter_seconds: 0,
+            };
+            assert_eq!(target_nodes(&input).unwrap(), want, "{what}");
+        }
+    }
+
+    /// (what, parallelism, NodeImages, NodeImages written (node, created), active)
+    type ParallelismCase = (
+        &'static str,
+        Option<i32>,
+        Vec<NodeImage>,
+        Vec<(&'static str, bool)>,
+        i32,
+    );
+
+    #[test]
+    fn parallelism_bounds_new_tags_per_reconcile() {
+        let cases: Vec<ParallelismCase> = vec![
+            (
+                "default 1, creates the NodeImage",
+                None,
+                vec![],
+                vec![("n1", true)],
+                1,
+            ),
+            (
+                "2 of 3, existing NodeImage patched",
+                Some(2),
+                vec![NodeImage::new("n2", NodeImageSpec::default())],
+                vec![("n1", true), ("n2", false)],
+                2,
+            ),
+            ("paused", Some(0), vec![], vec![], 0),
+            (
+                "one active uses the only slot",
+                Some(1),
+                vec![ni("n1", "job-uid", Some((ImagePullPhase::Pulling, "")))],
+                vec![],
+                1,
+            ),
+            (
+                "finished nodes free slots",
+                Some(2),
+                vec![
+                    ni("n1", "job-uid", Some((ImagePullPhase::Succeeded, ""))),
+                    ni("n2", "job-uid", None),
+                ],
+                vec![("n3", true)],
+                2,
+            ),
+        ];
+        for (what, par, nis, want, active) in cases {
+            let j = job(|s| s.parallelism = par.map(IntOrString::Int));
+            let p = run(&j, nis, &nodes(), &[], t(0));
+            assert_eq!(written(&p), want, "{what}");
+            assert_eq!(p.status.active, active, "{what}");
+            assert_eq!(p.status.desired, 3, "{what}");
+            assert!(p.status.completion_time.is_none(), "{what}");
+            assert_eq!(p.status.start_time, Some(Time(t(0))), "{what}");
+        }
+    }
+
+    #[test]
+    fn tag_entry_contents() {
+        let j = job(|s| {
+            s.pull_secrets = vec!["regcred".into()];
+            s.image_pull_policy = Some(ImagePullPolicy::Always);
+            s.completion_policy.active_deadline_seconds = Some(1200);
+        });
+        let p = run(&j, vec![], &nodes(), &[], t(5));
+        let w = &p.writes[0];
+        assert_eq!(w.image, IMG);
+        assert_eq!(
+            w.spec.pull_secrets,
+            vec![ReferenceObject {
+                namespace: "ns".into(),
+                name: "regcred".into(),
+                mode: None
+            }]
+        );
+        let tag = &w.spec.tags[0];
+        assert_eq!(tag.tag, "v3");
+        assert_eq!(tag.created_at, Some(Time(t(5))));
+        assert_eq!(tag.image_pull_policy, Some(ImagePullPolicy::Always));
+        assert_eq!(tag.version, 0);
+        let owner = &tag.owner_references[0];
+        assert_eq!(owner.uid.as_deref(), Some("job-uid"));
+        assert_eq!(owner.kind.as_deref(), Some("ImagePullJob"));
+        assert_eq!(owner.name.as_deref(), Some("pull"));
+        assert_eq!(owner.namespace.as_deref(), Some("ns"));
+        assert_eq!(
+            tag.pull_policy,
+            Some(ImageTagPullPolicy {
+                timeout_seconds: Some(600),
+                backoff_limit: Some(3),
+                ttl_seconds_after_finished: Some(1200 + 300 + 7),
+                active_deadline_seconds: Some(1200),
+            })
+        );
+        // startTime is now: look again when the deadline passes
+        assert_eq!(p.requeue_after_seconds, Some(1200));
+    }
+
+    #[test]
+    fn tag_pull_policies() {
+        let never = job(|s| {
+            s.completion_policy.type_ = Some(CompletionPolicyType::Never);
+            s.pull_policy = Some(inplace_proto::imagepulljob::PullPolicy {
+                timeout_seconds: Some(3000),
+                backoff_limit: Some(1),
+            });
+        });
+        let p = tag_pull_policy(&never, -600);
+        assert_eq!(p.ttl_seconds_after_finished, Some(86400 - 600));
+        assert_eq!(p.active_deadline_seconds, Some(3000));
+        let ttl = job(|s| s.completion_policy.ttl_seconds_after_finished = Some(60));
+        assert_eq!(
+            tag_pull_policy(&ttl, 0).ttl_seconds_after_finished,
+            Some(360)
+        );
+        let plain = job(|_| {});
+        let p = tag_pull_policy(&plain, 100);
+        assert_eq!(p.ttl_seconds_after_finished, Some(600 * 3 + 300 + 100));
+        assert_eq!(p.active_deadline_seconds, None);
+    }
+
+    #[test]
+    fn tag_of_another_job_gets_owner_and_new_version() {
+        let j = job(|_| {});
+        let other = ni("n1", "other-uid", Some((ImagePullPhase::Succeeded, "")));
+        let p = run(&j, vec![other], &[node("n1", "a")], &[], t(0));
+        assert_eq!(written(&p), vec![("n1", false)]);
+        let tag = &p.writes[0].spec.tags[0];
+        assert_eq!(tag.version, 1);
+        let uids: Vec<_> = tag
+            .owner_references
+            .iter()
+            .map(|o| o.uid.clone().unwrap())
+            .collect();
+        assert_eq!(uids, vec!["other-uid", "job-uid"]);
+        assert_eq!(p.status.active, 1);
+    }
+
+    #[test]
+    fn completion() {
+        use ImagePullPhase::{Failed, Pulling, Succeeded};
+        let start = Some(Time(t(0)));
+        let always = job(|s| s.parallelism = Some(IntOrString::Int(3)));
+        let mut never = job(|s| {
+            s.parallelism = Some(IntOrString::Int(3));
+            s.completion_policy = CompletionPolicy {
+                type_: Some(CompletionPolicyType::Never),
+                ..CompletionPolicy::default()
+            };
+        });
+        never.status = Some(ImagePullJobStatus {
+            start_time: start.clone(),
+            ..ImagePullJobStatus::default()
+        });
+        let mut deadline = job(|s| s.completion_policy.active_deadline_seconds = Some(100));
+        deadline.status = never.status.clone();
+        let finished = || {
+            vec![
+                ni(
+                    "n3",
+                    "job-uid",
+                    Some((Failed, "NotFound: not found (after 4 attempt(s))")),
+                ),
+                ni("n1", "job-uid", Some((Succeeded, ""))),
+                ni("n2", "job-uid", Some((Failed, "boom"))),
+            ]
+        };
+        // Always: all finished → complete
+        let p = run(&always, finished(), &nodes(), &[], t(50));
+        assert_eq!(p.status.completion_time, Some(Time(t(50))));
+        assert_eq!(
+            (p.status.succeeded, p.status.failed, p.status.active),
+            (1, 2, 0)
+        );
+        assert_eq!(p.status.failed_nodes, vec!["n2", "n3"]);
+        assert_eq!(
+            p.status.message,
+            "job has completed; failed on n2: boom; n3: NotFound: not found (after 4 attempt(s))"
+        );
+        // Never: same state, still running
+        let p = run(&never, finished(), &nodes(), &[], t(50));
+        assert!(p.status.completion_time.is_none());
+        assert_eq!(p.status.start_time, start);
+        assert!(
+            p.status
+                .message
+                .starts_with("job is running, progress 100.0%")
+        );
+        // Never: a new node gets the tag
+        let mut more = nodes();
+        more.push(node("n4", "c"));
+        let p = run(&never, finished(), &more, &[], t(50));
+        assert_eq!(written(&p), vec![("n4", true)]);
+        assert_eq!(p.status.desired, 4);
+        // deadline not reached: running, nothing failed yet
+        let pulling = || {
+            vec![
+                ni("n1", "job-uid", Some((Succeeded, ""))),
+                ni("n2", "job-uid", Some((Pulling, ""))),
+            ]
+        };
+        let p = run(&deadline, pulling(), &nodes(), &[], t(99));
+        assert!(p.status.completion_time.is_none());
+        assert_eq!(p.status.active, 1);
+        assert_eq!(p.requeue_after_seconds, Some(1));
+        // deadline reached: unfinished and not-started nodes fail, nothing new added
+        let p = run(&deadline, pulling(), &nodes(), &[], t(100));
+        assert!(p.writes.is_empty());
+        assert_eq!(p.status.completion_time, Some(Time(t(100))));
+        assert_eq!(
+            (p.status.succeeded, p.status.failed, p.status.active),
+            (1, 2, 0)
+        );
+        assert_eq!(p.status.failed_nodes, vec!["n2", "n3"]);
+        assert_eq!(p.status.message, "job exceeds activeDeadlineSeconds");
+    }
+
+    #[test]
+    fn ttl_after_completion() {
+        let mut j = job(|s| s.completion_policy.ttl_seconds_after_finished = Some(60));
+        let done = ImagePullJobStatus {
+            start_time: Some(Time(t(0))),
+            completion_time: Some(Time(t(10))),
+            desired: 1,
+            succeeded: 1,
+            message: "job has completed".into(),
+            ..ImagePullJobStatus::default()
+        };
+        j.status = Some(done.clone());
+        let p = run(&j, vec![], &nodes(), &[], t(30));
+        assert!(!p.delete);
+        assert!(p.writes.is_empty());
+        assert_eq!(p.status, done);
+        assert_eq!(p.requeue_after_seconds, Some(40));
+        let p = run(&j, vec![], &nodes(), &[], t(70));
+        assert!(p.delete);
+        // no TTL: kept forever, status frozen
+        j.spec.completion_policy.ttl_seconds_after_finished = None;
+        let p = run(&j, vec![], &nodes(), &[], t(7000));
+        assert!(!p.delete);
+        assert_eq!(p.requeue_after_seconds, None);
+    }
+
+    #[test]
+    fn errors() {
+        let mut j = job(|_| {});
+        j.metadata.uid = None;
+        let map = BTreeMap::new();
+        let input = Input {
+            job: &j,
+            node_images: &map,
+            nodes: &[],
+            pods: &[],
+            now: t(0),
+            ttl_jitter_seconds: 0,
+        };
+        assert_eq!(plan(&input), Err(PlanError::NoUid));
+        let j = job(|s| {
+            s.selector = Some(ImagePullJobNodeSelector {
+                match_labels: Some(BTreeMap::from([("bad key!".into(), "v".into())])),
+                ..ImagePullJobNodeSelector::default()
+            })
+        });
+        let input = Input { job: &j, ..input };
+        assert!(matches!(plan(&input), Err(PlanError::NodeSelector(_))));
+    }
+}

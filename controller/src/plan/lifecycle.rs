@@ -1,0 +1,413 @@
+//! The pod lifecycle (`lifecycle.apps.kruise.io/state`): hook matching, the state machine
+//! of kruise-behaviour a.7 as pure functions, and the *refresh* that starts every update
+//! step (docs "Lifecycle hook" / "State circulation").
+//!
+//! The refresh looks at each active pod and emits the transition that is due now:
+//!
+//! | from | to | when |
+//! |---|---|---|
+//! | PreparingNormal | Normal | no preNormal hook: the pod is scheduled; with one: all its labels/finalizers are present |
+//! | PreparingUpdate | Updated / Normal | the pod already carries the update revision (rolled back while it waited) |
+//! | Updating | Updated / Normal | the in-place update completed |
+//! | Updated | Normal | no inPlaceUpdate hook, or all its labels/finalizers are back |
+//!
+//! "Updated / Normal": Updated while an inPlaceUpdate hook exists and the pod does not carry
+//! all of it yet (the user's controller has not re-added it), else Normal.
+//!
+//! It also finishes in-place updates: a pending grace period whose time is up becomes
+//! [`Action::ApplyGracedUpdate`], and a pod whose containers run the new images while its
+//! `InPlaceUpdateReady` condition is still False gets [`Action::CompleteInPlaceUpdate`].
+
+use std::time::Duration;
+
+use inplace_proto::{InPlaceUpdateState, Lifecycle, LifecycleHook, LifecycleState, keys};
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+use super::model::{Action, PlanContext, PlanProblem, PodFacts, revision_matches};
+use super::quantity;
+
+/// Whether `pod` matches `hook`: it carries ANY of the hook's labels with the same value,
+/// or ANY of its finalizers (reference `IsPodHooked`). No hook matches nothing.
+///
+/// Docs "State circulation": a pod that matches the preDelete hook waits in
+/// PreparingDelete, one that matches the inPlaceUpdate hook waits in PreparingUpdate, until
+/// the user's controller has removed the labels/finalizers.
+pub fn hook_matches(hook: Option<&LifecycleHook>, pod: &PodFacts) -> bool {
+    let Some(hook) = hook else {
+        return false;
+    };
+    hook.finalizers_handler
+        .iter()
+        .any(|f| pod.finalizers.contains(f))
+        || hook
+            .labels_handler
+            .iter()
+            .any(|(k, v)| pod.labels.get(k) == Some(v))
+}
+
+/// Whether `pod` carries ALL of the hook's labels (same values) and finalizers (reference
+/// `IsPodAllHooked`). No hook is never "all present". Used where the docs say the user's
+/// controller has put the hook back: PreparingNormal → Normal and Updated → Normal.
+pub fn hook_all_present(hook: Option<&LifecycleHook>, pod: &PodFacts) -> bool {
+    let Some(hook) = hook else {
+        return false;
+    };
+    hook.finalizers_handler
+        .iter()
+        .all(|f| pod.finalizers.contains(f))
+        && hook
+            .labels_handler
+            .iter()
+            .all(|(k, v)| pod.labels.get(k) == Some(v))
+}
+
+fn in_place_hook(lifecycle: Option<&Lifecycle>) -> Option<&LifecycleHook> {
+    lifecycle.and_then(|l| l.in_place_update.as_ref())
+}
+
+/// PreparingNormal → Normal is due: without a preNormal hook once the pod is scheduled,
+/// with one once all its labels/finalizers are present (a.7; docs: "regarded as Available
+/// only after PreNormal hook is satisfied").
+pub fn preparing_normal_done(lifecycle: Option<&Lifecycle>, pod: &PodFacts) -> bool {
+    match lifecycle.and_then(|l| l.pre_normal.as_ref()) {
+        None => pod.node_name.is_some_and(|n| !n.is_empty()),
+        Some(hook) => hook_all_present(Some(hook), pod),
+    }
+}
+
+/// Where a pod goes when its in-place update is over (completed, or it turned out to be on
+/// the update revision already): Updated while an inPlaceUpdate hook exists and the pod
+/// does not carry all of it, else Normal.
+///
+/// The reference goes to Updated whenever `spec.lifecycle` is set and the hook is not all
+/// present, even without an inPlaceUpdate hook, and then straight on to Normal; we skip
+/// that pointless stop.
+pub fn state_after_in_place(lifecycle: Option<&Lifecycle>, pod: &PodFacts) -> LifecycleState {
+    let hook = in_place_hook(lifecycle);
+    if hook.is_some() && !hook_all_present(hook, pod) {
+        LifecycleState::Updated
+    } else {
+        LifecycleState::Normal
+    }
+}
+
+/// Updated → Normal is due: no inPlaceUpdate hook, or all its labels/finalizers are back
+/// (docs: "When user controller add label/finalizer into Pod and it matched inPlaceUpdate
+/// hook, CloneSet will finally update it to Normal state").
+pub fn updated_done(lifecycle: Option<&Lifecycle>, pod: &PodFacts) -> bool {
+    let hook = in_place_hook(lifecycle);
+    hook.is_none() || hook_all_present(hook, pod)
+}
+
+/// The `markPodNotReady` side effect of moving a pod from `from` to `to`: `Some(true)` sets
+/// this CloneSet's not-ready key on `KruisePodReady` (`preDeleteHook` when entering
+/// PreparingDelete, `preUpdateHook` when entering PreparingUpdate), `Some(false)` removes
+/// the `preUpdateHook` key, `None` leaves the condition alone.
+///
+/// Docs "MarkPodNotReady": NotReady at PreparingDelete/PreparingUpdate, Ready again at
+/// Updated. The reference removes the key only on entering Updated; a pod that leaves
+/// PreparingUpdate or Updating straight for Normal would stay NotReady forever, so we also
+/// remove it on those moves (deliberate deviation).
+pub fn mark_not_ready(
+    lifecycle: Option<&Lifecycle>,
+    from: Option<LifecycleState>,
+    to: LifecycleState,
+) -> Option<bool> {
+    let marks = |hook: Option<&LifecycleHook>| hook.is_some_and(|h| h.mark_pod_not_ready);
+    match to {
+        LifecycleState::PreparingDelete => {
+            marks(lifecycle.and_then(|l| l.pre_delete.as_ref())).then_some(true)
+        }
+        LifecycleState::PreparingUpdate => marks(in_place_hook(lifecycle)).then_some(true),
+        LifecycleState::Updated | LifecycleState::Normal
+            if matches!(
+                from,
+                Some(LifecycleState::PreparingUpdate | LifecycleState::Updating)
+            ) =>
+        {
+            marks(in_place_hook(lifecycle)).then_some(false)
+        }
+        _ => None,
+    }
+}
+
+/// The action moving `pod` to `to`, with its markPodNotReady side effect.
+///
+/// For Updated → PreparingUpdate (an Updated pod that must be updated again) the act layer
+/// re-applies the inPlaceUpdate hook's labels and finalizers in the same patch, as the
+/// reference does, so that the user's controller sees the hook again (a.7).
+pub fn transition(lifecycle: Option<&Lifecycle>, pod: &PodFacts, to: LifecycleState) -> Action {
+    Action::Lifecycle {
+        pod: pod.name.to_owned(),
+        from: pod.lifecycle,
+        to,
+        mark_not_ready: mark_not_ready(lifecycle, pod.lifecycle, to),
+    }
+}
+
+/// How far an in-place update of a pod has come.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InPlaceProgress {
+    /// The pod carries no in-place update state.
+    NoState,
+    /// The spec is not patched yet: the grace period runs.
+    GracePending,
+    /// Lower-priority containers still wait for a later batch.
+    NextBatchPending,
+    /// Containers read env from changed labels/annotations: only the daemon can tell
+    /// (it sets `InPlaceUpdateReady` True once they restarted).
+    AwaitingDaemon,
+    /// The containers do not run the new spec yet.
+    Waiting(String),
+    /// Every updated container runs the new spec.
+    Completed,
+}
+
+/// Judges an in-place update from the pod's status alone (the fallback when no daemon
+/// reports completion; kruise-behaviour b "Completion"):
+///
+/// - not complete while a grace annotation exists or later batches are pending;
+/// - for every container recorded in `lastContainerStatuses`, the status must report a
+///   different imageID, or the same imageID but a status image equal to the spec image
+///   (`:latest` appended when the spec image has no tag or digest), and every recorded
+///   container must appear in the status;
+/// - with `updateResources`, every container's status resources must equal its spec
+///   resources (cpu/memory requests and limits, compared by value);
+/// - with `updateEnvFromMetadata`, only the daemon can see the restart: complete once
+///   `InPlaceUpdateReady` is True.
+pub fn in_place_progress(pod: &PodFacts) -> InPlaceProgress {
+    if pod.in_place_grace_pending {
+        return InPlaceProgress::GracePending;
+    }
+    let Some(state) = &pod.in_place_state else {
+        return InPlaceProgress::NoState;
+    };
+    if !state.next_container_images.is_empty()
+        || !state.next_container_ref_metadata.is_empty()
+        || !state.next_container_resources.is_empty()
+    {
+        return InPlaceProgress::NextBatchPending;
+    }
+    if state.update_env_from_metadata && pod.in_place_update_ready != Some(true) {
+        return InPlaceProgress::AwaitingDaemon;
+    }
+    if let Some(reason) = containers_pending(pod, state) {
+        return InPlaceProgress::Waiting(reason);
+    }
+    if state.update_resources
+        && let Some(reason) = resources_pending(pod)
+    {
+        return InPlaceProgress::Waiting(reason);
+    }
+    InPlaceProgress::Completed
+}
+
+/// `image` with `:latest` appended when it names neither a tag nor a digest. Unlike the
+/// reference (which looks for any `:`), a registry port (`host:5000/app`) is not a tag.
+pub fn image_with_default_tag(image: &str) -> String {
+    let last_segment = image.rsplit('/').next().unwrap_or(image);
+    if image.contains('@') || last_segment.contains(':') {
+        image.to_owned()
+    } else {
+        format!("{image}:latest")
+    }
+}
+
+fn containers_pending(pod: &PodFacts, state: &InPlaceUpdateState) -> Option<String> {
+    for (name, before) in &state.last_container_statuses {
+        let Some(status) = pod.container_statuses.iter().find(|s| &s.name == name) else {
+            return Some(format!("container {name} not found in the pod status"));
+        };
+        if status.image_id == before.image_id {
+            let spec_image = pod
+                .container_specs
+                .iter()
+                .find(|c| &c.name == name)
+                .map(|c| image_with_default_tag(c.image.as_deref().unwrap_or_default()));
+            if spec_image.as_deref() != Some(status.image.as_str()) {
+                return Some(format!(
+                    "container {name} still runs image ID {}",
+                    status.image_id
+                ));
+            }
+        }
+    }
+    None
+}
+
+fn same_resources(
+    spec: Option<&ResourceRequirements>,
+    status: Option<&ResourceRequirements>,
+) -> bool {
+    let lists = |r: Option<&ResourceRequirements>| {
+        let r = r.cloned().unwrap_or_default();
+        (r.requests.unwrap_or_default(), r.limits.unwrap_or_default())
+    };
+    let (spec_req, spec_lim) = lists(spec);
+    let (status_req, status_lim) = lists(status);
+    ["cpu", "memory"].iter().all(|res| {
+        let eq = |a: Option<&_>, b: Option<&_>| match (a, b) {
+            (Some(a), Some(b)) => quantity::equal(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        eq(spec_req.get(*res), status_req.get(*res)) && eq(spec_lim.get(*res), status_lim.get(*res))
+    })
+}
+
+fn resources_pending(pod: &PodFacts) -> Option<String> {
+    for spec in pod.container_specs {
+        let status = pod.container_statuses.iter().find(|s| s.name == spec.name);
+        let Some(status) = status else {
+            return Some(format!(
+                "container {} not found in the pod status",
+                spec.name
+            ));
+        };
+        if !same_resources(spec.resources.as_ref(), status.resources.as_ref()) {
+            return Some(format!("container {} is not resized yet", spec.name));
+        }
+    }
+    None
+}
+
+/// Where a pending grace period stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GraceStatus {
+    /// Over (or no start time is known): apply the held update now. Also used when the
+    /// pod's revision no longer matches the held one: the act layer then drops the held
+    /// update instead of applying it (reference `finishGracePeriod`).
+    Due,
+    /// This much longer.
+    Wait(Duration),
+    /// The annotation cannot be read.
+    Unreadable,
+}
+
+/// The grace period of a held in-place update (`inPlaceUpdateStrategy.gracePeriodSeconds`).
+///
+/// It started when the state annotation was written (`updateTimestamp`). The grace JSON
+/// itself carries no start time; when the state lacks `updateTimestamp` we take the
+/// lifecycle timestamp annotation (written in the same patch, as the pod went Updating),
+/// and when both are missing the period counts as over: a held update must not wait
+/// forever on a time nobody recorded. The remaining time is rounded up to whole seconds,
+/// like the reference.
+pub fn grace_status(pod: &PodFacts, now: Timestamp) -> GraceStatus {
+    let Some(grace) = &pod.in_place_grace else {
+        return GraceStatus::Unreadable;
+    };
+    let on_held_revision = pod
+        .revision
+        .is_some_and(|label| revision_matches(label, &grace.revision));
+    if !on_held_revision {
+        return GraceStatus::Due;
+    }
+    let start = pod
+        .in_place_state
+        .as_ref()
+        .and_then(|s| s.update_timestamp.as_ref())
+        .map(|t| t.0)
+        .or_else(|| pod.lifecycle_since());
+    let Some(start) = start else {
+        return GraceStatus::Due;
+    };
+    let end = start.saturating_add(SignedDuration::from_secs(i64::from(
+        grace.grace_seconds.max(0),
+    )));
+    let Ok(end) = end else {
+        return GraceStatus::Due;
+    };
+    if now >= end {
+        return GraceStatus::Due;
+    }
+    let remaining = end.duration_since(now);
+    let secs = remaining.as_secs() + i64::from(remaining.subsec_nanos() > 0);
+    GraceStatus::Wait(Duration::from_secs(secs.unsigned_abs()))
+}
+
+/// What the refresh found.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Refresh {
+    pub actions: Vec<Action>,
+    pub problems: Vec<PlanProblem>,
+    pub requeue_after: Option<Duration>,
+}
+
+fn earliest(current: &mut Option<Duration>, candidate: Duration) {
+    *current = Some(current.map_or(candidate, |c| c.min(candidate)));
+}
+
+/// The refresh of every active pod (reference `refreshPodState` + in-place `Refresh`).
+/// Per pod, in this order: the held update whose grace period is over, the
+/// `InPlaceUpdateReady` condition of a completed update, then the lifecycle transition.
+pub fn refresh(ctx: &PlanContext) -> Refresh {
+    let mut out = Refresh::default();
+    for pod in ctx.active_pods() {
+        refresh_pod(ctx, pod, &mut out);
+    }
+    out
+}
+
+fn refresh_pod(ctx: &PlanContext, pod: &PodFacts, out: &mut Refresh) {
+    let lifecycle = ctx.cloneset().spec.lifecycle.as_ref();
+    if pod.in_place_grace_pending {
+        match grace_status(pod, ctx.now()) {
+            GraceStatus::Due => out.actions.push(Action::ApplyGracedUpdate {
+                pod: pod.name.to_owned(),
+            }),
+            GraceStatus::Wait(left) => earliest(&mut out.requeue_after, left),
+            GraceStatus::Unreadable => out.problems.push(PlanProblem {
+                condition: keys::CONDITION_FAILED_UPDATE,
+                reason: "InvalidInPlaceUpdateGrace".to_owned(),
+                message: format!(
+                    "pod {} has an unreadable {} annotation; its held in-place update cannot be applied",
+                    pod.name,
+                    keys::INPLACE_UPDATE_GRACE_ANNOTATION
+                ),
+            }),
+        }
+    }
+
+    let progress = in_place_progress(pod);
+    // The condition is turned True only for the update the pod is on: a state left from an
+    // earlier revision (the act layer set the condition False but has not patched the spec
+    // yet) must not end the new update early.
+    let state_is_current = pod.in_place_state.as_ref().is_some_and(|s| {
+        pod.revision
+            .is_some_and(|label| revision_matches(label, &s.revision))
+    });
+    if pod.in_place_update_ready == Some(false)
+        && state_is_current
+        && progress == InPlaceProgress::Completed
+    {
+        out.actions.push(Action::CompleteInPlaceUpdate {
+            pod: pod.name.to_owned(),
+        });
+    }
+
+    let to = match pod.lifecycle {
+        Some(LifecycleState::PreparingNormal) => {
+            preparing_normal_done(lifecycle, pod).then_some(LifecycleState::Normal)
+        }
+        // Rolled back while waiting for the hook (reference issue 1156): nothing to patch.
+        Some(LifecycleState::PreparingUpdate) => ctx
+            .is_updated(pod)
+            .then(|| state_after_in_place(lifecycle, pod)),
+        Some(LifecycleState::Updating) => matches!(
+            progress,
+            InPlaceProgress::Completed | InPlaceProgress::NoState
+        )
+        .then(|| state_after_in_place(lifecycle, pod)),
+        Some(LifecycleState::Updated) => {
+            updated_done(lifecycle, pod).then_some(LifecycleState::Normal)
+        }
+        _ => None,
+    };
+    if let Some(to) = to {
+        out.actions.push(transition(lifecycle, pod, to));
+    }
+}
+
+#[cfg(test)]
+mod tests;

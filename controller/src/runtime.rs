@@ -1,0 +1,301 @@
+//! The CloneSet reconciler: watches → snapshot → plan → act → status.
+//!
+//! One `kube::runtime::Controller` over CloneSets, fed by the shared pod / PVC /
+//! ControllerRevision / node watches of [`crate::watch`]. A reconcile:
+//! 1. waits for the caches to be synced;
+//! 2. skips planning while earlier writes are not observed yet ([`crate::expectations`]);
+//! 3. builds the [`Snapshot`](crate::plan::Snapshot) from the stores and asks the planner;
+//! 4. carries the plan out ([`crate::act`]) and writes the status ([`crate::status_writer`]).
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use inplace_proto::CloneSet;
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use crate::discovery::ServerCapabilities;
+use crate::error::Error;
+use crate::events::EventSink;
+use crate::expectations::Expectations;
+use crate::metrics::{CloneSetLabels, ErrorLabels, ExpectationLabels, Health, Metrics};
+use crate::plan::PlanOptions;
+use crate::watch::{Scope, Stores};
+
+/// Settings of the reconciler.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub scope: Scope,
+    /// Concurrent reconciles (different CloneSets).
+    pub workers: u16,
+    /// After this long an unobserved write is given up on.
+    pub expectation_timeout: Duration,
+    /// Reconcile every CloneSet at least this often.
+    pub resync: Duration,
+    /// Concurrent API calls of one action phase (deletes, updates).
+    pub api_parallelism: usize,
+    /// Field manager / user agent name of our writes.
+    pub field_manager: String,
+    pub plan_options: PlanOptions,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            scope: Scope::default(),
+            workers: 3,
+            expectation_timeout: Duration::from_secs(300),
+            resync: Duration::from_secs(300),
+            api_parallelism: 16,
+            field_manager: "inplace-controller".into(),
+            plan_options: PlanOptions::default(),
+        }
+    }
+}
+
+/// Everything a reconcile needs.
+pub struct Context {
+    pub client: Client,
+    pub stores: Stores,
+    pub expectations: Expectations,
+    pub events: EventSink,
+    pub metrics: Arc<Metrics>,
+    pub health: Arc<Health>,
+    pub caps: ServerCapabilities,
+    pub settings: Settings,
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("stores", &self.stores)
+            .field("caps", &self.caps)
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
+        self.failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// `namespace/name` of a CloneSet, the key of its expectations.
+pub fn key_of(cs: &CloneSet) -> String {
+    format!("{}/{}", cs.namespace().unwrap_or_default(), cs.name_any())
+}
+
+/// Runs one reconcile of `cs`.
+pub async fn reconcile(cs: Arc<CloneSet>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let key = key_of(&cs);
+    let span = info_span!("reconcile", cloneset = %key);
+    let started = Instant::now();
+    let result = reconcile_inner(&cs, &ctx, &key).instrument(span).await;
+    crate::metrics::observe(&ctx.metrics, started.elapsed());
+    let labels = CloneSetLabels::new(&cs.namespace().unwrap_or_default(), &cs.name_any());
+    ctx.metrics.reconciles.get_or_create(&labels).inc();
+    if result.is_ok() {
+        ctx.failures().remove(&key);
+    }
+    result
+}
+
+async fn reconcile_inner(cs: &CloneSet, ctx: &Context, key: &str) -> Result<Action, Error> {
+    if tokio::time::timeout(Duration::from_secs(30), ctx.stores.wait_ready())
+        .await
+        .is_err()
+    {
+        return Err(Error::CacheNotReady("pods/pvcs/revisions/nodes"));
+    }
+    ctx.health.caches_synced.store(true, Ordering::Relaxed);
+    ctx.metrics
+        .cached_pods
+        .set(i64::try_from(ctx.stores.pods.len()).unwrap_or(i64::MAX));
+
+    let ns = cs.namespace().unwrap_or_default();
+    if cs.metadata.deletion_timestamp.is_some() {
+        // Pods, PVCs and revisions carry owner references: the garbage collector removes them.
+        ctx.expectations.forget(key);
+        ctx.metrics
+            .forget(&CloneSetLabels::new(&ns, &cs.name_any()));
+        return Ok(Action::await_change());
+    }
+
+    let check = ctx.expectations.check(key, &ctx.stores.view(&ns));
+    for kind in &check.expired {
+        warn!(
+            kind,
+            "expectation timed out; planning from the cache as it is"
+        );
+        ctx.metrics
+            .expectation_timeouts
+            .get_or_create(&ExpectationLabels {
+                kind: (*kind).to_owned(),
+            })
+            .inc();
+    }
+    if !check.satisfied() {
+        debug!(
+            unobserved = check.unobserved,
+            "waiting for our writes to be observed"
+        );
+        ctx.metrics
+            .reconciles_skipped_expectations
+            .get_or_create(&CloneSetLabels::new(&ns, &cs.name_any()))
+            .inc();
+        let wait = check
+            .next_deadline
+            .unwrap_or(Duration::from_secs(1))
+            .min(Duration::from_secs(5));
+        return Ok(Action::requeue(wait.max(Duration::from_millis(200))));
+    }
+
+    let owned = ctx.stores.owned(cs);
+    let snapshot = crate::plan::Snapshot {
+        cloneset: cs,
+        pods: &owned.pods,
+        pvcs: &owned.pvcs,
+        revisions: &owned.revisions,
+        nodes: &owned.nodes,
+        now: k8s_openapi::jiff::Timestamp::now(),
+        options: &ctx.settings.plan_options,
+    };
+    let plan = match run_planner(snapshot) {
+        Ok(plan) => plan,
+        Err(Error::Plan(message)) => {
+            // An invalid CloneSet is reported, not retried: its next change triggers us.
+            crate::status_writer::write_invalid(ctx, cs, &message).await?;
+            return Ok(Action::requeue(ctx.settings.resync));
+        }
+        Err(other) => return Err(other),
+    };
+    debug!(
+        actions = plan.actions.len(),
+        problems = plan.problems.len(),
+        update_revision = %plan.revisions.update_revision,
+        "planned"
+    );
+
+    let outcome = crate::act::execute(ctx, cs, &owned, &plan).await;
+    crate::status_writer::write(ctx, cs, &plan, &outcome).await?;
+    if let Some(err) = outcome.into_error() {
+        return Err(err);
+    }
+
+    let mut next = ctx.settings.resync;
+    if let Some(after) = plan.requeue_after {
+        next = next.min(after.max(Duration::from_millis(100)));
+    }
+    Ok(Action::requeue(next))
+}
+
+/// Calls the planner.
+fn run_planner(snapshot: crate::plan::Snapshot<'_>) -> Result<crate::plan::Plan, Error> {
+    crate::plan::plan(snapshot).map_err(|e| Error::Plan(e.to_string()))
+}
+
+/// Retry policy after a failed reconcile: per-CloneSet exponential backoff.
+pub fn error_policy(cs: Arc<CloneSet>, err: &Error, ctx: Arc<Context>) -> Action {
+    let key = key_of(&cs);
+    ctx.metrics
+        .reconcile_errors
+        .get_or_create(&ErrorLabels {
+            reason: err.metric_label().to_owned(),
+        })
+        .inc();
+    let attempts = {
+        let mut failures = ctx.failures();
+        let n = failures.entry(key.clone()).or_insert(0);
+        *n = n.saturating_add(1);
+        *n
+    };
+    let delay = backoff(err.base_retry(), attempts, Duration::from_secs(300));
+    warn!(cloneset = %key, error = %err, attempts, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}
+
+/// `base · 2^(attempts-1)`, capped, with up to 10% jitter.
+pub fn backoff(base: Duration, attempts: u32, cap: Duration) -> Duration {
+    let exp = attempts.saturating_sub(1).min(20);
+    let raw = base.saturating_mul(1u32 << exp).min(cap);
+    let jitter = rand::random::<f64>() * 0.1;
+    raw.mul_f64(1.0 + jitter).min(cap)
+}
+
+/// Builds the controller and runs it until `shutdown` resolves.
+pub async fn run(
+    client: Client,
+    caps: ServerCapabilities,
+    settings: Settings,
+    events: EventSink,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let cs_api = settings.scope.api::<CloneSet>(&client);
+    let (part, streams) = crate::watch::secondary_watches(&client, &settings.scope);
+    let controller = Controller::new(cs_api, watcher::Config::default())
+        .with_config(ControllerConfig::default().concurrency(settings.workers))
+        .owns_stream(streams.pods)
+        .owns_stream(streams.pvcs)
+        .owns_stream(streams.revisions)
+        .watches_stream(streams.nodes, |_| std::iter::empty())
+        .graceful_shutdown_on(shutdown);
+    let stores = part.with_clonesets(controller.store());
+    let ctx = Arc::new(Context {
+        client,
+        stores,
+        expectations: Expectations::new(settings.expectation_timeout),
+        events,
+        metrics,
+        health,
+        caps,
+        settings,
+        failures: Mutex::new(HashMap::new()),
+    });
+    {
+        let ctx = ctx.clone();
+        tokio::spawn(async move {
+            if ctx.stores.wait_ready().await.is_ok() {
+                ctx.health.caches_synced.store(true, Ordering::Relaxed);
+                info!(
+                    clonesets = ctx.stores.clonesets.len(),
+                    pods = ctx.stores.pods.len(),
+                    "caches synced"
+                );
+            }
+        });
+    }
+    controller
+        .run(reconcile, error_policy, ctx)
+        .for_each(|res| async move {
+            match res {
+                Ok((obj, _)) => debug!(cloneset = %obj, "reconciled"),
+                Err(err) => debug!(%err, "reconcile error"),
+            }
+        })
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_and_caps() {
+        let base = Duration::from_secs(1);
+        let cap = Duration::from_secs(60);
+        assert!(backoff(base, 1, cap) < Duration::from_millis(1101));
+        assert!(backoff(base, 3, cap) >= Duration::from_secs(4));
+        assert_eq!(backoff(base, 30, cap), cap);
+    }
+}

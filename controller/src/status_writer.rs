@@ -1,0 +1,222 @@
+//! Writes the CloneSet status through the `status` subresource.
+//!
+//! The status is the planner's, plus the failure conditions of this reconcile:
+//! `FailedScale` / `FailedUpdate` are True while the planner reports a problem of that
+//! kind or an action of that kind failed, and are removed otherwise. A new or changed
+//! failure also gets a Warning event. Nothing is written when the status is unchanged.
+//!
+//! We own the whole status object, so a JSON merge patch of `.status` is used, with every
+//! field we no longer set explicitly nulled (the conditions list is written whole).
+
+use inplace_proto::{CloneSet, CloneSetStatus, keys};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Resource, ResourceExt};
+use serde_json::{Map, Value, json};
+use tracing::debug;
+
+use crate::act::Outcome;
+use crate::error::Error;
+use crate::events::Note;
+use crate::metrics::CloneSetLabels;
+use crate::plan::{Plan, PlanProblem, status};
+use crate::runtime::Context;
+
+/// The problems of this reconcile: the planner's, then one per failed action (their
+/// condition is the action's kind, `FailedScale` or `FailedUpdate`).
+pub fn failures(plan: &Plan, outcome: &Outcome) -> Vec<PlanProblem> {
+    let mut out = plan.problems.clone();
+    out.extend(outcome.failures.iter().map(|f| PlanProblem {
+        condition: f.kind.condition(),
+        reason: String::new(),
+        message: f.error.to_string(),
+    }));
+    out
+}
+
+/// The status to write: the planner's, with the failure conditions rebuilt from
+/// `failures` by the planner's own rule ([`status::apply_problems`]).
+pub fn desired_status(
+    cs: &CloneSet,
+    plan: &Plan,
+    failures: &[PlanProblem],
+    now: Timestamp,
+) -> CloneSetStatus {
+    let mut status = plan.status.clone();
+    if status.observed_generation.is_none() {
+        status.observed_generation = cs.metadata.generation;
+    }
+    let previous = cs.status.clone().unwrap_or_default();
+    status::apply_problems(&mut status, failures, &previous, now);
+    status
+}
+
+/// A JSON merge patch turning `old` into `new`: `new` whole, with fields only `old` has set
+/// to null.
+pub fn merge_patch(old: Option<&CloneSetStatus>, new: &CloneSetStatus) -> Result<Value, Error> {
+    let enc = |s: &CloneSetStatus| {
+        serde_json::to_value(s).map_err(|source| Error::Encode {
+            what: "CloneSet status".into(),
+            source,
+        })
+    };
+    let mut new_v = enc(new)?;
+    let old_v = old
+        .map(enc)
+        .transpose()?
+        .unwrap_or(Value::Object(Map::new()));
+    if let (Some(n), Some(o)) = (new_v.as_object_mut(), old_v.as_object()) {
+        for key in o.keys() {
+            if !n.contains_key(key) {
+                n.insert(key.clone(), Value::Null);
+            }
+        }
+    }
+    Ok(json!({ "status": new_v }))
+}
+
+/// Writes the status of `cs` after acting on `plan`.
+pub async fn write(
+    ctx: &Context,
+    cs: &CloneSet,
+    plan: &Plan,
+    outcome: &Outcome,
+) -> Result<(), Error> {
+    let failures = failures(plan, outcome);
+    let status = desired_status(cs, plan, &failures, Timestamp::now());
+    let labels = CloneSetLabels::new(&cs.namespace().unwrap_or_default(), &cs.name_any());
+    ctx.metrics.record_status(&labels, &status);
+
+    // Planner problems get an event when they appear or change (action failures already
+    // had theirs when they happened).
+    let previous = cs
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or(&[]);
+    for p in &plan.problems {
+        let seen = previous.iter().any(|c| {
+            c.type_ == p.condition && c.status == "True" && c.message.as_deref() == Some(&p.message)
+        });
+        if !seen {
+            ctx.events.send(Note {
+                regarding: cs.object_ref(&()),
+                related: None,
+                warning: true,
+                reason: if p.reason.is_empty() {
+                    p.condition.to_owned()
+                } else {
+                    p.reason.clone()
+                },
+                action: p.condition.to_owned(),
+                message: p.message.clone(),
+            });
+            tracing::warn!(condition = p.condition, reason = %p.reason, message = %p.message, "CloneSet problem");
+        }
+    }
+
+    if cs.status.as_ref() == Some(&status) {
+        return Ok(());
+    }
+    let body = merge_patch(cs.status.as_ref(), &status)?;
+    let api: Api<CloneSet> =
+        Api::namespaced(ctx.client.clone(), &cs.namespace().unwrap_or_default());
+    let pp = PatchParams {
+        field_manager: Some(ctx.settings.field_manager.clone()),
+        ..PatchParams::default()
+    };
+    api.patch_status(&cs.name_any(), &pp, &Patch::Merge(&body))
+        .await
+        .map_err(|e| Error::kube("write CloneSet status", e))?;
+    debug!(
+        replicas = status.replicas,
+        ready = status.ready_replicas,
+        updated = status.updated_replicas,
+        "status written"
+    );
+    Ok(())
+}
+
+/// Reports a CloneSet the planner cannot work with: `FailedScale` True with the reason,
+/// the rest of the status left as it was, and a Warning event when the message is new.
+pub async fn write_invalid(ctx: &Context, cs: &CloneSet, message: &str) -> Result<(), Error> {
+    let mut status = cs.status.clone().unwrap_or_default();
+    status.observed_generation = cs.metadata.generation;
+    let plan = Plan {
+        status,
+        problems: vec![PlanProblem {
+            condition: keys::CONDITION_FAILED_SCALE,
+            reason: "InvalidSpec".into(),
+            message: message.to_owned(),
+        }],
+        ..Plan::default()
+    };
+    write(ctx, cs, &plan, &Outcome::default()).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use inplace_proto::CloneSetCondition;
+
+    fn cs_with(conditions: Vec<CloneSetCondition>) -> CloneSet {
+        let mut cs = CloneSet::new("demo", inplace_proto::CloneSetSpec::default());
+        cs.metadata.generation = Some(3);
+        cs.status = Some(CloneSetStatus {
+            conditions,
+            ..CloneSetStatus::default()
+        });
+        cs
+    }
+
+    #[test]
+    fn problems_become_conditions_and_go_away() {
+        let cs = cs_with(vec![]);
+        let plan = Plan {
+            problems: vec![PlanProblem {
+                condition: keys::CONDITION_FAILED_UPDATE,
+                reason: "InPlaceOnly".into(),
+                message: "can not update in-place".into(),
+            }],
+            ..Plan::default()
+        };
+        let f = failures(&plan, &Outcome::default());
+        let t = Timestamp::UNIX_EPOCH;
+        let s = desired_status(&cs, &plan, &f, t);
+        assert_eq!(s.observed_generation, Some(3));
+        assert_eq!(s.conditions.len(), 1);
+        assert_eq!(s.conditions[0].type_, keys::CONDITION_FAILED_UPDATE);
+        assert_eq!(s.conditions[0].status, "True");
+
+        // Same problem again: times kept, so the status is unchanged and not rewritten.
+        let cs2 = cs_with(s.conditions.clone());
+        let s2 = desired_status(&cs2, &plan, &f, Timestamp::from_second(100).unwrap_or(t));
+        assert_eq!(s2.conditions, s.conditions);
+
+        // Problem gone: the condition is removed.
+        let s3 = desired_status(&cs2, &Plan::default(), &[], t);
+        assert!(s3.conditions.is_empty());
+    }
+
+    #[test]
+    fn merge_patch_nulls_dropped_fields() -> Result<(), Error> {
+        let old = CloneSetStatus {
+            current_revision: Some("a".into()),
+            conditions: vec![CloneSetCondition {
+                type_: "Progressing".into(),
+                status: "True".into(),
+                ..CloneSetCondition::default()
+            }],
+            ..CloneSetStatus::default()
+        };
+        let new = CloneSetStatus {
+            replicas: 2,
+            ..CloneSetStatus::default()
+        };
+        let p = merge_patch(Some(&old), &new)?;
+        assert_eq!(p["status"]["replicas"], json!(2));
+        assert_eq!(p["status"]["currentRevision"], Value::Null);
+        assert_eq!(p["status"]["conditions"], Value::Null);
+        Ok(())
+    }
+}

@@ -1,0 +1,354 @@
+//! The watches and their in-memory stores.
+//!
+//! One shared pod watch (only pods carrying `apps.kruise.io/cloneset-instance-id`), one
+//! PVC watch (same label), one ControllerRevision watch and one node watch (names and
+//! labels only, for topology-spread ranking). Managed fields are stripped before objects
+//! enter a store. The streams are handed to the CloneSet `Controller`, which polls them:
+//! each event updates the store first and then triggers the owning CloneSet.
+
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use inplace_proto::{CloneSet, keys};
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+
+use crate::expectations::{CacheView, Seen};
+
+/// Which namespace(s) the controller manages.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Scope {
+    /// `None`: every namespace.
+    pub namespace: Option<String>,
+}
+
+impl Scope {
+    /// An `Api` for a namespaced kind in this scope.
+    pub fn api<K>(&self, client: &Client) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        K::DynamicType: Default,
+    {
+        match &self.namespace {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        }
+    }
+}
+
+/// Read handles of every store the controller keeps.
+#[derive(Clone)]
+pub struct Stores {
+    pub clonesets: Store<CloneSet>,
+    pub pods: Store<Pod>,
+    pub pvcs: Store<PersistentVolumeClaim>,
+    pub revisions: Store<ControllerRevision>,
+    pub nodes: Store<Node>,
+}
+
+impl std::fmt::Debug for Stores {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stores")
+            .field("clonesets", &self.clonesets.len())
+            .field("pods", &self.pods.len())
+            .field("pvcs", &self.pvcs.len())
+            .field("revisions", &self.revisions.len())
+            .field("nodes", &self.nodes.len())
+            .finish()
+    }
+}
+
+/// A watch stream of `K` that keeps a store up to date.
+pub type Reflected<K> = std::pin::Pin<Box<dyn Stream<Item = Result<K, watcher::Error>> + Send>>;
+
+/// The secondary watches, not yet polled.
+pub struct Streams {
+    pub pods: Reflected<Pod>,
+    pub pvcs: Reflected<PersistentVolumeClaim>,
+    pub revisions: Reflected<ControllerRevision>,
+    pub nodes: Reflected<Node>,
+}
+
+impl std::fmt::Debug for Streams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Streams")
+    }
+}
+
+fn strip<K: Resource>(obj: &mut K) {
+    obj.meta_mut().managed_fields = None;
+}
+
+/// Drops what neither the planner nor the act layer reads from a cached pod: managed
+/// fields, volumes, tolerations, and per container env, mounts, probes, commands and
+/// ports (pods are the bulk of the cache; 10,000 of them must fit in a few tens of MiB).
+/// Kept: metadata (labels, annotations, finalizers, owners), node name, readiness gates,
+/// container names / images / resources, the whole status except per-container states.
+pub fn strip_pod(pod: &mut Pod) {
+    pod.metadata.managed_fields = None;
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.volumes = None;
+        spec.tolerations = None;
+        for c in spec
+            .containers
+            .iter_mut()
+            .chain(spec.init_containers.iter_mut().flatten())
+        {
+            c.env = None;
+            c.env_from = None;
+            c.volume_mounts = None;
+            c.liveness_probe = None;
+            c.readiness_probe = None;
+            c.startup_probe = None;
+            c.command = None;
+            c.args = None;
+            c.ports = None;
+            c.lifecycle = None;
+            c.security_context = None;
+        }
+    }
+    if let Some(status) = pod.status.as_mut() {
+        for c in status.container_statuses.iter_mut().flatten() {
+            c.last_state = None;
+        }
+    }
+}
+
+fn reflected<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    modify: fn(&mut K),
+) -> (Store<K>, Reflected<K>)
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let (reader, writer) = reflector::store();
+    let stream = watcher(api, config)
+        .default_backoff()
+        .modify(modify)
+        .reflect(writer)
+        .touched_objects()
+        .boxed();
+    (reader, stream)
+}
+
+/// Builds the secondary watches for `scope`. The CloneSet store comes from the controller.
+pub fn secondary_watches(client: &Client, scope: &Scope) -> (StoresPart, Streams) {
+    let labelled = watcher::Config::default().labels(keys::INSTANCE_ID_LABEL);
+    let (pods, pod_stream) = reflected(scope.api::<Pod>(client), labelled.clone(), strip_pod);
+    let (pvcs, pvc_stream) = reflected(
+        scope.api::<PersistentVolumeClaim>(client),
+        labelled,
+        strip::<PersistentVolumeClaim>,
+    );
+    let (revisions, revision_stream) = reflected(
+        scope.api::<ControllerRevision>(client),
+        watcher::Config::default(),
+        strip::<ControllerRevision>,
+    );
+    let (nodes, node_stream) = reflected(
+        Api::<Node>::all(client.clone()),
+        watcher::Config::default(),
+        |node: &mut Node| {
+            node.metadata.managed_fields = None;
+            node.metadata.annotations = None;
+            node.spec = None;
+            node.status = None;
+        },
+    );
+    (
+        StoresPart {
+            pods,
+            pvcs,
+            revisions,
+            nodes,
+        },
+        Streams {
+            pods: pod_stream,
+            pvcs: pvc_stream,
+            revisions: revision_stream,
+            nodes: node_stream,
+        },
+    )
+}
+
+/// The stores of [`secondary_watches`], before the CloneSet store is known.
+#[derive(Clone)]
+pub struct StoresPart {
+    pub pods: Store<Pod>,
+    pub pvcs: Store<PersistentVolumeClaim>,
+    pub revisions: Store<ControllerRevision>,
+    pub nodes: Store<Node>,
+}
+
+impl std::fmt::Debug for StoresPart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StoresPart")
+    }
+}
+
+impl StoresPart {
+    pub fn with_clonesets(self, clonesets: Store<CloneSet>) -> Stores {
+        Stores {
+            clonesets,
+            pods: self.pods,
+            pvcs: self.pvcs,
+            revisions: self.revisions,
+            nodes: self.nodes,
+        }
+    }
+}
+
+/// The controller owner reference of `meta`, if it points to a CloneSet.
+pub fn cloneset_owner(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
+    meta.owner_references.iter().flatten().find(|o| {
+        o.controller == Some(true)
+            && o.kind == "CloneSet"
+            && o.api_version.starts_with(&format!("{}/", keys::GROUP))
+    })
+}
+
+fn owned_by(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta, uid: &str) -> bool {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.uid == uid)
+}
+
+/// Everything of one CloneSet that its plan reads.
+#[derive(Clone, Debug, Default)]
+pub struct Owned {
+    pub pods: Vec<Pod>,
+    pub pvcs: Vec<PersistentVolumeClaim>,
+    pub revisions: Vec<ControllerRevision>,
+    pub nodes: Vec<Node>,
+}
+
+impl Stores {
+    /// Whether every store has listed its objects once.
+    pub async fn wait_ready(&self) -> Result<(), reflector::store::WriterDropped> {
+        self.clonesets.wait_until_ready().await?;
+        self.pods.wait_until_ready().await?;
+        self.pvcs.wait_until_ready().await?;
+        self.revisions.wait_until_ready().await?;
+        self.nodes.wait_until_ready().await?;
+        Ok(())
+    }
+
+    /// The objects of `cs`: pods and revisions it controls, PVCs it controls or whose labels
+    /// match its selector, and the nodes its pods run on.
+    pub fn owned(&self, cs: &CloneSet) -> Owned {
+        let ns = cs.namespace().unwrap_or_default();
+        let uid = cs.uid().unwrap_or_default();
+        let selector: Option<kube::core::Selector> = cs.spec.selector.clone().try_into().ok();
+        let matches = |labels: &std::collections::BTreeMap<String, String>| {
+            selector
+                .as_ref()
+                .is_none_or(|s| kube::core::SelectorExt::matches(s, labels))
+        };
+        let mut pods: Vec<Pod> = self
+            .pods
+            .state_filter(|p| {
+                p.metadata.namespace.as_deref() == Some(ns.as_str())
+                    && owned_by(&p.metadata, &uid)
+                    && matches(p.labels())
+            })
+            .iter()
+            .map(|p| Pod::clone(p))
+            .collect();
+        pods.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        let mut pvcs: Vec<PersistentVolumeClaim> = self
+            .pvcs
+            .state_filter(|p| {
+                p.metadata.namespace.as_deref() == Some(ns.as_str())
+                    && (owned_by(&p.metadata, &uid)
+                        || (cloneset_owner(&p.metadata).is_none()
+                            && selector.is_some()
+                            && matches(p.labels())))
+            })
+            .iter()
+            .map(|p| PersistentVolumeClaim::clone(p))
+            .collect();
+        pvcs.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        let mut revisions: Vec<ControllerRevision> = self
+            .revisions
+            .state_filter(|r| {
+                r.metadata.namespace.as_deref() == Some(ns.as_str()) && owned_by(&r.metadata, &uid)
+            })
+            .iter()
+            .map(|r| ControllerRevision::clone(r))
+            .collect();
+        revisions.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        let node_names: std::collections::BTreeSet<&str> = pods
+            .iter()
+            .filter_map(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()))
+            .collect();
+        let nodes = node_names
+            .into_iter()
+            .filter_map(|n| self.nodes.get(&ObjectRef::new(n)))
+            .map(|n| Node::clone(&n))
+            .collect();
+        Owned {
+            pods,
+            pvcs,
+            revisions,
+            nodes,
+        }
+    }
+
+    /// A view of one namespace for expectation checks.
+    pub fn view<'a>(&'a self, namespace: &'a str) -> NamespaceView<'a> {
+        NamespaceView {
+            stores: self,
+            namespace,
+        }
+    }
+}
+
+/// [`CacheView`] over the stores, for one namespace.
+#[derive(Debug)]
+pub struct NamespaceView<'a> {
+    stores: &'a Stores,
+    namespace: &'a str,
+}
+
+fn seen<K: Resource>(obj: Option<Arc<K>>) -> Option<Seen> {
+    obj.map(|o| {
+        let m = o.meta();
+        Seen {
+            uid: m.uid.clone().unwrap_or_default(),
+            resource_version: m.resource_version.clone().unwrap_or_default(),
+            terminating: m.deletion_timestamp.is_some(),
+        }
+    })
+}
+
+impl CacheView for NamespaceView<'_> {
+    fn pod(&self, name: &str) -> Option<Seen> {
+        seen(
+            self.stores
+                .pods
+                .get(&ObjectRef::new(name).within(self.namespace)),
+        )
+    }
+    fn pvc(&self, name: &str) -> Option<Seen> {
+        seen(
+            self.stores
+                .pvcs
+                .get(&ObjectRef::new(name).within(self.namespace)),
+        )
+    }
+    fn revision(&self, name: &str) -> Option<Seen> {
+        seen(
+            self.stores
+                .revisions
+                .get(&ObjectRef::new(name).within(self.namespace)),
+        )
+    }
+}

@@ -1,0 +1,453 @@
+//! The manifests under `deploy/`: every plain YAML document parses and names a kind and an
+//! apiVersion, the Helm chart's `crds/` equals `deploy/crds/` byte for byte, and the
+//! ClusterRoles grant what each binary calls (tables below, read from the code).
+//!
+//! Helm templates (`deploy/chart/*/templates/`) are not parsed and not rendered: no `helm`
+//! binary is available to the test suite.
+//!
+//! The server-side dry run needs the test bed:
+//!
+//! ```text
+//! INPLACE_TESTBED_KUBECONFIG=/var/tmp/inplace-testbed/kubeconfig \
+//!   cargo test -p inplace-controller --test deploy_manifests -- --ignored
+//! ```
+//! (kubectl: `INPLACE_KUBECTL`, else the `INPLACE_KUBECTL` line of
+//! `/var/tmp/inplace-testbed/env`, else `kubectl` on PATH.)
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+fn deploy_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy")
+}
+
+/// Every `.yaml`/`.yml` file under `dir`, recursively, skipping Helm `templates/` folders.
+fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            if p.file_name().is_some_and(|n| n == "templates") {
+                continue;
+            }
+            yaml_files(&p, out);
+        } else if p.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+            out.push(p);
+        }
+    }
+}
+
+/// Kubernetes objects: files under `deploy/` except the chart's `Chart.yaml`/`values.yaml`.
+fn object_files() -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    yaml_files(&deploy_dir(), &mut files);
+    files
+        .into_iter()
+        .filter(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            !(name == "Chart.yaml" || name == "values.yaml")
+        })
+        .collect()
+}
+
+fn parse_docs(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    docs.into_iter().filter(|d| !d.is_null()).collect()
+}
+
+fn all_objects() -> Vec<(PathBuf, Value)> {
+    object_files()
+        .into_iter()
+        .flat_map(|p| parse_docs(&p).into_iter().map(move |d| (p.clone(), d)))
+        .collect()
+}
+
+#[test]
+fn every_document_has_a_kind_and_an_api_version() {
+    let objects = all_objects();
+    assert!(
+        objects.len() >= 10,
+        "only {} documents found",
+        objects.len()
+    );
+    for (path, doc) in &objects {
+        let kind = doc["kind"].as_str().unwrap_or("");
+        let api = doc["apiVersion"].as_str().unwrap_or("");
+        assert!(
+            !kind.is_empty(),
+            "{}: a document has no kind",
+            path.display()
+        );
+        assert!(
+            !api.is_empty(),
+            "{}: {kind} has no apiVersion",
+            path.display()
+        );
+        assert!(
+            doc["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| !n.is_empty()),
+            "{}: {kind} has no name",
+            path.display()
+        );
+    }
+    // The two binaries' workloads exist.
+    let kinds: BTreeSet<(String, String)> = objects
+        .iter()
+        .map(|(_, d)| {
+            (
+                d["kind"].as_str().unwrap_or("").to_string(),
+                d["metadata"]["name"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    for (kind, name) in [
+        ("Deployment", "inplace-controller"),
+        ("DaemonSet", "inplace-daemon"),
+        ("ClusterRole", "inplace-controller"),
+        ("ClusterRole", "inplace-daemon"),
+        ("ServiceAccount", "inplace-daemon"),
+        ("ClusterRoleBinding", "inplace-daemon"),
+        ("CustomResourceDefinition", "clonesets.apps.kruise.io"),
+    ] {
+        assert!(
+            kinds.contains(&(kind.to_string(), name.to_string())),
+            "no {kind} {name} under deploy/"
+        );
+    }
+}
+
+#[test]
+fn chart_crds_equal_the_generated_crds() {
+    let list = |dir: PathBuf| -> BTreeMap<String, Vec<u8>> {
+        std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+            .map(|p| {
+                let name = p.file_name().unwrap().to_string_lossy().into_owned();
+                (name, std::fs::read(&p).unwrap())
+            })
+            .collect()
+    };
+    let generated = list(deploy_dir().join("crds"));
+    let chart = list(deploy_dir().join("chart/inplace/crds"));
+    assert!(!generated.is_empty());
+    assert_eq!(
+        generated.keys().collect::<Vec<_>>(),
+        chart.keys().collect::<Vec<_>>(),
+        "deploy/chart/inplace/crds/ lists other files than deploy/crds/ \
+         (refresh: cp deploy/crds/*.yaml deploy/chart/inplace/crds/)"
+    );
+    for (name, bytes) in &generated {
+        assert!(
+            chart.get(name) == Some(bytes),
+            "deploy/chart/inplace/crds/{name} differs from deploy/crds/{name} \
+             (refresh: cp deploy/crds/*.yaml deploy/chart/inplace/crds/)"
+        );
+    }
+}
+
+/// What `inplace-controller` calls, read from controller/src: watch.rs (watchers on
+/// CloneSets, Pods, PVCs, ControllerRevisions, Nodes), act.rs (pod/PVC/revision
+/// create/delete/patch, pod status patch, CloneSet spec patch of podsToDelete),
+/// status_writer.rs (CloneSet status merge patch), events.rs (kube Recorder: events.k8s.io
+/// create/patch). The Lease is in a namespaced Role and is not checked here.
+const CONTROLLER_USES: &[(&str, &str, &[&str])] = &[
+    (
+        "apps.kruise.io",
+        "clonesets",
+        &["get", "list", "watch", "patch"],
+    ),
+    ("apps.kruise.io", "clonesets/status", &["patch"]),
+    (
+        "",
+        "pods",
+        &["get", "list", "watch", "create", "delete", "patch"],
+    ),
+    ("", "pods/status", &["patch"]),
+    (
+        "",
+        "persistentvolumeclaims",
+        &["get", "list", "watch", "create", "delete", "patch"],
+    ),
+    (
+        "apps",
+        "controllerrevisions",
+        &["get", "list", "watch", "create", "delete", "patch"],
+    ),
+    ("", "nodes", &["get", "list", "watch"]),
+    ("events.k8s.io", "events", &["create", "patch"]),
+];
+
+/// What `inplace-daemon` calls, read from daemon/src: main.rs + kube_io.rs (watcher on
+/// NodeImages with a name field selector; NodeImage status merge patch; Secret GET for
+/// pull secrets in the NodeImage's namespaces), inplace/mod.rs (watcher on Pods with a
+/// nodeName field selector; pod merge patch of the state annotation; pod status strategic
+/// merge patch), crr/mod.rs (watcher on CRRs by label; CRR status merge patch). It records
+/// no Kubernetes events.
+const DAEMON_USES: &[(&str, &str, &[&str])] = &[
+    ("apps.kruise.io", "nodeimages", &["list", "watch"]),
+    ("apps.kruise.io", "nodeimages/status", &["patch"]),
+    (
+        "apps.kruise.io",
+        "containerrecreaterequests",
+        &["list", "watch"],
+    ),
+    (
+        "apps.kruise.io",
+        "containerrecreaterequests/status",
+        &["patch"],
+    ),
+    ("", "pods", &["list", "watch", "patch"]),
+    ("", "pods/status", &["patch"]),
+    ("", "secrets", &["get"]),
+];
+
+/// (apiGroup, resource) → verbs granted by the rules of `role`.
+fn grants(role: &Value) -> BTreeMap<(String, String), BTreeSet<String>> {
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut out: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
+    for rule in role["rules"].as_array().into_iter().flatten() {
+        for g in strings(&rule["apiGroups"]) {
+            for r in strings(&rule["resources"]) {
+                out.entry((g.clone(), r))
+                    .or_default()
+                    .extend(strings(&rule["verbs"]));
+            }
+        }
+    }
+    out
+}
+
+fn cluster_role(file: &str, name: &str) -> Value {
+    parse_docs(&deploy_dir().join(file))
+        .into_iter()
+        .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no ClusterRole {name} in deploy/{file}"))
+}
+
+fn assert_grants(role: &Value, uses: &[(&str, &str, &[&str])]) {
+    let granted = grants(role);
+    let name = role["metadata"]["name"].as_str().unwrap_or("?");
+    for (group, resource, verbs) in uses {
+        let have = granted
+            .get(&(group.to_string(), resource.to_string()))
+            .cloned()
+            .unwrap_or_default();
+        for verb in *verbs {
+            assert!(
+                have.contains(*verb) || have.contains("*"),
+                "ClusterRole {name} does not grant {verb} on {group}/{resource} (has {have:?})"
+            );
+        }
+    }
+}
+
+#[test]
+fn controller_cluster_role_grants_what_the_controller_calls() {
+    let role = cluster_role("controller/rbac.yaml", "inplace-controller");
+    assert_grants(&role, CONTROLLER_USES);
+}
+
+#[test]
+fn daemon_cluster_role_grants_what_the_daemon_calls_and_no_more() {
+    let role = cluster_role("daemon/rbac.yaml", "inplace-daemon");
+    assert_grants(&role, DAEMON_USES);
+    // Least privilege: every grant is in the table, give or take `get` (harmless next to
+    // list). A new call in daemon/src needs a row above and a rule in deploy/daemon/.
+    let used: BTreeMap<(String, String), BTreeSet<String>> = DAEMON_USES
+        .iter()
+        .map(|(g, r, v)| {
+            let mut verbs: BTreeSet<String> = v.iter().map(|s| s.to_string()).collect();
+            verbs.insert("get".into());
+            ((g.to_string(), r.to_string()), verbs)
+        })
+        .collect();
+    for (key, verbs) in grants(&role) {
+        let allowed = used.get(&key).cloned().unwrap_or_default();
+        let extra: Vec<_> = verbs.difference(&allowed).collect();
+        assert!(
+            extra.is_empty(),
+            "ClusterRole inplace-daemon grants {extra:?} on {key:?}, which the daemon never uses"
+        );
+    }
+}
+
+#[test]
+fn daemon_set_matches_the_daemon_binary() {
+    let ds = parse_docs(&deploy_dir().join("daemon/daemonset.yaml"))
+        .into_iter()
+        .find(|d| d["kind"] == "DaemonSet")
+        .expect("a DaemonSet");
+    let pod = &ds["spec"]["template"]["spec"];
+    assert_eq!(pod["hostNetwork"], true);
+    assert_eq!(pod["serviceAccountName"], "inplace-daemon");
+    assert!(
+        pod["tolerations"].as_array().is_some_and(|t| t
+            .iter()
+            .any(|t| t["operator"] == "Exists" && t.get("key").is_none())),
+        "the daemon must tolerate every taint"
+    );
+    let c = &pod["containers"][0];
+    let env = c["env"].as_array().expect("env");
+    assert!(
+        env.iter().any(|e| e["name"] == "NODE_NAME"
+            && e["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"),
+        "NODE_NAME from the downward API"
+    );
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(c["livenessProbe"]["httpGet"]["port"], 10221);
+    // The socket must be reachable: either --cri-endpoint under a mounted path, or a mount
+    // of one of the daemon's auto-detection dirs (daemon/src/cri.rs DEFAULT_SOCKET_DIRS)
+    // at the same path.
+    let mounts: Vec<&str> = c["volumeMounts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["mountPath"].as_str())
+        .collect();
+    let endpoint = c["args"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|a| a.as_str())
+        .find_map(|a| a.strip_prefix("--cri-endpoint="));
+    match endpoint {
+        Some(ep) => {
+            let path = ep.trim_start_matches("unix://");
+            assert!(
+                mounts.iter().any(|m| path.starts_with(m)),
+                "--cri-endpoint={ep} is not under a mounted path ({mounts:?})"
+            );
+        }
+        None => assert!(
+            mounts.iter().any(|m| *m == "/run" || *m == "/var/run"),
+            "no --cri-endpoint and neither /run nor /var/run is mounted ({mounts:?})"
+        ),
+    }
+}
+
+fn kubectl_path() -> String {
+    if let Ok(k) = std::env::var("INPLACE_KUBECTL") {
+        return k;
+    }
+    std::fs::read_to_string("/var/tmp/inplace-testbed/env")
+        .ok()
+        .and_then(|env| {
+            env.lines().find_map(|l| {
+                l.trim()
+                    .strip_prefix("export INPLACE_KUBECTL=")
+                    .map(|v| v.trim_matches('"').to_string())
+            })
+        })
+        .unwrap_or_else(|| "kubectl".into())
+}
+
+fn kubeconfig() -> String {
+    std::env::var("INPLACE_TESTBED_KUBECONFIG")
+        .unwrap_or_else(|_| "/var/tmp/inplace-testbed/kubeconfig".into())
+}
+
+fn kubectl(args: &[&str], stdin: Option<&str>) -> Result<String, String> {
+    use std::io::Write;
+    let mut cmd = Command::new(kubectl_path());
+    cmd.arg("--kubeconfig").arg(kubeconfig()).args(args);
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    });
+    let mut child = cmd.spawn().map_err(|e| e.to_string())?;
+    if let Some(input) = stdin {
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(input.as_bytes())
+            .map_err(|e| e.to_string())?;
+    }
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    if out.status.success() {
+        Ok(stdout)
+    } else {
+        Err(format!(
+            "kubectl {}: {stdout}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// `kubectl apply --dry-run=server` of deploy/crds/, deploy/controller/ and deploy/daemon/.
+/// The namespaced objects go to a scratch namespace (the text `inplace-system` is replaced),
+/// so the shared bed is left as it was; the scratch namespace is deleted at the end.
+#[test]
+#[ignore = "needs the test bed"]
+fn manifests_pass_a_server_side_dry_run() {
+    let ns = format!("e2e-deploy-{:06x}", rand::random::<u32>() & 0xff_ffff);
+    kubectl(&["create", "namespace", &ns], None).unwrap();
+    let result = (|| -> Result<Vec<String>, String> {
+        let mut outputs = Vec::new();
+        // CRDs first (they exist on the bed already; the dry run validates them anyway).
+        // kubectl 1.20's client-side schema does not know `x-kubernetes-validations`: the
+        // server (which does) validates instead.
+        let crds = deploy_dir().join("crds");
+        outputs.push(kubectl(
+            &[
+                "apply",
+                "--dry-run=server",
+                "--validate=false",
+                "-f",
+                &crds.to_string_lossy(),
+            ],
+            None,
+        )?);
+        for dir in ["controller", "daemon"] {
+            let mut files = Vec::new();
+            yaml_files(&deploy_dir().join(dir), &mut files);
+            for f in files {
+                let text = std::fs::read_to_string(&f).map_err(|e| e.to_string())?;
+                // namespace.yaml would create the real namespace: dry-run it as is.
+                let text = text.replace("inplace-system", &ns);
+                let out = kubectl(&["apply", "--dry-run=server", "-f", "-"], Some(&text))
+                    .map_err(|e| format!("{}: {e}", f.display()))?;
+                outputs.push(out);
+            }
+        }
+        Ok(outputs)
+    })();
+    let _ = kubectl(&["delete", "namespace", &ns, "--wait=false"], None);
+    let outputs = result.unwrap();
+    let all = outputs.concat();
+    eprintln!("{all}");
+    for expected in [
+        "deployment.apps/inplace-controller",
+        "daemonset.apps/inplace-daemon",
+        "clusterrole.rbac.authorization.k8s.io/inplace-daemon",
+        "serviceaccount/inplace-daemon",
+    ] {
+        assert!(all.contains(expected), "no {expected} in:\n{all}");
+    }
+    assert!(all.contains("(server dry run)"), "{all}");
+}

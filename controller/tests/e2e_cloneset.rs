@@ -1,0 +1,388 @@
+//! End-to-end: the controller binary against the test bed (real kube-apiserver v1.20,
+//! real kubelet on containerd), driven with kubectl as a user would.
+//!
+//! ```text
+//! tests/testbed/up
+//! INPLACE_TESTBED_KUBECONFIG=/var/tmp/inplace-testbed/kubeconfig \
+//!   cargo test -p inplace-controller --test e2e_cloneset -- --ignored --test-threads 2
+//! ```
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod e2e_support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use e2e_support::*;
+use serde_json::{Value, json};
+
+const ROLLOUT: Duration = Duration::from_secs(120);
+
+fn uids_and_ips(ns: &Namespace) -> TestResult<BTreeMap<String, (String, String, i64)>> {
+    Ok(ns
+        .pods()?
+        .into_iter()
+        .filter(|(_, p)| !pod_terminating(p))
+        .map(|(name, p)| {
+            (
+                name,
+                (
+                    p["metadata"]["uid"].as_str().unwrap_or_default().to_owned(),
+                    p["status"]["podIP"].as_str().unwrap_or_default().to_owned(),
+                    restart_count(&p),
+                ),
+            )
+        })
+        .collect())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the test bed"]
+async fn sample_reaches_five_ready_pods() -> TestResult {
+    let ns = Namespace::create("sample")?;
+    let ctl = ControllerProcess::start(&ns.name)?;
+    ns.apply(&sample_cloneset("sample", 5, &image("v1"), "ReCreate"))?;
+    let cs = wait_rolled_out(&ns, "sample", 5, ROLLOUT)?;
+    assert_eq!(status_i64(&cs, "availableReplicas"), 5);
+    assert_eq!(cs["status"]["labelSelector"], "app=sample");
+    let rev = cs["status"]["updateRevision"].as_str().unwrap().to_owned();
+    assert!(rev.starts_with("sample-"), "{rev}");
+
+    let pods = ns.pods()?;
+    assert_eq!(pods.len(), 5);
+    let mut ids = BTreeSet::new();
+    for (name, pod) in &pods {
+        let id = label(pod, "apps.kruise.io/cloneset-instance-id").unwrap();
+        assert_eq!(name, &format!("sample-{id}"));
+        assert_eq!(id.len(), 5);
+        ids.insert(id.to_owned());
+        assert_eq!(label(pod, "controller-revision-hash"), Some(rev.as_str()));
+        assert_eq!(label(pod, "pod-template-hash"), rev.rsplit('-').next());
+        assert_eq!(label(pod, "lifecycle.apps.kruise.io/state"), Some("Normal"));
+        let owner = &pod["metadata"]["ownerReferences"][0];
+        assert_eq!(owner["kind"], "CloneSet");
+        assert_eq!(owner["controller"], true);
+        let gates: Vec<&str> = pod["spec"]["readinessGates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|g| g["conditionType"].as_str())
+            .collect();
+        assert!(gates.contains(&"InPlaceUpdateReady"), "{gates:?}");
+        assert!(pod_ready(pod));
+    }
+    assert_eq!(ids.len(), 5);
+    let revs = ns.json(&["get", "controllerrevisions"])?;
+    assert_eq!(revs["items"].as_array().unwrap().len(), 1);
+    let created = ns
+        .events()?
+        .iter()
+        .filter(|e| e["reason"] == "SuccessfulCreate")
+        .count();
+    assert!(
+        created >= 5,
+        "expected a SuccessfulCreate event per pod, saw {created}"
+    );
+
+    // Observability: health, readiness and the metrics of what was done.
+    assert_eq!(ctl.http_get("/healthz")?.0, 200);
+    assert_eq!(ctl.http_get("/readyz")?.0, 200);
+    let (code, metrics) = ctl.http_get("/metrics")?;
+    assert_eq!(code, 200);
+    let created_metric = format!(
+        "inplace_pods_created_total{{namespace=\"{}\",cloneset=\"sample\"}} 5",
+        ns.name
+    );
+    assert!(
+        metrics.contains(&created_metric),
+        "{created_metric} in\n{metrics}"
+    );
+    assert!(metrics.contains("inplace_leader 1"));
+    assert!(metrics.contains("inplace_reconcile_duration_seconds_count"));
+
+    // The scale subresource: kubectl scale works on a CloneSet.
+    ns.kubectl(&["scale", "cloneset", "sample", "--replicas", "3"])?;
+    wait_rolled_out(&ns, "sample", 3, ROLLOUT)?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the test bed"]
+async fn an_invalid_cloneset_is_reported_and_does_not_stall_others() -> TestResult {
+    let ns = Namespace::create("invalid")?;
+    let mut ctl = ControllerProcess::start(&ns.name)?;
+    // The schema keeps the template as an open object, so this passes admission; the
+    // controller cannot read it as a pod template.
+    let bad = sample_cloneset("bad", 2, &image("v1"), "ReCreate").replace(
+        "      terminationGracePeriodSeconds: 2",
+        "      terminationGracePeriodSeconds: \"soon\"",
+    );
+    ns.apply(&bad)?;
+    ns.apply(&sample_cloneset("good", 2, &image("v1"), "ReCreate"))?;
+    wait_for("FailedScale on the invalid CloneSet", ROLLOUT, || {
+        let cs = ns.cloneset("bad")?;
+        Ok(cs["status"]["conditions"].as_array().is_some_and(|c| {
+            c.iter()
+                .any(|c| c["type"] == "FailedScale" && c["status"] == "True")
+        }))
+    })?;
+    wait_for("a Warning event about it", ROLLOUT, || {
+        Ok(ns.events()?.iter().any(|e| {
+            e["type"] == "Warning"
+                && (e["involvedObject"]["name"] == "bad" || e["regarding"]["name"] == "bad")
+        }))
+    })?;
+    wait_rolled_out(&ns, "good", 2, ROLLOUT)?;
+    assert!(ctl.is_running(), "the controller is still up");
+    assert!(
+        ns.pods()?.keys().all(|n| n.starts_with("good-")),
+        "nothing created for the invalid CloneSet"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the test bed"]
+async fn image_change_updates_in_place_within_max_unavailable() -> TestResult {
+    let ns = Namespace::create("inplace")?;
+    let _ctl = ControllerProcess::start(&ns.name)?;
+    ns.apply(&sample_cloneset(
+        "web",
+        5,
+        &image("v1"),
+        "InPlaceIfPossible",
+    ))?;
+    let before_cs = wait_rolled_out(&ns, "web", 5, ROLLOUT)?;
+    let before = uids_and_ips(&ns)?;
+
+    let watch = UnavailabilityWatch::start(&ns.name, 5).await?;
+    ns.set_image("web", &image("v2"))?;
+    let after_cs = wait_rolled_out(&ns, "web", 5, ROLLOUT)?;
+    assert_ne!(
+        before_cs["status"]["updateRevision"],
+        after_cs["status"]["updateRevision"]
+    );
+    let after = uids_and_ips(&ns)?;
+    assert_eq!(
+        before.keys().collect::<Vec<_>>(),
+        after.keys().collect::<Vec<_>>(),
+        "same pods"
+    );
+    for (name, (uid, ip, restarts)) in &before {
+        let (uid2, ip2, restarts2) = &after[name];
+        assert_eq!(uid, uid2, "{name}: same UID");
+        assert_eq!(ip, ip2, "{name}: same IP");
+        assert_eq!(*restarts2, restarts + 1, "{name}: restarted once");
+    }
+    for pod in ns.pods()?.values() {
+        assert_eq!(container_image(pod), image("v2"));
+        assert_eq!(
+            label(pod, "controller-revision-hash"),
+            after_cs["status"]["updateRevision"].as_str()
+        );
+        let state = pod["metadata"]["annotations"]["apps.kruise.io/inplace-update-state"]
+            .as_str()
+            .unwrap();
+        let state: Value = serde_json::from_str(state)?;
+        assert_eq!(state["revision"], after_cs["status"]["updateRevision"]);
+    }
+    // maxUnavailable defaults to 20% of 5, rounded up: 1.
+    eprintln!(
+        "in-place rollout: {} pod events watched, at most {} unavailable",
+        watch.samples(),
+        watch.max()
+    );
+    assert!(watch.samples() > 5, "the watch saw the rollout");
+    assert!(
+        watch.max() <= 1,
+        "at most 1 pod unavailable at any time, saw {}: {}",
+        watch.max(),
+        watch.worst()
+    );
+    let in_place = ns
+        .events()?
+        .iter()
+        .filter(|e| e["reason"] == "SuccessfulUpdatePodInPlace")
+        .count();
+    assert!(in_place >= 5, "an in-place event per pod, saw {in_place}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the test bed"]
+async fn partition_keeps_three_of_five_then_lowering_moves_the_rest() -> TestResult {
+    let ns = Namespace::create("partition")?;
+    let _ctl = ControllerProcess::start(&ns.name)?;
+    ns.apply(&sample_cloneset(
+        "part",
+        5,
+        &image("v1"),
+        "InPlaceIfPossible",
+    ))?;
+    let first = wait_rolled_out(&ns, "part", 5, ROLLOUT)?;
+    let old_rev = first["status"]["updateRevision"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    ns.patch_cloneset(
+        "part",
+        &json!({"spec": {"updateStrategy": {"partition": 3}}}),
+    )?;
+    ns.set_image("part", &image("v2"))?;
+    wait_for("2 updated and ready", ROLLOUT, || {
+        let cs = ns.cloneset("part")?;
+        Ok(status_i64(&cs, "updatedReadyReplicas") == 2
+            && status_i64(&cs, "readyReplicas") == 5
+            && status_i64(&cs, "expectedUpdatedReplicas") == 2)
+    })?;
+    // Stays there.
+    std::thread::sleep(Duration::from_secs(5));
+    let pods = ns.pods()?;
+    let on_old = pods
+        .values()
+        .filter(|p| label(p, "controller-revision-hash") == Some(old_rev.as_str()))
+        .count();
+    assert_eq!(on_old, 3, "exactly 3 pods stay on the old revision");
+    let cs = ns.cloneset("part")?;
+    assert_eq!(
+        cs["status"]["currentRevision"].as_str(),
+        Some(old_rev.as_str())
+    );
+    assert_eq!(status_i64(&cs, "updatedReplicas"), 2);
+
+    ns.patch_cloneset(
+        "part",
+        &json!({"spec": {"updateStrategy": {"partition": 0}}}),
+    )?;
+    let done = wait_rolled_out(&ns, "part", 5, ROLLOUT)?;
+    assert_ne!(
+        done["status"]["currentRevision"].as_str(),
+        Some(old_rev.as_str())
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the test bed"]
+async fn scale_down_with_pods_to_delete_deletes_exactly_those() -> TestResult {
+    let ns = Namespace::create("scaledown")?;
+    let _ctl = ControllerProcess::start(&ns.name)?;
+    ns.apply(&sample_cloneset("sd", 5, &image("v1"), "ReCreate"))?;
+    wait_rolled_out(&ns, "sd", 5, ROLLOUT)?;
+    let names: Vec<String> = ns.pods()?.keys().cloned().collect();
+    let victims = vec![names[1].clone(), names[3].clone()];
+    let keep: BTreeSet<String> = names
+        .iter()
+        .filter(|n| !victims.contains(n))
+        .cloned()
+        .collect();
+
+    ns.patch_cloneset(
+        "sd",
+        &json!({"spec": {"replicas": 3, "scaleStrategy": {"podsToDelete": victims}}}),
+    )?;
+    wait_for(
+        "the two named pods gone and the list cleared",
+        ROLLOUT,
+        || {
+            let pods = ns.pods()?;
+            let cs = ns.cloneset("sd")?;
+            let cleared = cs["spec"]["scaleStrategy"]["podsToDelete"]
+                .as_array()
+                .is_none_or(|a| a.is_empty());
+            Ok(victims.iter().all(|v| !pods.contains_key(v)) && cleared)
+        },
+    )?;
+    let cs = wait_rolled_out(&ns, "sd", 3, ROLLOUT)?;
+    assert_eq!(status_i64(&cs, "replicas"), 3);
+    let left: BTreeSet<String> = ns
+        .pods()?
+        .into_iter()
+        .filter(|(_, p)| !pod_terminating(p))
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(left, keep, "exactly the listed pods were deleted");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the test bed"]
+async fn specified_delete_label_replaces_the_pod() -> TestResult {
+    let ns = Namespace::create("specdel")?;
+    let _ctl = ControllerProcess::start(&ns.name)?;
+    ns.apply(&sample_cloneset("sp", 3, &image("v1"), "ReCreate"))?;
+    wait_rolled_out(&ns, "sp", 3, ROLLOUT)?;
+    let victim = ns.pods()?.keys().next().cloned().unwrap();
+    ns.kubectl(&[
+        "label",
+        "pod",
+        &victim,
+        "apps.kruise.io/specified-delete=true",
+    ])?;
+    wait_for("the labelled pod replaced", ROLLOUT, || {
+        let pods = ns.pods()?;
+        let live = pods.values().filter(|p| !pod_terminating(p)).count();
+        Ok(!pods.contains_key(&victim) && live == 3)
+    })?;
+    wait_rolled_out(&ns, "sp", 3, ROLLOUT)?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the test bed"]
+async fn recreate_update_replaces_every_pod() -> TestResult {
+    let ns = Namespace::create("recreate")?;
+    let _ctl = ControllerProcess::start(&ns.name)?;
+    ns.apply(&sample_cloneset("rc", 3, &image("v1"), "ReCreate"))?;
+    wait_rolled_out(&ns, "rc", 3, ROLLOUT)?;
+    let before = uids_and_ips(&ns)?;
+    ns.set_image("rc", &image("v2"))?;
+    wait_rolled_out(&ns, "rc", 3, ROLLOUT)?;
+    let after = uids_and_ips(&ns)?;
+    let old_uids: BTreeSet<&String> = before.values().map(|v| &v.0).collect();
+    assert!(
+        after.values().all(|v| !old_uids.contains(&v.0)),
+        "all pods are new"
+    );
+    for pod in ns.pods()?.values().filter(|p| !pod_terminating(p)) {
+        assert_eq!(container_image(pod), image("v2"));
+    }
+    let recreates = ns
+        .events()?
+        .iter()
+        .filter(|e| e["reason"] == "SuccessfulUpdatePodReCreate")
+        .count();
+    assert!(recreates >= 3, "a recreate event per pod, saw {recreates}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the test bed"]
+async fn in_place_only_refuses_a_non_image_change() -> TestResult {
+    let ns = Namespace::create("inplaceonly")?;
+    let _ctl = ControllerProcess::start(&ns.name)?;
+    ns.apply(&sample_cloneset("ipo", 2, &image("v1"), "InPlaceOnly"))?;
+    wait_rolled_out(&ns, "ipo", 2, ROLLOUT)?;
+    let before = uids_and_ips(&ns)?;
+    ns.patch_cloneset(
+        "ipo",
+        &json!({"spec": {"template": {"spec": {"containers": [
+            {"name": "app", "image": image("v1"), "env": [{"name": "X", "value": "1"}]}
+        ]}}}}),
+    )?;
+    wait_for("a FailedUpdate condition", ROLLOUT, || {
+        let cs = ns.cloneset("ipo")?;
+        Ok(cs["status"]["conditions"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "FailedUpdate" && c["status"] == "True")
+        }))
+    })?;
+    wait_for("a warning event", Duration::from_secs(30), || {
+        Ok(ns.events()?.iter().any(|e| e["type"] == "Warning"))
+    })?;
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(uids_and_ips(&ns)?, before, "pods untouched");
+    Ok(())
+}

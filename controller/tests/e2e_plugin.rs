@@ -1,0 +1,381 @@
+//! `kubectl-inplace` online subcommands against the test bed, without the controller: the
+//! test creates the CloneSet itself and writes its status through the status subresource.
+//!
+//! ```text
+//! INPLACE_TESTBED_KUBECONFIG=/var/tmp/inplace-testbed/kubeconfig \
+//!   cargo test -p inplace-controller --test e2e_plugin -- --ignored
+//! ```
+//! (kubectl: `INPLACE_KUBECTL`, else the `INPLACE_KUBECTL` line of
+//! `/var/tmp/inplace-testbed/env`, else `kubectl` on PATH.)
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use inplace_proto::{CloneSet, ImagePullJob};
+use kube::api::{Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
+use serde_json::{Value, json};
+
+fn kubeconfig() -> String {
+    std::env::var("INPLACE_TESTBED_KUBECONFIG")
+        .unwrap_or_else(|_| "/var/tmp/inplace-testbed/kubeconfig".into())
+}
+
+fn kubectl_path() -> String {
+    if let Ok(k) = std::env::var("INPLACE_KUBECTL") {
+        return k;
+    }
+    std::fs::read_to_string("/var/tmp/inplace-testbed/env")
+        .ok()
+        .and_then(|env| {
+            env.lines().find_map(|l| {
+                l.trim()
+                    .strip_prefix("export INPLACE_KUBECTL=")
+                    .map(|v| v.trim_matches('"').to_string())
+            })
+        })
+        .unwrap_or_else(|| "kubectl".into())
+}
+
+fn kubectl(args: &[&str], stdin: Option<&str>) -> String {
+    let mut cmd = Command::new(kubectl_path());
+    cmd.arg("--kubeconfig").arg(kubeconfig()).args(args);
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    });
+    let mut child = cmd.spawn().unwrap();
+    if let Some(input) = stdin {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A scratch namespace, deleted on drop.
+struct Ns(String);
+
+impl Ns {
+    fn create(prefix: &str) -> Self {
+        let name = format!("e2e-{prefix}-{:06x}", rand::random::<u32>() & 0xff_ffff);
+        kubectl(&["create", "namespace", &name], None);
+        Ns(name)
+    }
+}
+
+impl Drop for Ns {
+    fn drop(&mut self) {
+        let _ = Command::new(kubectl_path())
+            .arg("--kubeconfig")
+            .arg(kubeconfig())
+            .args(["delete", "namespace", &self.0, "--wait=false"])
+            .output();
+    }
+}
+
+fn cloneset_yaml(name: &str) -> String {
+    format!(
+        "apiVersion: apps.kruise.io/v1alpha1
+kind: CloneSet
+metadata: {{name: {name}}}
+spec:
+  replicas: 3
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata: {{labels: {{app: {name}}}}}
+    spec: {{containers: [{{name: app, image: 127.0.0.1:5000/inplace-test/app:v1}}]}}
+"
+    )
+}
+
+/// Runs the plugin binary with the bed's kubeconfig.
+fn plugin(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kubectl-inplace"))
+        .arg("--kubeconfig")
+        .arg(kubeconfig())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+async fn client() -> Client {
+    let kc = Kubeconfig::read_from(kubeconfig()).unwrap();
+    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    Client::try_from(config).unwrap()
+}
+
+fn paused(ns: &str, name: &str) -> Value {
+    let out = kubectl(&["-n", ns, "get", "cloneset", name, "-o", "json"], None);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    v["spec"]["updateStrategy"]["paused"].clone()
+}
+
+#[test]
+#[ignore = "needs the test bed"]
+fn pause_and_resume_round_trip() {
+    let ns = Ns::create("plugin-pause");
+    kubectl(
+        &["-n", &ns.0, "apply", "-f", "-"],
+        Some(&cloneset_yaml("demo")),
+    );
+
+    let o = plugin(&["-n", &ns.0, "rollout", "pause", "demo"]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    assert_eq!(out, "cloneset.apps.kruise.io/demo paused\n");
+    assert_eq!(paused(&ns.0, "demo"), json!(true));
+
+    // Flags after the subcommand, like kubectl; a second pause changes nothing.
+    let o = plugin(&["rollout", "pause", "demo", "-n", &ns.0]);
+    assert_eq!(text(&o).0, "cloneset.apps.kruise.io/demo already paused\n");
+
+    let o = plugin(&["rollout", "resume", "demo", "--namespace", &ns.0]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    assert_eq!(out, "cloneset.apps.kruise.io/demo resumed\n");
+    assert_eq!(paused(&ns.0, "demo"), json!(false));
+
+    let o = plugin(&["-n", &ns.0, "rollout", "pause", "missing"]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(err.contains("cloneset missing not found"), "{err}");
+}
+
+async fn write_status(api: &Api<CloneSet>, name: &str, status: Value) {
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(&json!({ "status": status })),
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+#[ignore = "needs the test bed"]
+async fn rollout_status_follows_the_status_the_test_writes() {
+    let ns = Ns::create("plugin-status");
+    kubectl(
+        &["-n", &ns.0, "apply", "-f", "-"],
+        Some(&cloneset_yaml("demo")),
+    );
+    let api: Api<CloneSet> = Api::namespaced(client().await, &ns.0);
+    let generation = api.get("demo").await.unwrap().metadata.generation.unwrap();
+
+    // In progress: the plugin keeps waiting and times out (exit 1).
+    write_status(
+        &api,
+        "demo",
+        json!({"observedGeneration": generation, "replicas": 3, "readyReplicas": 3,
+               "availableReplicas": 3, "updatedReplicas": 1, "updatedReadyReplicas": 0,
+               "expectedUpdatedReplicas": 3}),
+    )
+    .await;
+    let o = plugin(&["-n", &ns.0, "rollout", "status", "demo", "--timeout", "2s"]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}{err}");
+    assert!(
+        out.contains("updated 1/3, ready 3, available 3, updated ready 0"),
+        "{out}"
+    );
+    assert!(err.contains("timed out after 2s"), "{err}");
+
+    // Completed while the plugin watches: exit 0 with the final line.
+    let ns_name = ns.0.clone();
+    let child = std::thread::spawn(move || {
+        plugin(&[
+            "-n",
+            &ns_name,
+            "rollout",
+            "status",
+            "demo",
+            "--timeout",
+            "60s",
+        ])
+    });
+    let start = Instant::now();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    write_status(
+        &api,
+        "demo",
+        json!({"updatedReplicas": 2, "updatedReadyReplicas": 2}),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    write_status(
+        &api,
+        "demo",
+        json!({"updatedReplicas": 3, "updatedReadyReplicas": 3}),
+    )
+    .await;
+    let o = tokio::task::spawn_blocking(move || child.join().unwrap())
+        .await
+        .unwrap();
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    assert!(start.elapsed() < Duration::from_secs(30));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "updated 1/3, ready 3, available 3, updated ready 0",
+            "updated 2/3, ready 3, available 3",
+            "updated 3/3, ready 3, available 3",
+            "cloneset demo successfully rolled out",
+        ],
+        "{out}"
+    );
+
+    // A new generation not yet observed is not done.
+    kubectl(
+        &[
+            "-n",
+            &ns.0,
+            "patch",
+            "cloneset",
+            "demo",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"minReadySeconds":1}}"#,
+        ],
+        None,
+    );
+    let o = plugin(&["-n", &ns.0, "rollout", "status", "demo", "--timeout", "2s"]);
+    let (out, _) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("waiting for the controller to observe generation"),
+        "{out}"
+    );
+
+    // Progressing=False: exit 1 with the condition's reason and message.
+    let generation = api.get("demo").await.unwrap().metadata.generation.unwrap();
+    write_status(
+        &api,
+        "demo",
+        json!({"observedGeneration": generation, "updatedReplicas": 1, "updatedReadyReplicas": 1,
+               "conditions": [{"type": "Progressing", "status": "False",
+                               "reason": "ProgressDeadlineExceeded",
+                               "message": "CloneSet demo has timed out progressing."}]}),
+    )
+    .await;
+    let o = plugin(&["-n", &ns.0, "rollout", "status", "demo", "--timeout", "30s"]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}{err}");
+    assert!(
+        err.contains(
+            "cloneset demo: ProgressDeadlineExceeded: CloneSet demo has timed out progressing."
+        ),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs the test bed"]
+async fn warm_up_creates_an_image_pull_job() {
+    let ns = Ns::create("plugin-warmup");
+    let o = plugin(&[
+        "-n",
+        &ns.0,
+        "warm-up",
+        "127.0.0.1:5000/inplace-test/app:v2",
+        "--nodes",
+        "node-b,node-a",
+        "--parallelism",
+        "2",
+    ]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    let name = out
+        .trim()
+        .strip_prefix("imagepulljob.apps.kruise.io/")
+        .and_then(|s| s.strip_suffix(" created"))
+        .unwrap_or_else(|| panic!("{out}"))
+        .to_string();
+    assert!(name.starts_with("warm-up-"), "{name}");
+    let api: Api<ImagePullJob> = Api::namespaced(client().await, &ns.0);
+    let job = serde_json::to_value(api.get(&name).await.unwrap()).unwrap();
+    assert_eq!(job["spec"]["image"], "127.0.0.1:5000/inplace-test/app:v2");
+    assert_eq!(
+        job["spec"]["selector"]["names"],
+        json!(["node-a", "node-b"])
+    );
+    assert_eq!(job["spec"]["parallelism"], 2);
+
+    // --wait follows the status (written here in place of the controller).
+    let ns_name = ns.0.clone();
+    let child = std::thread::spawn(move || {
+        plugin(&[
+            "-n",
+            &ns_name,
+            "warm-up",
+            "img:v3",
+            "-l",
+            "zone=a",
+            "--wait",
+            "--timeout",
+            "60s",
+        ])
+    });
+    let start = Instant::now();
+    let created = loop {
+        let list = api.list(&Default::default()).await.unwrap();
+        if let Some(j) = list.items.into_iter().find(|j| j.spec.image == "img:v3") {
+            break j;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "no job created");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let name = created.metadata.name.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    api.patch_status(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(
+            &json!({"status": {"desired": 2, "succeeded": 1, "failed": 1,
+            "failedNodes": ["n2"], "completionTime": "2026-01-01T00:00:00Z",
+            "startTime": "2026-01-01T00:00:00Z"}}),
+        ),
+    )
+    .await
+    .unwrap();
+    let o = tokio::task::spawn_blocking(move || child.join().unwrap())
+        .await
+        .unwrap();
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}{err}");
+    assert!(
+        out.contains(&format!("imagepulljob.apps.kruise.io/{name} created")),
+        "{out}"
+    );
+    assert!(out.contains("succeeded 1/2, active 0, failed 1"), "{out}");
+    assert!(err.contains("1 node(s) failed: n2"), "{err}");
+}

@@ -1,0 +1,443 @@
+//! End-to-end, rollouts: maxSurge, paused, lifecycle hooks, PVCs, progress deadline, and a
+//! controller killed in the middle of a rollout. Same bed and commands as `e2e_cloneset`:
+//!
+//! ```text
+//! INPLACE_TESTBED_KUBECONFIG=/var/tmp/inplace-testbed/kubeconfig \
+//!   cargo test -p inplace-controller --test e2e_rollout -- --ignored --test-threads 2
+//! ```
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod e2e_support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use e2e_support::*;
+use serde_json::{Value, json};
+
+const ROLLOUT: Duration = Duration::from_secs(150);
+
+fn live_pods(ns: &Namespace) -> TestResult<BTreeMap<String, Value>> {
+    Ok(ns
+        .pods()?
+        .into_iter()
+        .filter(|(_, p)| !pod_terminating(p))
+        .collect())
+}
+
+fn uid(obj: &Value) -> String {
+    obj["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the test bed"]
+async fn max_surge_creates_extra_new_pods_and_removes_them_at_the_end() -> TestResult {
+    let ns = Namespace::create("surge")?;
+    let _ctl = ControllerProcess::start(&ns.name)?;
+    ns.apply(&sample_cloneset("sg", 3, &image("v1"), "ReCreate"))?;
+    wait_rolled_out(&ns, "sg", 3, ROLLOUT)?;
+    let watch = UnavailabilityWatch::start(&ns.name, 3).await?;
+    ns.patch_cloneset(
+        "sg",
+        &json!({"spec": {"updateStrategy": {"maxSurge": 1, "maxUnavailable": 0}}}),
+    )?;
+    ns.set_image("sg", &image("v2"))?;
+    wait_rolled_out(&ns, "sg", 3, ROLLOUT)?;
+    wait_for("surge pods removed", ROLLOUT, || {
+        Ok(live_pods(&ns)?.len() == 3)
+    })?;
+    eprintln!(
+        "surge rollout: at most {} live pods, at most {} unavailable",
+        watch.max_live(),
+        watch.max()
+    );
+    assert_eq!(watch.max_live(), 4, "exactly one surge pod at a time");
+    assert_eq!(watch.max(), 0, "maxUnavailable 0 holds: {}", watch.worst());
+    for pod in live_pods(&ns)?.values() {
+        assert_eq!(container_image(pod), image("v2"));
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the test bed"]
+async fn paused_stops_updating_and_resuming_finishes() -> TestResult {
+    let ns = Namespace::create("paused")?;
+    let _ctl = ControllerProcess::start(&ns.name)?;
+    ns.apply(&sample_cloneset("ps", 3, &image("v1"), "InPlaceIfPossible"))?;
+    wait_rolled_out(&ns, "ps", 3, ROLLOUT)?;
+    ns.patch_cloneset("ps", &json!({"spec": {"updateStrategy": {"paused": true}}}))?;
+    ns.set_image("ps", &image("v2"))?;
+    wait_for("status observes the new revision", ROLLOUT, || {
+        let cs = ns.cloneset("ps")?;
+        Ok(cs["status"]["observedGeneration"] == cs["metadata"]["generation"])
+    })?;
+    std::thread::sleep(Duration::from_secs(6));
+    let cs = ns.cloneset("ps")?;
+    assert_eq!(
+        status_i64(&cs, "updatedReplicas"),
+        0,
+        "paused: nothing updated"
+    );
+    for pod in live_pods(&ns)?.values() {
+        assert_eq!(container_image(pod), image("v1"));
+    }
+    // Scaling still works while paused.
+    ns.patch_cloneset("ps", &json!({"spec": {"replicas": 4}}))?;
+    wait_for("4 pods while paused", ROLLOUT, || {
+        Ok(live_pods(&ns)?.len() == 4)
+    })?;
+    ns.patch_cloneset(
+        "ps",
+        &json!({"spec": {"updateStrategy": {"paused": false}}}),
+    )?;
+    wait_rolled_out(&ns, "ps", 4, ROLLOUT)?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the test bed"]
+async fn killing_the_controller_mid_rollout_resumes_without_loss_or_overrun() -> TestResult {
+    let ns = Namespace::create("restart")?;
+    let mut ctl = ControllerProcess::start(&ns.name)?;
+    // minReadySeconds slows every batch down so that the kill lands mid-rollout.
+    let yaml = sample_cloneset("rs", 5, &image("v1"), "InPlaceIfPossible").replace(
+        "  updateStrategy:",
+        "  minReadySeconds: 4\n  updateStrategy:",
+    );
+    ns.apply(&yaml)?;
+    wait_rolled_out(&ns, "rs", 5, ROLLOUT)?;
+    wait_for("all available", ROLLOUT, || {
+        Ok(status_i64(&ns.cloneset("rs")?, "availableReplicas") == 5)
+    })?;
+    let before: BTreeMap<String, (String, i64)> = live_pods(&ns)?
+        .into_iter()
+        .map(|(n, p)| (n, (uid(&p), restart_count(&p))))
+        .collect();
+    let watch = UnavailabilityWatch::start(&ns.name, 5).await?;
+    ns.set_image("rs", &image("v2"))?;
+    wait_for("the rollout under way", ROLLOUT, || {
+        let n = status_i64(&ns.cloneset("rs")?, "updatedReplicas");
+        Ok((1..5).contains(&n))
+    })?;
+    ctl.kill();
+    let at_kill = status_i64(&ns.cloneset("rs")?, "updatedReplicas");
+    eprintln!("controller killed with {at_kill}/5 updated");
+    std::thread::sleep(Duration::from_secs(3));
+    let _ctl2 = ControllerProcess::start(&ns.name)?;
+    wait_rolled_out(&ns, "rs", 5, ROLLOUT)?;
+    let after: BTreeMap<String, (String, i64)> = live_pods(&ns)?
+        .into_iter()
+        .map(|(n, p)| (n, (uid(&p), restart_count(&p))))
+        .collect();
+    assert_eq!(
+        before.keys().collect::<Vec<_>>(),
+        after.keys().collect::<Vec<_>>()
+    );
+    for (name, (u, r)) in &before {
+        assert_eq!(&after[name].0, u, "{name}: same pod");
+        assert_eq!(after[name].1, r + 1, "{name}: updated exactly once");
+    }
+    eprintln!("restart rollout: at most {} unavailable", watch.max());
+    assert!(
+        watch.max() <= 1,
+        "budget kept across the restart: {}",
+        watch.worst()
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the test bed"]
+async fn lifecycle_hooks_hold_pods_until_released() -> TestResult {
+    let ns = Namespace::create("hooks")?;
+    let _ctl = ControllerProcess::start(&ns.name)?;
+    let yaml = sample_cloneset("hk", 2, &image("v1"), "InPlaceIfPossible")
+        .replace(
+            "      labels:\n        app: hk\n    spec:",
+            "      labels:\n        app: hk\n        example.io/block: \"true\"\n    spec:",
+        )
+        .replace(
+            "  updateStrategy:",
+            "  lifecycle:\n    preDelete:\n      labelsHandler:\n        example.io/block: \"true\"\n    inPlaceUpdate:\n      labelsHandler:\n        example.io/block: \"true\"\n  updateStrategy:",
+        );
+    ns.apply(&yaml)?;
+    wait_rolled_out(&ns, "hk", 2, ROLLOUT)?;
+
+    // In-place update: held in PreparingUpdate while the hook label is on.
+    ns.set_image("hk", &image("v2"))?;
+    let held = {
+        let mut held = String::new();
+        wait_for("a pod in PreparingUpdate", ROLLOUT, || {
+            for (n, p) in live_pods(&ns)? {
+                if label(&p, "lifecycle.apps.kruise.io/state") == Some("PreparingUpdate") {
+                    held = n;
+                    return Ok(true);
+                }
+            }
+            Ok(false)
+        })?;
+        held
+    };
+    std::thread::sleep(Duration::from_secs(4));
+    let pods = live_pods(&ns)?;
+    assert_eq!(
+        label(&pods[&held], "lifecycle.apps.kruise.io/state"),
+        Some("PreparingUpdate"),
+        "held while hooked"
+    );
+    assert_eq!(
+        container_image(&pods[&held]),
+        image("v1"),
+        "not updated yet"
+    );
+    // The "hook controller": release every pod waiting in PreparingUpdate, and put the
+    // label back on Updated pods, until the rollout is done.
+    wait_for("rollout through the hook", ROLLOUT, || {
+        for (n, p) in live_pods(&ns)? {
+            match label(&p, "lifecycle.apps.kruise.io/state") {
+                Some("PreparingUpdate") if label(&p, "example.io/block").is_some() => {
+                    ns.kubectl(&["label", "pod", &n, "example.io/block-"])?;
+                }
+                Some("Updated") => {
+                    ns.kubectl(&["label", "pod", &n, "example.io/block=true", "--overwrite"])?;
+                }
+                _ => {}
+            }
+        }
+        let cs = ns.cloneset("hk")?;
+        let pods = live_pods(&ns)?;
+        Ok(status_i64(&cs, "updatedReadyReplicas") == 2
+            && pods
+                .values()
+                .all(|p| label(p, "lifecycle.apps.kruise.io/state") == Some("Normal")))
+    })?;
+
+    // Scale down: the victim waits in PreparingDelete until the hook label goes.
+    ns.patch_cloneset("hk", &json!({"spec": {"replicas": 1}}))?;
+    let mut victim = String::new();
+    wait_for("a pod in PreparingDelete", ROLLOUT, || {
+        for (n, p) in live_pods(&ns)? {
+            if label(&p, "lifecycle.apps.kruise.io/state") == Some("PreparingDelete") {
+                victim = n;
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    })?;
+    std::thread::sleep(Duration::from_secs(4));
+    assert!(
+        live_pods(&ns)?.contains_key(&victim),
+        "held in PreparingDelete"
+    );
+    ns.kubectl(&["label", "pod", &victim, "example.io/block-"])?;
+    wait_for("the released pod deleted", ROLLOUT, || {
+        Ok(!live_pods(&ns)?.contains_key(&victim))
+    })?;
+    wait_for("1 pod left", ROLLOUT, || Ok(live_pods(&ns)?.len() == 1))?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the test bed"]
+async fn progress_deadline_flips_progressing_false() -> TestResult {
+    let ns = Namespace::create("deadline")?;
+    let _ctl = ControllerProcess::start(&ns.name)?;
+    let yaml = sample_cloneset("dl", 2, &image("v1"), "ReCreate").replace(
+        "  updateStrategy:",
+        "  progressDeadlineSeconds: 8\n  updateStrategy:",
+    );
+    ns.apply(&yaml)?;
+    wait_rolled_out(&ns, "dl", 2, ROLLOUT)?;
+    wait_for("Progressing True", ROLLOUT, || {
+        let cs = ns.cloneset("dl")?;
+        Ok(cs["status"]["conditions"].as_array().is_some_and(|c| {
+            c.iter()
+                .any(|c| c["type"] == "Progressing" && c["status"] == "True")
+        }))
+    })?;
+    // An image that cannot be pulled never becomes ready.
+    ns.set_image("dl", "127.0.0.1:5000/inplace-test/app:does-not-exist")?;
+    wait_for(
+        "Progressing False / ProgressDeadlineExceeded",
+        ROLLOUT,
+        || {
+            let cs = ns.cloneset("dl")?;
+            Ok(cs["status"]["conditions"].as_array().is_some_and(|c| {
+                c.iter().any(|c| {
+                    c["type"] == "Progressing"
+                        && c["status"] == "False"
+                        && c["reason"] == "ProgressDeadlineExceeded"
+                })
+            }))
+        },
+    )?;
+    Ok(())
+}
+
+/// hostPath PersistentVolumes for the test's claims (the bed has no provisioner).
+fn make_pvs(prefix: &str, n: usize) -> TestResult<Vec<String>> {
+    let mut names = Vec::new();
+    for i in 0..n {
+        let name = format!("{prefix}-pv{i}");
+        let yaml = format!(
+            r#"apiVersion: v1
+kind: PersistentVolume
+metadata:
+  name: {name}
+spec:
+  capacity:
+    storage: 1Gi
+  accessModes: ["ReadWriteOnce"]
+  persistentVolumeReclaimPolicy: Delete
+  storageClassName: {prefix}
+  hostPath:
+    path: /tmp/inplace-e2e/{name}
+    type: DirectoryOrCreate
+"#
+        );
+        kubectl(&["apply", "-f", "-"], Some(&yaml))?;
+        names.push(name);
+    }
+    Ok(names)
+}
+
+struct Pvs(Vec<String>);
+
+impl Drop for Pvs {
+    fn drop(&mut self) {
+        for pv in &self.0 {
+            let _ = kubectl(&["delete", "pv", pv, "--wait=false"], None);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the test bed"]
+async fn pvcs_follow_their_pods() -> TestResult {
+    let ns = Namespace::create("pvc")?;
+    let class = ns.name.clone();
+    let _pvs = Pvs(make_pvs(&class, 8)?);
+    let _ctl = ControllerProcess::start(&ns.name)?;
+    let yaml = sample_cloneset("pv", 2, &image("v1"), "InPlaceIfPossible")
+        .replace(
+            "        readinessProbe:",
+            "        volumeMounts:\n        - name: data\n          mountPath: /data\n        readinessProbe:",
+        )
+        .replace(
+            "  updateStrategy:",
+            &format!(
+                "  volumeClaimTemplates:\n  - metadata:\n      name: data\n    spec:\n      accessModes: [\"ReadWriteOnce\"]\n      storageClassName: {class}\n      resources:\n        requests:\n          storage: 1Gi\n  updateStrategy:"
+            ),
+        );
+    ns.apply(&yaml)?;
+    wait_rolled_out(&ns, "pv", 2, ROLLOUT)?;
+    let pvcs = |ns: &Namespace| -> TestResult<BTreeMap<String, String>> {
+        Ok(ns.json(&["get", "pvc"])?["items"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+            .map(|p| {
+                (
+                    p["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                    uid(p),
+                )
+            })
+            .collect())
+    };
+    let first = pvcs(&ns)?;
+    assert_eq!(first.len(), 2, "one PVC per pod");
+    for (name, pod) in live_pods(&ns)? {
+        let id = label(&pod, "apps.kruise.io/cloneset-instance-id").unwrap();
+        assert!(
+            first.contains_key(&format!("data-pv-{id}")),
+            "{name}: PVC data-pv-{id}"
+        );
+    }
+
+    // In-place update keeps the PVCs.
+    ns.set_image("pv", &image("v2"))?;
+    wait_rolled_out(&ns, "pv", 2, ROLLOUT)?;
+    assert_eq!(pvcs(&ns)?, first, "PVCs kept through the in-place update");
+
+    // A pod deleted by hand comes back with the same instance id and PVC.
+    let (victim, pod) = live_pods(&ns)?.into_iter().next().unwrap();
+    let id = label(&pod, "apps.kruise.io/cloneset-instance-id")
+        .unwrap()
+        .to_owned();
+    let victim_uid = uid(&pod);
+    ns.kubectl(&["delete", "pod", &victim, "--wait=false"])?;
+    wait_for("the replacement reusing the PVC", ROLLOUT, || {
+        Ok(live_pods(&ns)?
+            .get(&victim)
+            .is_some_and(|p| uid(p) != victim_uid && pod_ready(p)))
+    })?;
+    let replaced = live_pods(&ns)?;
+    assert_eq!(
+        label(&replaced[&victim], "apps.kruise.io/cloneset-instance-id"),
+        Some(id.as_str())
+    );
+    assert_eq!(pvcs(&ns)?, first, "the PVC was reused");
+
+    // Scale down deletes the pod's PVC.
+    ns.patch_cloneset("pv", &json!({"spec": {"replicas": 1}}))?;
+    wait_for("one pod and one PVC", ROLLOUT, || {
+        Ok(live_pods(&ns)?.len() == 1 && pvcs(&ns)?.len() == 1)
+    })?;
+
+    // A recreate update deletes the pod's PVC with it: the new pod gets a new one.
+    let kept = pvcs(&ns)?;
+    ns.patch_cloneset(
+        "pv",
+        &json!({"spec": {"updateStrategy": {"type": "ReCreate"}}}),
+    )?;
+    ns.set_image("pv", &image("v3"))?;
+    wait_rolled_out(&ns, "pv", 1, ROLLOUT)?;
+    wait_for("a fresh PVC for the recreated pod", ROLLOUT, || {
+        let now = pvcs(&ns)?;
+        Ok(now.len() == 1 && now.values().all(|u| !kept.values().any(|k| k == u)))
+    })?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the test bed"]
+async fn two_controllers_elect_one_leader_and_fail_over() -> TestResult {
+    let ns = Namespace::create("leader")?;
+    let mut a = ControllerProcess::start(&ns.name)?;
+    std::thread::sleep(Duration::from_secs(2));
+    let mut b = ControllerProcess::start(&ns.name)?;
+    ns.apply(&sample_cloneset("ld", 2, &image("v1"), "ReCreate"))?;
+    wait_rolled_out(&ns, "ld", 2, ROLLOUT)?;
+    let leaders = |a: &ControllerProcess, b: &ControllerProcess| {
+        [a, b]
+            .iter()
+            .filter(|c| c.log_text().contains("became leader"))
+            .count()
+    };
+    assert_eq!(leaders(&a, &b), 1, "exactly one leader");
+    let a_leads = a.log_text().contains("became leader");
+    // Kill the leader (no lease release): the other takes over after the lease expires.
+    if a_leads {
+        a.kill();
+    } else {
+        b.kill();
+    }
+    let survivor = if a_leads { &mut b } else { &mut a };
+    wait_for("the follower takes over", Duration::from_secs(60), || {
+        Ok(survivor.log_text().contains("became leader"))
+    })?;
+    ns.patch_cloneset("ld", &json!({"spec": {"replicas": 3}}))?;
+    wait_rolled_out(&ns, "ld", 3, ROLLOUT)?;
+    assert!(survivor.is_running());
+    Ok(())
+}

@@ -1,0 +1,224 @@
+//! `kubectl-inplace plan` run as a process on the fixture files under
+//! `tests/fixtures/plan/` (issue 2 item 4).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+const NOW: &str = "2026-03-01T12:00:00Z";
+
+fn fixture(name: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/plan")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kubectl-inplace"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8(o.stderr.clone()).unwrap()
+}
+
+fn json(o: &Output) -> Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(o)))
+}
+
+/// Fixture paths are absolute; snapshots should not depend on the checkout.
+fn portable(text: &str) -> String {
+    text.replace(&fixture(""), "fixtures/")
+}
+
+fn scale_up_args<'a>(cs: &'a str, pods: &'a str, pvcs: &'a str, output: &'a str) -> Vec<&'a str> {
+    vec![
+        "plan", "-f", cs, "--pods", pods, "--pvcs", pvcs, "--now", NOW, "-o", output,
+    ]
+}
+
+#[test]
+fn scale_up_creates_the_missing_pods_within_the_rate_limit_reusing_a_free_pvc() {
+    let (cs, pods, pvcs) = (
+        fixture("scale-up-cloneset.yaml"),
+        fixture("scale-up-pods.yaml"),
+        fixture("scale-up-pvcs.yaml"),
+    );
+    let out = run(&scale_up_args(&cs, &pods, &pvcs, "json"));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stderr(&out), "");
+    let v = json(&out);
+    assert_eq!(v["resolved"]["replicas"], 5);
+    assert_eq!(v["resolved"]["scaleMaxUnavailable"], 2);
+    assert_eq!(v["diffs"]["scaleUp"], 3);
+    assert_eq!(v["diffs"]["scaleUpLimit"], 2);
+    let actions = v["actions"].as_array().unwrap();
+    assert_eq!(actions.len(), 2, "{actions:?}");
+    let ids: Vec<&str> = actions
+        .iter()
+        .map(|a| a["create"]["instanceId"].as_str().unwrap())
+        .collect();
+    assert!(
+        ids.contains(&"qq7fd"),
+        "the free PVC's id is reused: {ids:?}"
+    );
+    for a in actions {
+        assert_eq!(a["create"]["revision"], v["revisions"]["update"]);
+    }
+    assert_eq!(v["status"]["replicas"], 2);
+    insta::assert_json_snapshot!("scale_up_json", v);
+
+    let table = run(&scale_up_args(&cs, &pods, &pvcs, "table"));
+    assert_eq!(table.status.code(), Some(0));
+    insta::assert_snapshot!("scale_up_table", stdout(&table));
+}
+
+#[test]
+fn partition_updates_replicas_minus_partition_pods_in_place_one_at_a_time() {
+    let out = run(&[
+        "plan",
+        "-f",
+        &fixture("partition-cloneset.yaml"),
+        "--pods",
+        &fixture("partition-pods.yaml"),
+        "--revisions",
+        &fixture("partition-revisions.yaml"),
+        "--now",
+        NOW,
+        "-o",
+        "json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v = json(&out);
+    assert_eq!(v["resolved"]["partition"], 3);
+    assert_eq!(v["revisions"]["current"], "sample-d4d4fb5bd");
+    assert_eq!(v["diffs"]["update"], 2);
+    assert_eq!(v["diffs"]["updateMaxUnavailable"], 1);
+    let actions = v["actions"].as_array().unwrap();
+    assert_eq!(actions.len(), 1, "maxUnavailable 20% of 5 = 1: {actions:?}");
+    assert_eq!(actions[0]["update"]["method"], "inPlace");
+    assert_eq!(v["status"]["expectedUpdatedReplicas"], 2);
+    insta::assert_json_snapshot!("partition_json", v);
+}
+
+#[test]
+fn partition_rollback_flag_and_revision_overrides_are_honoured() {
+    // Pretend the pods already run the update revision and the partition asks for all of
+    // them to stay on the old one: with --partition-rollback, they go back.
+    let out = run(&[
+        "plan",
+        "-f",
+        &fixture("partition-cloneset.yaml"),
+        "--pods",
+        &fixture("partition-pods.yaml"),
+        "--update-revision",
+        "sample-d4d4fb5bd",
+        "--current-revision",
+        "sample-older",
+        "--partition-rollback",
+        "--now",
+        NOW,
+        "-o",
+        "json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v = json(&out);
+    assert_eq!(v["revisions"]["update"], "sample-d4d4fb5bd");
+    assert_eq!(v["revisions"]["current"], "sample-older");
+    // 5 pods on the update revision, partition 3 → 3 go back.
+    assert_eq!(v["diffs"]["update"], -3);
+}
+
+#[test]
+fn unparsable_yaml_exits_2_with_one_line_naming_the_file_and_position() {
+    let cs = fixture("bad-syntax-cloneset.yaml");
+    let out = run(&["plan", "-f", &cs, "--now", NOW]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(stdout(&out), "");
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with(&format!("error: {cs}:10:")), "{err}");
+}
+
+#[test]
+fn wrong_type_exits_2_naming_the_file_and_the_field() {
+    let out = run(&[
+        "plan",
+        "-f",
+        &fixture("partition-cloneset.yaml"),
+        "--pods",
+        &fixture("bad-type-pods.yaml"),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert_eq!(
+        portable(&err),
+        "error: fixtures/bad-type-pods.yaml: items[0].spec.containers[0].ports[0].containerPort: invalid type: string \"http\", expected i32\n"
+    );
+}
+
+#[test]
+fn pod_outside_the_selector_exits_2_naming_the_pod() {
+    let out = run(&[
+        "plan",
+        "-f",
+        &fixture("partition-cloneset.yaml"),
+        "--pods",
+        &fixture("other-app-pods.yaml"),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = portable(&stderr(&out));
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("error: fixtures/other-app-pods.yaml: pod web-abcde: metadata.labels:"),
+        "{err}"
+    );
+}
+
+#[test]
+fn missing_file_and_bad_time_exit_2() {
+    let out = run(&["plan", "-f", &fixture("no-such-file.yaml")]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("no-such-file.yaml: cannot read"));
+    let out = run(&[
+        "plan",
+        "-f",
+        &fixture("partition-cloneset.yaml"),
+        "--now",
+        "yesterday",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).starts_with("error: --now:"));
+}
+
+#[test]
+fn cloneset_the_crd_rejects_is_still_planned_with_a_warning() {
+    let cs = fixture("inplaceonly-surge-cloneset.yaml");
+    let out = run(&["plan", "-f", &cs, "--now", NOW, "-o", "json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let err = stderr(&out);
+    assert!(
+        err.contains("spec.updateStrategy.maxSurge: must be 0 with type InPlaceOnly"),
+        "{err}"
+    );
+    let v = json(&out);
+    assert_eq!(v["diffs"]["scaleUp"], 2);
+}
+
+#[test]
+fn help_exits_0() {
+    let out = run(&["plan", "--help"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(stdout(&out).contains("--partition-rollback"));
+}
