@@ -188,6 +188,18 @@ const CONTROLLER_USES: &[(&str, &str, &[&str])] = &[
     ),
     ("", "nodes", &["get", "list", "watch"]),
     ("events.k8s.io", "events", &["create", "patch"]),
+    // imagepulljob/mod.rs
+    (
+        "apps.kruise.io",
+        "imagepulljobs",
+        &["list", "watch", "delete"],
+    ),
+    ("apps.kruise.io", "imagepulljobs/status", &["patch"]),
+    (
+        "apps.kruise.io",
+        "nodeimages",
+        &["list", "watch", "create", "patch"],
+    ),
 ];
 
 /// What `inplace-daemon` calls, read from daemon/src: main.rs + kube_io.rs (watcher on

@@ -652,7 +652,6 @@ fn check_plan(
     let update_revision = plan.revisions.update_revision.as_str();
     let is_new = |f: &PodFacts| {
         f.revision
-            .as_deref()
             .is_some_and(|r| revision_matches(r, update_revision))
     };
     let min_ready = cs.min_ready_seconds();

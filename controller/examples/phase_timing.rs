@@ -1,0 +1,82 @@
+//! Per-phase timing of one plan over the bench's snapshot (same fixture as
+//! `benches/plan.rs`, from `benches/support`). Usage:
+//! `cargo run --release -p inplace-controller --example phase_timing -- [pods] [iterations]`.
+//! Under `valgrind --tool=callgrind` pass a small iteration count.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    missing_docs,
+    clippy::print_stdout
+)]
+
+#[path = "../benches/support/mod.rs"]
+mod support;
+
+use std::collections::BTreeSet;
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use inplace_controller::plan::{
+    PlanContext, PodFacts, diffs, housekeeping, plan, revision, scale, status, update,
+};
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let n: usize = args.next().map_or(10_000, |a| a.parse().unwrap());
+    let iterations: u32 = args.next().map_or(50, |a| a.parse().unwrap());
+    let input = support::input(n);
+    let mut phases = [Duration::ZERO; 6];
+    let names = [
+        "facts",
+        "revisions",
+        "diffs",
+        "scale+update",
+        "status",
+        "whole plan",
+    ];
+    for _ in 0..iterations {
+        let snapshot = support::snapshot(&input);
+        let t0 = Instant::now();
+        let none = BTreeSet::new();
+        let pods: Vec<PodFacts> = snapshot
+            .pods
+            .iter()
+            .map(|p| PodFacts::from_pod(p, &none))
+            .collect();
+        let t1 = Instant::now();
+        let revisions = revision::plan_revisions(&snapshot, &pods).unwrap();
+        let t2 = Instant::now();
+        let ctx = PlanContext {
+            snapshot,
+            pods,
+            update_revision: revisions.update_revision.clone(),
+            current_revision: revisions.current_revision.clone(),
+            resolved: diffs::resolve(snapshot.cloneset),
+        };
+        let d = diffs::calculate(&ctx);
+        let t3 = Instant::now();
+        let _ = black_box(housekeeping::pvc_cleanup(&ctx));
+        let scaled = scale::plan_scale(&ctx, &d);
+        if scaled.is_empty() {
+            black_box(update::plan_update(&ctx, &d));
+        }
+        let t4 = Instant::now();
+        black_box(status::compute(&ctx, &revisions));
+        let t5 = Instant::now();
+        black_box(plan(black_box(support::snapshot(&input))).unwrap());
+        let t6 = Instant::now();
+        for (i, (a, b)) in [(t0, t1), (t1, t2), (t2, t3), (t3, t4), (t4, t5), (t5, t6)]
+            .into_iter()
+            .enumerate()
+        {
+            phases[i] += b - a;
+        }
+    }
+    println!("{n} pods, {iterations} iterations, mean per plan:");
+    for (name, total) in names.iter().zip(phases) {
+        println!(
+            "  {name:<13} {:>9.3} ms",
+            total.as_secs_f64() * 1e3 / f64::from(iterations)
+        );
+    }
+}

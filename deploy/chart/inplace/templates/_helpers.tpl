@@ -1,0 +1,16 @@
+{{- define "inplace.labels" -}}
+app.kubernetes.io/name: inplace
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+{{- define "inplace.controllerSelector" -}}
+app.kubernetes.io/name: inplace
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: controller
+{{- end -}}
+{{- define "inplace.daemonSelector" -}}
+app.kubernetes.io/name: inplace
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: daemon
+{{- end -}}
