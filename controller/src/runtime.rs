@@ -69,6 +69,10 @@ pub struct Context {
     pub caps: ServerCapabilities,
     pub settings: Settings,
     failures: Mutex<HashMap<String, u32>>,
+    /// Turns true once every cache has synced. A watch channel wakes every waiting
+    /// reconcile; awaiting the stores' readiness from each reconcile does not (only the
+    /// last waiter was woken, and the others sat out their whole timeout).
+    synced: tokio::sync::watch::Receiver<bool>,
 }
 
 impl std::fmt::Debug for Context {
@@ -110,13 +114,13 @@ pub async fn reconcile(cs: Arc<CloneSet>, ctx: Arc<Context>) -> Result<Action, E
 }
 
 async fn reconcile_inner(cs: &CloneSet, ctx: &Context, key: &str) -> Result<Action, Error> {
-    if tokio::time::timeout(Duration::from_secs(30), ctx.stores.wait_ready())
-        .await
-        .is_err()
-    {
+    let mut synced = ctx.synced.clone();
+    if !matches!(
+        tokio::time::timeout(Duration::from_secs(30), synced.wait_for(|s| *s)).await,
+        Ok(Ok(_))
+    ) {
         return Err(Error::CacheNotReady("pods/pvcs/revisions/nodes"));
     }
-    ctx.health.caches_synced.store(true, Ordering::Relaxed);
     ctx.metrics
         .cached_pods
         .set(i64::try_from(ctx.stores.pods.len()).unwrap_or(i64::MAX));
@@ -251,6 +255,7 @@ pub async fn run(
         .watches_stream(streams.nodes, |_| std::iter::empty())
         .graceful_shutdown_on(shutdown);
     let stores = part.with_clonesets(controller.store());
+    let (synced_tx, synced) = tokio::sync::watch::channel(false);
     let ctx = Arc::new(Context {
         client,
         stores,
@@ -261,12 +266,14 @@ pub async fn run(
         caps,
         settings,
         failures: Mutex::new(HashMap::new()),
+        synced,
     });
     {
         let ctx = ctx.clone();
         tokio::spawn(async move {
             if ctx.stores.wait_ready().await.is_ok() {
                 ctx.health.caches_synced.store(true, Ordering::Relaxed);
+                synced_tx.send_replace(true);
                 info!(
                     clonesets = ctx.stores.clonesets.len(),
                     pods = ctx.stores.pods.len(),

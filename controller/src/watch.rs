@@ -232,8 +232,12 @@ pub struct Owned {
 
 impl Stores {
     /// Whether every store has listed its objects once.
+    ///
+    /// Await it from ONE task only: a store's readiness wakes a single waiter, so
+    /// concurrent waiters (and the CloneSet store, which the kube `Controller` itself
+    /// awaits before running any reconcile) can sleep forever. The CloneSet store is
+    /// therefore left out: no reconcile runs before it is ready anyway.
     pub async fn wait_ready(&self) -> Result<(), reflector::store::WriterDropped> {
-        self.clonesets.wait_until_ready().await?;
         self.pods.wait_until_ready().await?;
         self.pvcs.wait_until_ready().await?;
         self.revisions.wait_until_ready().await?;

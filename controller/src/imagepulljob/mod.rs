@@ -57,6 +57,8 @@ struct Ctx {
     node_images: Store<NodeImage>,
     nodes: Store<Node>,
     pods: Store<Pod>,
+    /// True once the three stores above have listed.
+    synced: tokio::sync::watch::Receiver<bool>,
 }
 
 fn strip_node(node: &mut Node) {
@@ -149,11 +151,26 @@ where
                 .map(|j| ObjectRef::from_obj(j.as_ref()))
                 .collect::<Vec<_>>()
         });
+    // One task awaits the caches and tells every reconcile through a watch channel: a
+    // store's readiness wakes a single waiter only.
+    let (synced_tx, synced) = tokio::sync::watch::channel(false);
+    {
+        let (node_images, nodes, pods) = (ni_store.clone(), node_store.clone(), pod_store.clone());
+        tokio::spawn(async move {
+            let ready = node_images.wait_until_ready().await.is_ok()
+                && nodes.wait_until_ready().await.is_ok()
+                && pods.wait_until_ready().await.is_ok();
+            if ready {
+                synced_tx.send_replace(true);
+            }
+        });
+    }
     let ctx = Arc::new(Ctx {
         client,
         node_images: ni_store,
         nodes: node_store,
         pods: pod_store,
+        synced,
     });
     info!("ImagePullJob controller started");
     controller
@@ -185,14 +202,8 @@ async fn reconcile(job: Arc<ImagePullJob>, ctx: Arc<Ctx>) -> Result<Action, Erro
         return Ok(Action::await_change());
     }
     // the caches must have listed before "no NodeImage" may mean "create one"
-    for ready in [
-        ctx.node_images.wait_until_ready().await.is_ok(),
-        ctx.nodes.wait_until_ready().await.is_ok(),
-        ctx.pods.wait_until_ready().await.is_ok(),
-    ] {
-        if !ready {
-            return Ok(Action::requeue(Duration::from_secs(1)));
-        }
+    if !*ctx.synced.borrow() {
+        return Ok(Action::requeue(Duration::from_secs(1)));
     }
     let node_images: BTreeMap<String, NodeImage> = ctx
         .node_images

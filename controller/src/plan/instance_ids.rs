@@ -27,6 +27,11 @@ pub const INSTANCE_ID_LEN: usize = 5;
 
 /// `count` ids for new pods, reused ones first (see the module doc), sorted.
 pub fn available_ids(ctx: &PlanContext<'_>, count: usize) -> Vec<String> {
+    if count == 0 {
+        // Nothing to name: skip the sets over every pod (a plan calls this each time the
+        // arithmetic wants pods but the scale limits allow none).
+        return Vec::new();
+    }
     let active: BTreeSet<&str> = ctx.active_pods().filter_map(|p| p.instance_id).collect();
     let any_pod: BTreeSet<&str> = ctx.pods.iter().filter_map(|p| p.instance_id).collect();
     let pvc_ids: BTreeSet<&str> = ctx
@@ -67,16 +72,13 @@ pub fn available_ids(ctx: &PlanContext<'_>, count: usize) -> Vec<String> {
         .map(str::to_owned)
         .collect();
 
-    let mut taken: BTreeSet<String> = any_pod
-        .iter()
-        .chain(pvc_ids.iter())
-        .map(|s| (*s).to_owned())
-        .collect();
-    let seed = ctx.cloneset().metadata.uid.clone().unwrap_or_default();
-    let mut generator = IdGenerator::new(&seed, &taken);
+    let taken: BTreeSet<&str> = any_pod.union(&pvc_ids).copied().collect();
+    let seed = ctx.cloneset().metadata.uid.as_deref().unwrap_or_default();
+    let mut generator = IdGenerator::new(seed, &taken);
+    let mut generated: BTreeSet<String> = BTreeSet::new();
     while out.len() < count {
         let id = generator.next_id();
-        if taken.insert(id.clone()) {
+        if !taken.contains(id.as_str()) && generated.insert(id.clone()) {
             out.push(id);
         }
     }
@@ -93,7 +95,7 @@ struct IdGenerator {
 }
 
 impl IdGenerator {
-    fn new(seed: &str, taken: &BTreeSet<String>) -> Self {
+    fn new(seed: &str, taken: &BTreeSet<&str>) -> Self {
         let mut base = fnv::FnvHasher::default();
         base.write(seed.as_bytes());
         for id in taken {

@@ -428,8 +428,14 @@ impl<'a> PlanContext<'a> {
 /// option (or pods written by it), only `<hash>`; both are accepted, like the reference,
 /// by comparing the last `-`-separated segment when the full names differ.
 pub fn revision_matches(label: &str, revision: &str) -> bool {
-    if label == revision {
-        return true;
+    label == revision || last_segment(label) == last_segment(revision)
+}
+
+/// What follows the last `-` (the whole string when there is none), like
+/// `s.rsplit('-').next()` but a plain byte scan: it runs several times per pod.
+fn last_segment(s: &str) -> &str {
+    match s.as_bytes().iter().rposition(|&b| b == b'-') {
+        Some(dash) => &s[dash + 1..],
+        None => s,
     }
-    label.rsplit('-').next() == revision.rsplit('-').next()
 }
