@@ -152,20 +152,30 @@ impl<'a> PodFacts<'a> {
             .and_then(|v| v.parse::<i64>().ok())
             .filter(|v| (-2_147_483_647..=2_147_483_647).contains(v))
             .unwrap_or(0);
-        let specified_delete =
-            labels.contains_key(keys::SPECIFIED_DELETE_LABEL) || pods_to_delete.contains(name);
+        // One pass over the labels instead of a map lookup per key: each lookup compares
+        // strings down the tree, and this runs for every pod of every plan.
+        let (mut revision, mut instance_id, mut lifecycle_label) = (None, None, None);
+        let mut specified_label = false;
+        for (key, value) in labels {
+            match key.as_str() {
+                keys::REVISION_LABEL => revision = Some(value.as_str()),
+                keys::INSTANCE_ID_LABEL => instance_id = Some(value.as_str()),
+                keys::LIFECYCLE_STATE_LABEL => lifecycle_label = Some(value.as_str()),
+                keys::SPECIFIED_DELETE_LABEL => specified_label = true,
+                _ => {}
+            }
+        }
+        let specified_delete = specified_label || pods_to_delete.contains(name);
         let grace_raw = annotations
             .get(keys::INPLACE_UPDATE_GRACE_ANNOTATION)
             .or_else(|| annotations.get(keys::INPLACE_UPDATE_GRACE_ANNOTATION_LEGACY));
         PodFacts {
             uid: meta.uid.as_deref().unwrap_or_default(),
-            revision: labels.get(keys::REVISION_LABEL).map(String::as_str),
-            instance_id: labels.get(keys::INSTANCE_ID_LABEL).map(String::as_str),
+            revision,
+            instance_id,
             node_name: pod.spec.as_ref().and_then(|s| s.node_name.as_deref()),
             phase,
-            lifecycle: labels
-                .get(keys::LIFECYCLE_STATE_LABEL)
-                .and_then(|v| LifecycleState::parse(v)),
+            lifecycle: lifecycle_label.and_then(LifecycleState::parse),
             terminating: meta.deletion_timestamp.is_some(),
             finished: matches!(phase, PodPhase::Succeeded | PodPhase::Failed),
             ready,

@@ -95,8 +95,22 @@ impl Requirement {
     }
 
     fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        let value = labels.get(&self.key);
-        let listed = |v: &String| self.values.binary_search(v).is_ok();
+        self.matches_value(labels.get(&self.key).map(String::as_str))
+    }
+
+    /// The label key this requirement reads.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Whether a pod whose label [`Self::key`] has `value` (None: no such label)
+    /// satisfies the requirement.
+    pub fn matches_value(&self, value: Option<&str>) -> bool {
+        let listed = |v: &str| {
+            self.values
+                .binary_search_by(|listed| listed.as_str().cmp(v))
+                .is_ok()
+        };
         match self.operator {
             Operator::Equals | Operator::In => value.is_some_and(listed),
             Operator::NotIn => !value.is_some_and(listed),
@@ -154,6 +168,11 @@ impl Selector {
     /// True when the selector has no requirement (selects everything).
     pub fn is_empty(&self) -> bool {
         self.requirements.is_empty()
+    }
+
+    /// The requirements, sorted by key.
+    pub fn requirements(&self) -> &[Requirement] {
+        &self.requirements
     }
 
     /// Whether `labels` satisfy every requirement.

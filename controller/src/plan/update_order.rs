@@ -75,6 +75,24 @@ impl LabelKeys {
             is_candidate[i] = true;
         }
         let key_of = priority.map(PriorityKey::new);
+        // The label keys read below, fetched with ONE pass over each pod's labels instead
+        // of a tree lookup (string comparisons) per scatter term and selector requirement.
+        let mut wanted: Vec<&str> = Vec::new();
+        let term_slots: Vec<usize> = terms.iter().map(|t| slot(&t.key, &mut wanted)).collect();
+        let weight_slots: Vec<Vec<usize>> = match &key_of {
+            Some(PriorityKey::Weight(list)) => list
+                .iter()
+                .map(|(_, selector)| {
+                    selector
+                        .requirements()
+                        .iter()
+                        .map(|r| slot(r.key(), &mut wanted))
+                        .collect()
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        let mut values: Vec<Option<&str>> = vec![None; wanted.len()];
         let mut keys = Self {
             priority: key_of.as_ref().map(|_| vec![(0, 0); pods.len()]),
             scatter: vec![vec![false; pods.len()]; terms.len()],
@@ -87,15 +105,40 @@ impl LabelKeys {
                 continue;
             }
             keys.active += usize::from(active);
+            if !wanted.is_empty() {
+                values.fill(None);
+                for (key, value) in pod.labels {
+                    if let Some(j) = wanted.iter().position(|w| *w == key.as_str()) {
+                        values[j] = Some(value.as_str());
+                    }
+                }
+            }
             for (t, term) in terms.iter().enumerate() {
-                let hit = matches(term, pod);
+                let hit = values[term_slots[t]] == Some(term.value.as_str());
                 keys.scatter[t][i] = hit;
                 keys.totals[t] += usize::from(hit && active);
             }
             if is_candidate[i]
                 && let (Some(list), Some(key_of)) = (keys.priority.as_mut(), key_of.as_ref())
             {
-                list[i] = key_of.key(pod);
+                list[i] = match key_of {
+                    PriorityKey::Weight(list) => {
+                        let weight: i64 = list
+                            .iter()
+                            .zip(&weight_slots)
+                            .filter(|((_, selector), slots)| {
+                                selector
+                                    .requirements()
+                                    .iter()
+                                    .zip(slots.iter())
+                                    .all(|(r, &j)| r.matches_value(values[j]))
+                            })
+                            .map(|((w, _), _)| w)
+                            .sum();
+                        (-weight, 0)
+                    }
+                    _ => key_of.key(pod),
+                };
             }
         }
         keys
@@ -242,8 +285,12 @@ pub fn sort_by_priority(
     }
 }
 
-fn matches(term: &UpdateScatterTerm, pod: &PodFacts) -> bool {
-    pod.labels.get(&term.key) == Some(&term.value)
+/// Index of `key` in `wanted`, added when missing.
+fn slot<'k>(key: &'k str, wanted: &mut Vec<&'k str>) -> usize {
+    wanted.iter().position(|w| *w == key).unwrap_or_else(|| {
+        wanted.push(key);
+        wanted.len() - 1
+    })
 }
 
 /// `scatterStrategy`: pods matching a term are spread evenly through the order.
@@ -386,15 +433,11 @@ pub fn preparing_update_first(pods: &[PodFacts], candidates: &mut [usize]) {
     // A stable partition (what a stable sort on this boolean key does), in O(n) and
     // without moving anything in the usual case of no pod in PreparingUpdate.
     let preparing = |i: usize| pods[i].lifecycle == Some(LifecycleState::PreparingUpdate);
-    let Some(first) = candidates.iter().position(|&i| preparing(i)) else {
+    if !candidates.iter().any(|&i| preparing(i)) {
         return;
-    };
-    let (front, rest): (Vec<usize>, Vec<usize>) =
-        candidates[first..].iter().partition(|&&i| preparing(i));
-    for (slot, i) in candidates[first..]
-        .iter_mut()
-        .zip(front.into_iter().chain(rest))
-    {
+    }
+    let (front, rest): (Vec<usize>, Vec<usize>) = candidates.iter().partition(|&&i| preparing(i));
+    for (slot, i) in candidates.iter_mut().zip(front.into_iter().chain(rest)) {
         *slot = i;
     }
 }
