@@ -1,4 +1,5 @@
 //! Test bed helpers shared by the end-to-end suites.
 
 pub mod bed;
+pub mod benchcalc;
 pub mod nodesim;
