@@ -639,13 +639,7 @@ impl Actor<'_> {
             return Ok(());
         };
         let uid = pod.uid().unwrap_or_default();
-        let dp = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: Some(uid.clone()),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        };
+        let dp = delete_only_uid(&uid);
         match self.pod_api().delete(name, &dp).await {
             Ok(_) => {}
             Err(e) if is_not_found(&e) || is_conflict(&e) => {
@@ -713,13 +707,7 @@ impl Actor<'_> {
             return Ok(());
         }
         let uid = pvc.uid().unwrap_or_default();
-        let dp = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: Some(uid.clone()),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        };
+        let dp = delete_only_uid(&uid);
         match self.pvc_api().delete(name, &dp).await {
             Ok(_) => debug!(pvc = %name, "deleted PVC"),
             Err(e) if is_not_found(&e) || is_conflict(&e) => {}
@@ -1399,6 +1387,18 @@ pub fn gate_conditions_to_set(pod: &Pod, updating: bool) -> Vec<&'static str> {
         out.push(keys::KRUISE_POD_READY_CONDITION);
     }
     out
+}
+
+/// Delete options that only delete the object with this UID: a replacement of the same
+/// name (a new pod reusing the instance id) is never deleted by a stale decision.
+fn delete_only_uid(uid: &str) -> DeleteParams {
+    DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: Some(uid.to_owned()),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    }
 }
 
 #[cfg(test)]
