@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use inplace_tests::bed::{
-    self, client, delete_namespace, namespace, pod, pod_condition, pod_ready, suffix, wait_for,
+    self, client, delete_namespace_and_wait, namespace, pod, pod_condition, pod_ready, suffix,
+    wait_for,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
@@ -70,25 +71,7 @@ async fn thousand_pods_on_hundred_simulated_nodes_become_ready() -> Result<()> {
     namespace(&client, &ns).await?;
     let result = scale_body(&client, &ns, &sim).await;
     let t0 = Instant::now();
-    delete_namespace(&client, &ns).await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let gone = wait_for(
-        Duration::from_secs(300),
-        Duration::from_secs(1),
-        "pods deleted",
-        || {
-            let pods = pods.clone();
-            async move {
-                Ok(pods
-                    .list(&ListParams::default())
-                    .await?
-                    .items
-                    .is_empty()
-                    .then_some(()))
-            }
-        },
-    )
-    .await;
+    let gone = delete_namespace_and_wait(&client, &ns, Duration::from_secs(300)).await;
     match &gone {
         Ok(_) => println!(
             "namespace emptied of 1,000 pods in {:.1}s",
