@@ -34,7 +34,7 @@ use crate::error::{Error, is_already_exists, is_conflict, is_not_found};
 use crate::events::Note;
 use crate::expectations::Expectation;
 use crate::metrics::CloneSetLabels;
-use crate::plan::{Action, DeleteReason, Plan, UpdateMethod};
+use crate::plan::{Action, DeleteReason, Plan, UpdateMethod, container_batches};
 use crate::runtime::{Context, key_of};
 use crate::watch::Owned;
 
@@ -114,18 +114,61 @@ fn pod_ref(pod: &Pod) -> ObjectReference {
 }
 
 /// Which phase an action belongs to (consecutive actions of one phase run together).
+///
+/// The refresh actions of a pod (apply a held update, complete an in-place update, move
+/// its lifecycle state) come pod by pod in a plan (`complete a, lifecycle a, complete b,
+/// …`); as separate kinds they made one-action phases, i.e. one API call at a time for
+/// hundreds of pods. They form one phase, run pod-parallel with each pod's actions in
+/// plan order ([`by_pod`]).
 fn phase_of(action: &Action) -> &'static str {
     match action {
         Action::Create { .. } => "create",
         Action::Delete { .. } => "delete",
         Action::Update { .. } => "update",
-        Action::Lifecycle { .. } => "lifecycle",
-        Action::CompleteInPlaceUpdate { .. } => "complete",
-        Action::ApplyGracedUpdate { .. } => "graced",
+        Action::Lifecycle { .. }
+        | Action::CompleteInPlaceUpdate { .. }
+        | Action::ApplyGracedUpdate { .. }
+        | Action::ApplyNextContainerBatch { .. } => "refresh",
+        Action::SetTemplateHash { .. } => "template_hash",
         Action::DeletePvc { .. } => "delete_pvc",
         Action::PrunePodsToDelete { .. } => "prune",
         Action::ReownPvcToPod { .. } => "reown",
     }
+}
+
+/// The pod an action writes, if it is a per-pod action.
+fn pod_of(action: &Action) -> Option<&str> {
+    match action {
+        Action::Delete { pod, .. }
+        | Action::Update { pod, .. }
+        | Action::Lifecycle { pod, .. }
+        | Action::CompleteInPlaceUpdate { pod }
+        | Action::ApplyGracedUpdate { pod }
+        | Action::ApplyNextContainerBatch { pod }
+        | Action::SetTemplateHash { pod, .. } => Some(pod),
+        Action::ReownPvcToPod { pod, .. } => Some(pod),
+        Action::Create { .. } | Action::DeletePvc { .. } | Action::PrunePodsToDelete { .. } => None,
+    }
+}
+
+/// The actions of a phase in chains: one per pod (its actions in plan order), one per
+/// action without a pod; chains in order of first appearance.
+fn by_pod<'b>(phase: &[&'b Action]) -> Vec<Vec<&'b Action>> {
+    let mut chains: Vec<Vec<&Action>> = Vec::new();
+    let mut index: BTreeMap<&str, usize> = BTreeMap::new();
+    for action in phase {
+        match pod_of(action) {
+            Some(pod) => match index.get(pod) {
+                Some(&i) => chains[i].push(action),
+                None => {
+                    index.insert(pod, chains.len());
+                    chains.push(vec![action]);
+                }
+            },
+            None => chains.push(vec![action]),
+        }
+    }
+    chains
 }
 
 fn failure_kind(action: &Action) -> FailureKind {
@@ -257,16 +300,24 @@ impl Actor<'_> {
                 outcome.skipped += phase.len();
                 continue;
             }
-            outcome.attempted += phase.len();
             let results = if phase
                 .first()
                 .is_some_and(|a| matches!(a, Action::Create { .. }))
             {
                 self.run_slow_start(&phase).await
             } else {
-                let futs: Vec<_> = phase.iter().map(|a| self.act_tagged(a)).collect();
-                bounded(futs, self.ctx.settings.api_parallelism).await
+                let futs: Vec<_> = by_pod(&phase)
+                    .into_iter()
+                    .map(|chain| self.act_chain(chain))
+                    .collect();
+                bounded(futs, self.ctx.settings.api_parallelism)
+                    .await
+                    .into_iter()
+                    .flatten()
+                    .collect()
             };
+            outcome.attempted += results.len();
+            outcome.skipped += phase.len() - results.len();
             for (action, result) in results {
                 if let Err(error) = result {
                     failed = true;
@@ -316,6 +367,21 @@ impl Actor<'_> {
         (action, self.act(action).await)
     }
 
+    /// Runs the actions of one pod in order; after a failure the rest are not attempted
+    /// (not returned).
+    async fn act_chain<'b>(&self, chain: Vec<&'b Action>) -> Vec<(&'b Action, Result<(), Error>)> {
+        let mut out = Vec::with_capacity(chain.len());
+        for action in chain {
+            let result = self.act(action).await;
+            let failed = result.is_err();
+            out.push((action, result));
+            if failed {
+                break;
+            }
+        }
+        out
+    }
+
     async fn act(&self, action: &Action) -> Result<(), Error> {
         debug!(?action, "acting");
         match action {
@@ -345,6 +411,8 @@ impl Actor<'_> {
             Action::DeletePvc { pvc } => self.delete_pvc(pvc).await,
             Action::PrunePodsToDelete { names } => self.prune_pods_to_delete(names).await,
             Action::ReownPvcToPod { pvc, pod } => self.reown_pvc(pvc, pod).await,
+            Action::SetTemplateHash { pod, hash } => self.set_template_hash(pod, hash).await,
+            Action::ApplyNextContainerBatch { pod } => self.apply_next_batch(pod).await,
         }
     }
 
@@ -901,29 +969,25 @@ impl Actor<'_> {
         let resources_only = spec.container_images.is_empty()
             && spec.meta_data_patch.is_empty()
             && !spec.container_resources.is_empty();
+        let gated = has_gate(pod, keys::INPLACE_UPDATE_READY_CONDITION) && !resources_only;
         // 1. Not ready first, so endpoints drop the pod before its containers restart.
+        //    Both writes are pinned to a pod version we checked; on a conflict (the
+        //    kubelet/simulator wrote the pod's status meanwhile) the pod is read again and,
+        //    if the decision still holds for it, the write is retried at once instead of
+        //    failing the reconcile and waiting out a backoff.
         let mut pinned_pod = pod.clone();
-        if has_gate(pod, keys::INPLACE_UPDATE_READY_CONDITION) && !resources_only {
-            let now = now_time();
-            let written = self
-                .pod_api()
-                .patch_status(
-                    &pod.name_any(),
-                    &self.pp(),
-                    &Patch::Strategic(json!({
-                        "metadata": {"resourceVersion": pod.resource_version()},
-                        "status": {"conditions": [
-                            {"type": keys::INPLACE_UPDATE_READY_CONDITION, "status": "False",
-                             "reason": keys::START_INPLACE_UPDATE_REASON, "lastTransitionTime": now},
-                            {"type": "Ready", "status": "False", "reason": "ReadinessGatesNotReady",
-                             "message": format!("the status of pod readiness gate \"{}\" is not \"True\", but False", keys::INPLACE_UPDATE_READY_CONDITION),
-                             "lastTransitionTime": now},
-                        ]}
-                    })),
-                )
-                .await
-                .map_err(|e| Error::kube(format!("set {} False on pod {}", keys::INPLACE_UPDATE_READY_CONDITION, pod.name_any()), e))?;
-            pinned_pod.metadata.resource_version = written.metadata.resource_version.clone();
+        if gated {
+            let mut attempt = 0;
+            pinned_pod = loop {
+                match self.set_update_not_ready(&pinned_pod).await {
+                    Ok(written) => break written,
+                    Err(err) if err.status_code() == Some(409) && attempt < CONFLICT_RETRIES => {
+                        attempt += 1;
+                        pinned_pod = self.reread_for_update(pod, false, err).await?;
+                    }
+                    Err(err) => return Err(err),
+                }
+            };
         }
         // 2. One patch: revision labels, lifecycle Updating, state, and the spec itself
         //    (or, during a grace period, the held spec).
@@ -949,12 +1013,93 @@ impl Actor<'_> {
                 json!(encode(&state, "in-place state")?);
             body["metadata"]["annotations"][keys::INPLACE_UPDATE_GRACE_ANNOTATION] =
                 json!(encode(&spec, "in-place grace")?);
-        } else {
-            self.apply_spec(&pinned_pod, &spec, state, &mut body)?;
         }
-        self.patch_pod(&pinned_pod, body, "update in place", true)
-            .await?;
+        let mut attempt = 0;
+        loop {
+            let mut body = body.clone();
+            if spec.grace_seconds == 0 {
+                self.apply_spec(&pinned_pod, &spec, state.clone(), &mut body)?;
+            }
+            match self
+                .patch_pod(&pinned_pod, body, "update in place", true)
+                .await
+            {
+                Ok(_) => break,
+                Err(err) if err.status_code() == Some(409) && attempt < CONFLICT_RETRIES => {
+                    attempt += 1;
+                    pinned_pod = self.reread_for_update(pod, gated, err).await?;
+                }
+                Err(err) => return Err(err),
+            }
+        }
         self.resize(&pinned_pod, &spec).await
+    }
+
+    /// Sets `InPlaceUpdateReady` (and `Ready`) False on `pod`, pinned to its
+    /// resourceVersion; returns the pod as written.
+    async fn set_update_not_ready(&self, pod: &Pod) -> Result<Pod, Error> {
+        let now = now_time();
+        let name = pod.name_any();
+        let written = self
+            .pod_api()
+            .patch_status(
+                &name,
+                &self.pp(),
+                &Patch::Strategic(json!({
+                    "metadata": {"resourceVersion": pod.resource_version()},
+                    "status": {"conditions": [
+                        {"type": keys::INPLACE_UPDATE_READY_CONDITION, "status": "False",
+                         "reason": keys::START_INPLACE_UPDATE_REASON, "lastTransitionTime": now},
+                        {"type": "Ready", "status": "False", "reason": "ReadinessGatesNotReady",
+                         "message": format!("the status of pod readiness gate \"{}\" is not \"True\", but False", keys::INPLACE_UPDATE_READY_CONDITION),
+                         "lastTransitionTime": now},
+                    ]}
+                })),
+            )
+            .await
+            .map_err(|e| {
+                Error::kube(
+                    format!(
+                        "set {} False on pod {name}",
+                        keys::INPLACE_UPDATE_READY_CONDITION
+                    ),
+                    e,
+                )
+            })?;
+        // Recorded like every pod write: the next plan must see the condition False.
+        self.expect(Expectation::PodUpdated {
+            name,
+            uid: written.uid().unwrap_or_default(),
+            resource_version: written.resource_version().unwrap_or_default(),
+        });
+        Ok(written)
+    }
+
+    /// After a conflict on a write to `planned`: the pod as the API server has it now, if
+    /// the in-place decision made from `planned` still holds for it
+    /// ([`still_updatable`]); otherwise `conflict` (the reconcile fails and re-plans).
+    async fn reread_for_update(
+        &self,
+        planned: &Pod,
+        gate_set: bool,
+        conflict: Error,
+    ) -> Result<Pod, Error> {
+        let name = planned.name_any();
+        let fresh = self
+            .pod_api()
+            .get(&name)
+            .await
+            .map_err(|e| Error::kube(format!("read pod {name} after a conflict"), e))?;
+        match still_updatable(planned, &fresh, gate_set) {
+            Ok(()) => {
+                debug!(pod = %name, rv = ?fresh.resource_version(), "conflict: pod re-read, decision still holds, retrying");
+                Ok(fresh)
+            }
+            Err(why) => {
+                debug!(pod = %name, %why, "conflict: the pod changed, not retrying");
+                Err(conflict)
+            }
+        }
     }
 
     /// Adds the held `spec` to `body` (the reference's `PatchSpecToPod`): container images,
@@ -971,12 +1116,19 @@ impl Actor<'_> {
             .as_ref()
             .and_then(|s| s.container_statuses.as_deref())
             .unwrap_or(&[]);
-        let changed: BTreeSet<&String> = spec
-            .container_images
-            .keys()
-            .chain(spec.container_resources.keys())
-            .chain(spec.container_ref_metadata.keys())
-            .collect();
+        // Container launch priority: only the first batch now, the rest in the state.
+        let priorities = crate::plan::revision::template_for(
+            self.cs,
+            &self.owned.revisions,
+            &self.plan.revisions.update_revision,
+            &spec.revision,
+        )
+        .map(|t| container_batches::launch_priorities(&t.0.0))
+        .unwrap_or_default();
+        let split = container_batches::split(spec, &priorities);
+        split.record_in(&mut state);
+        let spec = &split.now;
+        let changed: BTreeSet<&String> = split.containers.iter().collect();
         for name in &changed {
             let image_id = statuses
                 .iter()
@@ -1029,6 +1181,17 @@ impl Actor<'_> {
                         if body["metadata"][field].get(k).is_none() {
                             body["metadata"][field][k] = v.clone();
                         }
+                    }
+                }
+            }
+        }
+        // Labels / annotations read by the env of this batch's containers (kept out of
+        // metaDataPatch so that later batches' containers are not restarted early).
+        for meta in spec.container_ref_metadata.values() {
+            for (field, map) in [("labels", &meta.labels), ("annotations", &meta.annotations)] {
+                for (k, v) in map.iter().flatten() {
+                    if body["metadata"][field].get(k).is_none() {
+                        body["metadata"][field][k] = json!(v);
                     }
                 }
             }
@@ -1131,6 +1294,36 @@ impl Actor<'_> {
             .await?;
             info!(pod = %name, "grace period over, in-place update applied");
         }
+        Ok(())
+    }
+
+    /// The next container batch of an in-place update (`plan::container_batches`): what
+    /// the state still holds is split again by priority and patched like the first batch,
+    /// pinned to the pod version whose readiness was judged.
+    async fn apply_next_batch(&self, name: &str) -> Result<(), Error> {
+        let pod = self.pod(name)?;
+        let state = InPlaceUpdateState::from_annotations(pod.annotations())
+            .ok_or_else(|| Error::Missing(format!("in-place state of pod {name}")))?
+            .map_err(|source| Error::Encode {
+                what: format!("in-place state of pod {name}"),
+                source,
+            })?;
+        let spec = container_batches::remaining(&state);
+        let mut body = json!({"metadata": {"labels": {}, "annotations": {}}});
+        self.apply_spec(pod, &spec, state, &mut body)?;
+        let written = self
+            .patch_pod(pod, body, "apply the next container batch of", true)
+            .await?;
+        self.resize(&written, &spec).await?;
+        info!(pod = %name, "next container batch of the in-place update applied");
+        Ok(())
+    }
+
+    /// Back-fills `pod-template-hash` on a pod made before the label existed.
+    async fn set_template_hash(&self, name: &str, hash: &str) -> Result<(), Error> {
+        let pod = self.pod(name)?;
+        let body = json!({"metadata": {"labels": {keys::POD_TEMPLATE_HASH_LABEL: hash}}});
+        self.patch_pod(pod, body, "label", false).await?;
         Ok(())
     }
 
@@ -1276,18 +1469,31 @@ pub fn spec_from_change(
     revision: &str,
     grace_seconds: i32,
 ) -> Result<InPlaceUpdateGrace, Error> {
+    // Keys that a container's env reads are written with that container's batch
+    // (`containerRefMetadata`), as the reference does; removals stay in the patch.
+    let per_container = |field: &str, key: &str| {
+        change.env_from_metadata.values().any(|m| {
+            let map = if field == "labels" {
+                &m.labels
+            } else {
+                &m.annotations
+            };
+            map.as_ref().is_some_and(|m| m.contains_key(key))
+        })
+    };
     let mut meta = serde_json::Map::new();
     for (field, entries) in [
         ("labels", &change.labels),
         ("annotations", &change.annotations),
     ] {
-        if entries.is_empty() {
-            continue;
-        }
         let map: serde_json::Map<String, Value> = entries
             .iter()
+            .filter(|(k, _)| !per_container(field, k))
             .map(|(k, v)| (k.clone(), v.as_ref().map_or(Value::Null, |v| json!(v))))
             .collect();
+        if map.is_empty() {
+            continue;
+        }
         meta.insert(field.to_owned(), Value::Object(map));
     }
     let meta_data_patch = if meta.is_empty() {
@@ -1299,6 +1505,8 @@ pub fn spec_from_change(
         revision: revision.to_owned(),
         container_images: change.images.clone(),
         container_resources: change.resources.clone(),
+        container_ref_metadata: change.env_from_metadata.clone(),
+        update_env_from_metadata: !change.env_from_metadata.is_empty(),
         meta_data_patch,
         grace_seconds,
         ..InPlaceUpdateGrace::default()
@@ -1387,6 +1595,70 @@ pub fn gate_conditions_to_set(pod: &Pod, updating: bool) -> Vec<&'static str> {
         out.push(keys::KRUISE_POD_READY_CONDITION);
     }
     out
+}
+
+/// Immediate retries of an in-place update write that hit a conflict (each after a fresh
+/// read of the pod that still passes [`still_updatable`]).
+const CONFLICT_RETRIES: u32 = 3;
+
+/// Whether an in-place update planned from `planned` may be written to `fresh` (the pod as
+/// the API server has it now), i.e. everything the decision and the patch content read
+/// is unchanged: the same pod (UID), not terminating, on the same revision and lifecycle
+/// state, every container on the same image ID (the state's `lastContainerStatuses`), and
+/// with `gate_set`, `InPlaceUpdateReady` still False (the spec never changes on a pod the
+/// endpoints still count as ready). What may differ: anything else the kubelet writes to
+/// the status (Ready, probe times), which is why the version differs.
+pub fn still_updatable(planned: &Pod, fresh: &Pod, gate_set: bool) -> Result<(), String> {
+    if fresh.uid() != planned.uid() {
+        return Err("the pod was replaced (other UID)".into());
+    }
+    if fresh.metadata.deletion_timestamp.is_some() {
+        return Err("the pod is terminating".into());
+    }
+    for label in [keys::REVISION_LABEL, keys::LIFECYCLE_STATE_LABEL] {
+        if fresh.labels().get(label) != planned.labels().get(label) {
+            return Err(format!("label {label} changed"));
+        }
+    }
+    let image_ids = |p: &Pod| -> BTreeMap<String, String> {
+        p.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|c| (c.name.clone(), c.image_id.clone()))
+            .collect()
+    };
+    if image_ids(fresh) != image_ids(planned) {
+        return Err("a container's image ID changed".into());
+    }
+    let images = |p: &Pod| -> Vec<(String, Option<String>)> {
+        p.spec
+            .iter()
+            .flat_map(|s| s.containers.iter())
+            .map(|c| (c.name.clone(), c.image.clone()))
+            .collect()
+    };
+    if images(fresh) != images(planned) {
+        return Err("a container's spec image changed".into());
+    }
+    if gate_set {
+        let gate = fresh
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| {
+                c.iter()
+                    .find(|c| c.type_ == keys::INPLACE_UPDATE_READY_CONDITION)
+            });
+        if gate.is_none_or(|c| c.status != "False") {
+            return Err(format!(
+                "{} is no longer False",
+                keys::INPLACE_UPDATE_READY_CONDITION
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Delete options that only delete the object with this UID: a replacement of the same
@@ -1493,6 +1765,166 @@ mod tests {
             vec![keys::INPLACE_UPDATE_READY_CONDITION]
         );
         assert!(gate_conditions_to_set(&p, true).is_empty());
+    }
+
+    #[test]
+    fn refresh_actions_run_as_one_phase_in_per_pod_chains() {
+        let complete = |p: &str| Action::CompleteInPlaceUpdate { pod: p.into() };
+        let normal = |p: &str| Action::Lifecycle {
+            pod: p.into(),
+            from: Some(LifecycleState::Updating),
+            to: LifecycleState::Normal,
+            mark_not_ready: None,
+        };
+        let actions = [
+            complete("a"),
+            normal("a"),
+            complete("b"),
+            normal("b"),
+            Action::ApplyGracedUpdate { pod: "c".into() },
+        ];
+        assert!(actions.iter().all(|a| phase_of(a) == phase_of(&actions[0])));
+        let phase: Vec<&Action> = actions.iter().collect();
+        let chains = by_pod(&phase);
+        assert_eq!(chains.len(), 3);
+        assert_eq!(chains[0], vec![&actions[0], &actions[1]]);
+        assert_eq!(chains[1], vec![&actions[2], &actions[3]]);
+        assert_eq!(chains[2], vec![&actions[4]]);
+        // Actions without a pod stay one chain each.
+        let prune = Action::PrunePodsToDelete { names: vec![] };
+        let pvc = Action::DeletePvc { pvc: "x".into() };
+        assert_eq!(by_pod(&[&prune, &pvc]).len(), 2);
+        assert_ne!(phase_of(&prune), phase_of(&actions[0]));
+    }
+
+    fn updatable_pod() -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "p", "uid": "u1", "resourceVersion": "10",
+                         "labels": {keys::REVISION_LABEL: "cs-old", keys::LIFECYCLE_STATE_LABEL: "Normal"}},
+            "spec": {"containers": [{"name": "app", "image": "app:v1"}]},
+            "status": {
+                "conditions": [{"type": keys::INPLACE_UPDATE_READY_CONDITION, "status": "False"},
+                               {"type": "Ready", "status": "True"}],
+                "containerStatuses": [{"name": "app", "image": "app:v1", "imageID": "sha-1",
+                                       "ready": true, "restartCount": 0}],
+            },
+        }))
+        .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_conflicting_write_is_retried_only_on_the_same_pod_and_revision() {
+        let planned = updatable_pod();
+        assert_eq!(planned.uid().as_deref(), Some("u1"));
+        type Edit = fn(&mut Pod);
+        let cases: Vec<(&str, Edit, bool, bool)> = vec![
+            // (what changed, edit, gate_set, retry allowed)
+            (
+                "nothing but the version",
+                |p| p.metadata.resource_version = Some("11".into()),
+                true,
+                true,
+            ),
+            (
+                "the kubelet's Ready condition",
+                |p| {
+                    if let Some(c) = p.status.as_mut().and_then(|s| s.conditions.as_mut()) {
+                        c[1].status = "False".into();
+                    }
+                },
+                true,
+                true,
+            ),
+            (
+                "the UID (recreated)",
+                |p| p.metadata.uid = Some("u2".into()),
+                true,
+                false,
+            ),
+            (
+                "terminating",
+                |p| {
+                    p.metadata.deletion_timestamp = Some(now_time());
+                },
+                true,
+                false,
+            ),
+            (
+                "the revision",
+                |p| {
+                    p.metadata
+                        .labels
+                        .get_or_insert_default()
+                        .insert(keys::REVISION_LABEL.into(), "cs-new".into());
+                },
+                true,
+                false,
+            ),
+            (
+                "the lifecycle state",
+                |p| {
+                    p.metadata
+                        .labels
+                        .get_or_insert_default()
+                        .insert(keys::LIFECYCLE_STATE_LABEL.into(), "PreparingDelete".into());
+                },
+                true,
+                false,
+            ),
+            (
+                "the image ID",
+                |p| {
+                    if let Some(c) = p
+                        .status
+                        .as_mut()
+                        .and_then(|s| s.container_statuses.as_mut())
+                    {
+                        c[0].image_id = "sha-2".into();
+                    }
+                },
+                true,
+                false,
+            ),
+            (
+                "the spec image",
+                |p| {
+                    if let Some(s) = p.spec.as_mut() {
+                        s.containers[0].image = Some("app:v9".into());
+                    }
+                },
+                true,
+                false,
+            ),
+            (
+                "the gate turned True",
+                |p| {
+                    if let Some(c) = p.status.as_mut().and_then(|s| s.conditions.as_mut()) {
+                        c[0].status = "True".into();
+                    }
+                },
+                true,
+                false,
+            ),
+            (
+                "the gate True, not required",
+                |p| {
+                    if let Some(c) = p.status.as_mut().and_then(|s| s.conditions.as_mut()) {
+                        c[0].status = "True".into();
+                    }
+                },
+                false,
+                true,
+            ),
+        ];
+        for (what, edit, gate_set, allowed) in cases {
+            let mut fresh = planned.clone();
+            edit(&mut fresh);
+            assert_eq!(
+                still_updatable(&planned, &fresh, gate_set).is_ok(),
+                allowed,
+                "{what}"
+            );
+        }
     }
 
     #[test]

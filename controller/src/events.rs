@@ -5,6 +5,14 @@
 //! not folded into one series). Publishing never blocks or fails a reconcile: events go
 //! through a bounded queue to one task; when the queue is full the event is logged and
 //! dropped.
+//!
+//! Like client-go's event recorder (whose `EventSourceObjectSpamFilter` the reference's
+//! events go through), events of one object, type and reason are rate limited: a burst
+//! of 25, then one per 5 minutes. A 1,000-pod rollout so writes a few dozen events, not
+//! one per pod, which had cost the API server a write per pod on top of the update.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
@@ -48,7 +56,12 @@ impl EventSink {
             },
         );
         tokio::spawn(async move {
+            let mut spam = SpamFilter::default();
             while let Some(note) = rx.recv().await {
+                if !spam.allow(&note, Instant::now()) {
+                    tracing::debug!(reason = %note.reason, message = %note.message, "event rate limited");
+                    continue;
+                }
                 let event = Event {
                     type_: if note.warning {
                         EventType::Warning
@@ -77,6 +90,57 @@ impl EventSink {
     }
 }
 
+/// Burst and refill interval of [`SpamFilter`] (client-go's defaults).
+const SPAM_BURST: f64 = 25.0;
+const SPAM_REFILL: Duration = Duration::from_secs(300);
+
+/// A token bucket per (regarding object, type, reason).
+#[derive(Debug, Default)]
+struct SpamFilter {
+    buckets: HashMap<String, (f64, Instant)>,
+}
+
+impl SpamFilter {
+    fn key(note: &Note) -> String {
+        let r = &note.regarding;
+        format!(
+            "{}/{}/{}/{}/{}/{}",
+            r.kind.as_deref().unwrap_or_default(),
+            r.namespace.as_deref().unwrap_or_default(),
+            r.name.as_deref().unwrap_or_default(),
+            r.uid.as_deref().unwrap_or_default(),
+            if note.warning { "Warning" } else { "Normal" },
+            note.reason
+        )
+    }
+
+    /// Whether `note` may be published at `now` (takes a token if so).
+    fn allow(&mut self, note: &Note, now: Instant) -> bool {
+        if self.buckets.len() > 10_000 {
+            // Forget buckets that have refilled completely: they behave as new ones.
+            self.buckets.retain(|_, (tokens, at)| {
+                *tokens + refill(now.saturating_duration_since(*at)) < SPAM_BURST
+            });
+        }
+        let (tokens, at) = self
+            .buckets
+            .entry(Self::key(note))
+            .or_insert((SPAM_BURST, now));
+        *tokens = (*tokens + refill(now.saturating_duration_since(*at))).min(SPAM_BURST);
+        *at = now;
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+fn refill(elapsed: Duration) -> f64 {
+    elapsed.as_secs_f64() / SPAM_REFILL.as_secs_f64()
+}
+
 fn truncate(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_owned();
@@ -96,6 +160,38 @@ mod tests {
     fn truncates_on_char_boundaries() {
         assert_eq!(truncate("abc", 5), "abc");
         assert_eq!(truncate("ééé", 3), "é");
+    }
+
+    fn note(name: &str, reason: &str) -> Note {
+        Note {
+            regarding: ObjectReference {
+                kind: Some("CloneSet".into()),
+                namespace: Some("ns".into()),
+                name: Some(name.into()),
+                ..ObjectReference::default()
+            },
+            related: None,
+            warning: false,
+            reason: reason.into(),
+            action: "A".into(),
+            message: "m".into(),
+        }
+    }
+
+    #[test]
+    fn events_of_one_object_and_reason_are_rate_limited() {
+        let mut f = SpamFilter::default();
+        let t0 = Instant::now();
+        let a = note("a", "SuccessfulUpdatePodInPlace");
+        let allowed = (0..100).filter(|_| f.allow(&a, t0)).count();
+        assert_eq!(allowed, 25);
+        // Another reason or another CloneSet has its own budget.
+        assert!(f.allow(&note("a", "SuccessfulCreate"), t0));
+        assert!(f.allow(&note("b", "SuccessfulUpdatePodInPlace"), t0));
+        // One more after 5 minutes, not two.
+        let later = t0 + SPAM_REFILL;
+        assert!(f.allow(&a, later));
+        assert!(!f.allow(&a, later));
     }
 
     #[test]

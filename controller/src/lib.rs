@@ -17,6 +17,7 @@ pub mod expectations;
 pub mod imagepulljob;
 pub mod leader;
 pub mod metrics;
+pub mod predownload;
 pub mod runtime;
 pub mod status_writer;
 pub mod watch;

@@ -68,6 +68,8 @@ pub struct Context {
     pub health: Arc<Health>,
     pub caps: ServerCapabilities,
     pub settings: Settings,
+    /// Image pre-download (gate `PreDownloadImageForInPlaceUpdate`); `None` when off.
+    pub predownload: Option<crate::predownload::PreDownloader>,
     failures: Mutex<HashMap<String, u32>>,
     /// Turns true once every cache has synced. A watch channel wakes every waiting
     /// reconcile; awaiting the stores' readiness from each reconcile does not (only the
@@ -191,6 +193,9 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context, key: &str) -> Result<Acti
 
     let outcome = crate::act::execute(ctx, cs, &owned, &plan).await;
     crate::status_writer::write(ctx, cs, &plan, &outcome).await?;
+    if let Some(pd) = &ctx.predownload {
+        pd.reconcile(ctx, cs, &plan.revisions).await;
+    }
     if let Some(err) = outcome.into_error() {
         return Err(err);
     }
@@ -256,7 +261,14 @@ pub async fn run(
         .graceful_shutdown_on(shutdown);
     let stores = part.with_clonesets(controller.store());
     let (synced_tx, synced) = tokio::sync::watch::channel(false);
+    let predownload = crate::predownload::PreDownloader::start(
+        &client,
+        &settings.scope,
+        settings.plan_options.pre_download_image,
+    )
+    .await;
     let ctx = Arc::new(Context {
+        predownload,
         client,
         stores,
         expectations: Expectations::new(settings.expectation_timeout),

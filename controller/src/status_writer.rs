@@ -48,6 +48,18 @@ pub fn desired_status(
     }
     let previous = cs.status.clone().unwrap_or_default();
     status::apply_problems(&mut status, failures, &previous, now);
+    // An empty reason/message is left out, like the reference's `omitempty`: the v1.20
+    // API server validates `"reason": ""` in a CRD status as null and refuses the whole
+    // status write (a failed action, whose problem has no reason, then also failed the
+    // status and stalled the CloneSet behind a backoff).
+    for c in &mut status.conditions {
+        if c.reason.as_deref() == Some("") {
+            c.reason = None;
+        }
+        if c.message.as_deref() == Some("") {
+            c.message = None;
+        }
+    }
     status
 }
 
@@ -187,6 +199,25 @@ mod tests {
         assert_eq!(s.conditions.len(), 1);
         assert_eq!(s.conditions[0].type_, keys::CONDITION_FAILED_UPDATE);
         assert_eq!(s.conditions[0].status, "True");
+
+        // An action failure has no reason: the field is left out, not written empty.
+        let outcome = Outcome {
+            attempted: 1,
+            failures: vec![crate::act::Failure {
+                kind: crate::act::FailureKind::Update,
+                error: Error::Missing("pod demo-a".into()),
+            }],
+            skipped: 0,
+        };
+        let f_act = failures(&Plan::default(), &outcome);
+        let s_act = desired_status(&cs, &Plan::default(), &f_act, t);
+        assert_eq!(s_act.conditions.len(), 1);
+        assert_eq!(s_act.conditions[0].reason, None);
+        assert!(
+            !serde_json::to_string(&s_act)
+                .unwrap_or_default()
+                .contains("\"reason\"")
+        );
 
         // Same problem again: times kept, so the status is unchanged and not rewritten.
         let cs2 = cs_with(s.conditions.clone());

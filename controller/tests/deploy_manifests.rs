@@ -188,11 +188,11 @@ const CONTROLLER_USES: &[(&str, &str, &[&str])] = &[
     ),
     ("", "nodes", &["get", "list", "watch"]),
     ("events.k8s.io", "events", &["create", "patch"]),
-    // imagepulljob/mod.rs
+    // imagepulljob/mod.rs; predownload.rs (create, delete, watch; revision label patch above)
     (
         "apps.kruise.io",
         "imagepulljobs",
-        &["list", "watch", "delete"],
+        &["list", "watch", "create", "delete"],
     ),
     ("apps.kruise.io", "imagepulljobs/status", &["patch"]),
     (

@@ -11,75 +11,12 @@
 
 mod e2e_support;
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use e2e_support::*;
 use serde_json::Value;
 
-const NODE: &str = "inplace-node-0";
 const REPO: &str = "127.0.0.1:5000/inplace-test/app";
-
-/// The workspace's `inplace-daemon`, built if needed (it is another package's binary).
-fn daemon_bin() -> TestResult<PathBuf> {
-    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["build", "-p", "inplace-daemon", "--bin", "inplace-daemon"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .status()?;
-    if !status.success() {
-        return Err("cargo build -p inplace-daemon failed".into());
-    }
-    let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["metadata", "--format-version", "1", "--no-deps"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()?;
-    let meta: Value = serde_json::from_slice(&out.stdout)?;
-    let dir = meta["target_directory"]
-        .as_str()
-        .ok_or("cargo metadata: no target_directory")?;
-    Ok(PathBuf::from(dir).join("debug").join("inplace-daemon"))
-}
-
-/// The daemon for the bed's node, killed on drop.
-struct Daemon {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Daemon {
-    fn start() -> TestResult<Self> {
-        let cri = std::env::var("INPLACE_CRI_ENDPOINT").unwrap_or_else(|_| {
-            "unix:///var/tmp/inplace-testbed/containerd/containerd.sock".into()
-        });
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
-        let log =
-            std::env::temp_dir().join(format!("inplace-daemon-ipj-{}.log", rand::random::<u16>()));
-        let file = std::fs::File::create(&log)?;
-        let child = Command::new(daemon_bin()?)
-            .args(["--node-name", NODE, "--cri-endpoint", &cri])
-            .arg("--addr")
-            .arg(format!("127.0.0.1:{port}"))
-            .env("KUBECONFIG", kubeconfig())
-            .env("RUST_LOG", "info")
-            .stdout(file.try_clone()?)
-            .stderr(file)
-            .stdin(Stdio::null())
-            .spawn()?;
-        eprintln!("daemon: pid {}, log {}", child.id(), log.display());
-        Ok(Self { child, log })
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        eprintln!("daemon log {}", self.log.display());
-    }
-}
 
 fn job_yaml(name: &str, image: &str) -> String {
     format!(
@@ -128,20 +65,7 @@ async fn job_pulls_on_node_and_missing_tag_fails() -> TestResult {
     let ns = Namespace::create("ipj")?;
     // a tag containerd has never seen, so the pull really happens
     let fresh = format!("ipj-{:08x}", rand::random::<u32>());
-    let copy = Command::new("skopeo")
-        .args([
-            "copy",
-            "--src-tls-verify=false",
-            "--dest-tls-verify=false",
-            &format!("docker://{REPO}:v3"),
-            &format!("docker://{REPO}:{fresh}"),
-        ])
-        .output()?;
-    assert!(
-        copy.status.success(),
-        "skopeo: {}",
-        String::from_utf8_lossy(&copy.stderr)
-    );
+    copy_image(&format!("{REPO}:v3"), &format!("{REPO}:{fresh}"))?;
     let missing = format!("missing-{:08x}", rand::random::<u32>());
 
     let _daemon = Daemon::start()?;

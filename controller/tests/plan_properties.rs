@@ -258,6 +258,9 @@ impl SimPod {
         let mut labels = self.labels.clone();
         labels.insert("app".into(), "demo".into());
         labels.insert(keys::REVISION_LABEL.into(), self.revision.clone());
+        // The act layer keeps it in step with the revision label.
+        let hash = self.revision.rsplit('-').next().unwrap_or_default();
+        labels.insert(keys::POD_TEMPLATE_HASH_LABEL.into(), hash.into());
         labels.insert(
             keys::INSTANCE_ID_LABEL.into(),
             self.name.trim_start_matches("demo-").into(),
@@ -532,7 +535,9 @@ impl World {
                 Action::ApplyGracedUpdate { .. }
                 | Action::DeletePvc { .. }
                 | Action::PrunePodsToDelete { .. }
-                | Action::ReownPvcToPod { .. } => {}
+                | Action::ReownPvcToPod { .. }
+                | Action::SetTemplateHash { .. }
+                | Action::ApplyNextContainerBatch { .. } => {}
             }
         }
         self.cs.status = Some(plan.status.clone());

@@ -30,6 +30,15 @@ pub const INPLACE_UPDATE_GRACE_ANNOTATION: &str = "apps.kruise.io/inplace-update
 pub const INPLACE_UPDATE_GRACE_ANNOTATION_LEGACY: &str = "inplace-update-grace";
 /// Pod annotation written by the daemon: per-container runtime metadata.
 pub const RUNTIME_CONTAINERS_META_ANNOTATION: &str = "apps.kruise.io/runtime-containers-meta";
+/// Pod (template) annotation: `Ordered` gives containers a launch priority by their
+/// position, the first one highest.
+pub const CONTAINER_LAUNCH_PRIORITY_ANNOTATION: &str = "apps.kruise.io/container-launch-priority";
+/// Value of [`CONTAINER_LAUNCH_PRIORITY_ANNOTATION`] that orders containers by position.
+pub const CONTAINER_LAUNCH_ORDERED: &str = "Ordered";
+/// Container env: an explicit launch priority (an integer, higher starts first).
+pub const CONTAINER_PRIORITY_ENV: &str = "KRUISE_CONTAINER_PRIORITY";
+/// Container env injected by the reference's webhook: a ConfigMap key `p_<priority>`.
+pub const CONTAINER_BARRIER_ENV: &str = "KRUISE_CONTAINER_BARRIER";
 /// Pod annotation: scale-down preference, lower is deleted first.
 pub const POD_DELETION_COST_ANNOTATION: &str = "controller.kubernetes.io/pod-deletion-cost";
 

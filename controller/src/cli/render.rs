@@ -112,6 +112,12 @@ pub fn describe(cs: &CloneSet, action: &Action) -> String {
         Action::ReownPvcToPod { pvc, pod } => {
             format!("hand PVC {pvc} over to its finished pod {pod} (disablePVCReuse)")
         }
+        Action::SetTemplateHash { pod, hash } => {
+            format!("label pod {pod} pod-template-hash={hash} (missing on pods made before it)")
+        }
+        Action::ApplyNextContainerBatch { pod } => {
+            format!("start the next container batch of pod {pod}'s in-place update")
+        }
         Action::PrunePodsToDelete { names } => format!(
             "remove {} from spec.scaleStrategy.podsToDelete (no such pod any more)",
             names.join(", ")

@@ -22,7 +22,7 @@ use kube::{Api, Client, ResourceExt};
 use rand::Rng as _;
 use tracing::{info, warn};
 
-use crate::watch::{Scope, strip_pod};
+use crate::watch::{PodPlacement, Scope};
 
 /// Why a reconcile of one ImagePullJob did not finish.
 #[derive(Debug, thiserror::Error)]
@@ -56,7 +56,7 @@ struct Ctx {
     client: Client,
     node_images: Store<NodeImage>,
     nodes: Store<Node>,
-    pods: Store<Pod>,
+    pods: Store<PodPlacement>,
     /// True once the three stores above have listed.
     synced: tokio::sync::watch::Receiver<bool>,
 }
@@ -93,11 +93,14 @@ where
         .reflect(node_writer)
         .touched_objects();
     let (pod_store, pod_writer) = reflector::store();
-    let pod_stream = watcher(scope.api::<Pod>(&client), watcher::Config::default())
-        .default_backoff()
-        .modify(strip_pod)
-        .reflect(pod_writer)
-        .touched_objects();
+    // Compact pods (namespace, labels, node, phase): this watch sees every pod of the scope.
+    let pod_stream = watcher(
+        scope.api::<PodPlacement>(&client),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(pod_writer)
+    .touched_objects();
 
     let controller = Controller::new(
         scope.api::<ImagePullJob>(&client),
@@ -136,7 +139,7 @@ where
                 .map(|j| ObjectRef::from_obj(j.as_ref()))
                 .collect::<Vec<_>>()
         })
-        .watches_stream(pod_stream, move |pod: Pod| {
+        .watches_stream(pod_stream, move |pod: PodPlacement| {
             let ns = pod.namespace().unwrap_or_default();
             jobs_for_pods
                 .state()
@@ -223,7 +226,7 @@ async fn reconcile(job: Arc<ImagePullJob>, ctx: Arc<Ctx>) -> Result<Action, Erro
             .state()
             .iter()
             .filter(|p| p.namespace().as_deref() == Some(ns.as_str()))
-            .map(|p| p.as_ref().clone())
+            .map(|p| p.to_pod())
             .collect()
     } else {
         Vec::new()

@@ -36,6 +36,7 @@ pub fn pod(name: &str, rev: &str) -> PodBuilder {
             "creationTimestamp": rfc3339(t(0)),
             "labels": {
                 keys::REVISION_LABEL: rev,
+                keys::POD_TEMPLATE_HASH_LABEL: rev.rsplit('-').next().unwrap_or(rev),
                 keys::LIFECYCLE_STATE_LABEL: "Normal",
                 keys::INSTANCE_ID_LABEL: name.rsplit('-').next().unwrap_or(name),
             },
@@ -63,6 +64,11 @@ impl PodBuilder {
             .or_insert_with(|| json!({}))
             .as_object_mut()
             .unwrap()
+    }
+
+    pub fn without_label(mut self, k: &str) -> Self {
+        self.meta("labels").remove(k);
+        self
     }
 
     pub fn label(mut self, k: &str, v: &str) -> Self {

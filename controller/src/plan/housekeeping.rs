@@ -9,6 +9,11 @@
 //!   podsToDelete automatically once the listed Pods are deleted"): names of pods that are
 //!   no longer active are removed ([`Action::PrunePodsToDelete`], planned last).
 //!
+//! - **`pod-template-hash` back-fill** (docs "Short hash label": since Kruise v1.1 every
+//!   pod carries the short hash; kruise-behaviour: "back-filled on old pods lacking it"):
+//!   an active pod without the label gets its revision label's short hash
+//!   ([`Action::SetTemplateHash`]).
+//!
 //! These actions do not count as the scale step's work: a plan may carry them together
 //! with scale or update actions.
 
@@ -78,6 +83,19 @@ pub fn prune_pods_to_delete(ctx: &PlanContext<'_>) -> Option<Action> {
         .cloned()
         .collect();
     (!gone.is_empty()).then_some(Action::PrunePodsToDelete { names: gone })
+}
+
+/// Active pods without `pod-template-hash` get their revision's short hash.
+pub fn backfill_template_hash(ctx: &PlanContext<'_>) -> Vec<Action> {
+    ctx.active_pods()
+        .filter(|p| !p.labels.contains_key(keys::POD_TEMPLATE_HASH_LABEL))
+        .filter_map(|p| {
+            Some(Action::SetTemplateHash {
+                pod: p.name.to_owned(),
+                hash: super::revision::short_hash(p.revision?).to_owned(),
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -153,5 +171,32 @@ mod tests {
         );
         let f = Fixture::new(cloneset(json!({})), vec![]);
         assert_eq!(prune_pods_to_delete(&f.ctx()), None);
+    }
+
+    #[test]
+    fn pods_without_pod_template_hash_get_their_revisions_short_hash() {
+        let unlabelled = |name, rev| pod(name, rev).without_label(keys::POD_TEMPLATE_HASH_LABEL);
+        let f = Fixture::new(
+            cloneset(json!({})),
+            vec![
+                unlabelled("demo-a", "demo-5f7c9d"),
+                pod("demo-b", "demo-new"),
+                unlabelled("demo-c", "5f7c9d"),
+                unlabelled("demo-t", "demo-old").terminating(),
+            ],
+        );
+        assert_eq!(
+            backfill_template_hash(&f.ctx()),
+            vec![
+                Action::SetTemplateHash {
+                    pod: "demo-a".into(),
+                    hash: "5f7c9d".into()
+                },
+                Action::SetTemplateHash {
+                    pod: "demo-c".into(),
+                    hash: "5f7c9d".into()
+                },
+            ]
+        );
     }
 }

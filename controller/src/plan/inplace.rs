@@ -8,6 +8,11 @@
 //!
 //! - `spec.containers[N].image` replaced → in place;
 //! - `metadata.labels` / `metadata.annotations` added, changed or removed → in place;
+//!   containers whose env reads a changed key through the downward API
+//!   (`fieldRef: metadata.labels['k']` / `metadata.annotations['k']`) are listed in
+//!   [`InPlaceChange::env_from_metadata`]: the kubelet only evaluates such env at container
+//!   start, so the node daemon must restart them (reference gate
+//!   `InPlaceUpdateEnvFromMetadata`, beta and on by default; always on here);
 //! - with [`PlanOptions::in_place_vertical_scaling`]: `cpu`/`memory` in
 //!   `spec.containers[N].resources.{requests,limits}` replaced (not added or removed),
 //!   when the pod's QoS class stays the same → in place;
@@ -24,6 +29,7 @@ use inplace_proto::{CloneSet, CloneSetUpdateStrategyType, keys};
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Map, Value};
 
 use super::model::PlanOptions;
@@ -41,6 +47,10 @@ pub struct InPlaceChange {
     pub annotations: BTreeMap<String, Option<String>>,
     /// Container name → its new resources (only with in-place vertical scaling).
     pub resources: BTreeMap<String, ResourceRequirements>,
+    /// Container name → the changed labels / annotations its env reads through the
+    /// downward API, with their new values (the state's `containerRefMetadata`). Not
+    /// empty means `updateEnvFromMetadata`: the daemon restarts these containers.
+    pub env_from_metadata: BTreeMap<String, ObjectMeta>,
 }
 
 impl InPlaceChange {
@@ -68,6 +78,10 @@ impl InPlaceChange {
         parts.extend(meta("annotations", &self.annotations));
         for container in self.resources.keys() {
             parts.push(format!("cpu/memory of {container}"));
+        }
+        if !self.env_from_metadata.is_empty() {
+            let names: Vec<&str> = self.env_from_metadata.keys().map(String::as_str).collect();
+            parts.push(format!("env from metadata of {}", names.join(", ")));
         }
         if parts.is_empty() {
             "revision label only".to_owned()
@@ -258,7 +272,76 @@ pub fn diff_templates(
             _ => {}
         }
     }
+    change.env_from_metadata = env_from_metadata(new, &change);
     Ok(change)
+}
+
+/// The containers of template `new` whose env reads a label or annotation that `change`
+/// sets or removes, each with the new values of the keys it reads that are set (a
+/// container reading only removed keys is listed with an empty map).
+fn env_from_metadata(
+    new: &Map<String, Value>,
+    change: &InPlaceChange,
+) -> BTreeMap<String, ObjectMeta> {
+    let mut out = BTreeMap::new();
+    if change.labels.is_empty() && change.annotations.is_empty() {
+        return out;
+    }
+    let spec = object(new.get("spec"));
+    let containers = spec.get("containers").and_then(Value::as_array);
+    for container in containers.into_iter().flatten() {
+        let Some(name) = container.get("name").and_then(Value::as_str) else {
+            continue;
+        };
+        let mut meta = ObjectMeta::default();
+        let envs = container.get("env").and_then(Value::as_array);
+        for env in envs.into_iter().flatten() {
+            let path = env
+                .pointer("/valueFrom/fieldRef/fieldPath")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let Some((field, key)) = downward_key(path) else {
+                continue;
+            };
+            let (changed, target) = match field {
+                "labels" => (&change.labels, &mut meta.labels),
+                _ => (&change.annotations, &mut meta.annotations),
+            };
+            match changed.get(key) {
+                Some(Some(value)) => {
+                    target
+                        .get_or_insert_with(BTreeMap::new)
+                        .insert(key.to_owned(), value.clone());
+                }
+                // Removed: the metadata patch removes it; the container is listed (with
+                // no value to write) so that the daemon still restarts it.
+                Some(None) => {
+                    target.get_or_insert_with(BTreeMap::new);
+                }
+                None => {}
+            }
+        }
+        if meta.labels.is_some() || meta.annotations.is_some() {
+            out.insert(name.to_owned(), meta);
+        }
+    }
+    out
+}
+
+/// `metadata.labels['k']` → `("labels", "k")`; the same for annotations (the only
+/// per-key forms the downward API accepts; quotes may be single or double).
+fn downward_key(path: &str) -> Option<(&'static str, &str)> {
+    let (field, rest) = if let Some(rest) = path.strip_prefix("metadata.labels[") {
+        ("labels", rest)
+    } else {
+        ("annotations", path.strip_prefix("metadata.annotations[")?)
+    };
+    let inner = rest.strip_suffix(']')?;
+    let key = inner
+        .strip_prefix('\'')
+        .and_then(|k| k.strip_suffix('\''))
+        .or_else(|| inner.strip_prefix('"').and_then(|k| k.strip_suffix('"')))?;
+    Some((field, key))
 }
 
 fn diff_metadata(

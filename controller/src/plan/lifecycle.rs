@@ -24,6 +24,7 @@ use inplace_proto::{InPlaceUpdateState, Lifecycle, LifecycleHook, LifecycleState
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
+use super::container_batches::{NextBatch, next_batch};
 use super::model::{Action, PlanContext, PlanProblem, PodFacts, revision_matches};
 use super::quantity;
 
@@ -382,6 +383,18 @@ fn refresh_pod(ctx: &PlanContext, pod: &PodFacts, out: &mut Refresh) {
         && progress == InPlaceProgress::Completed
     {
         out.actions.push(Action::CompleteInPlaceUpdate {
+            pod: pod.name.to_owned(),
+        });
+    }
+    // Container launch priority: the next batch starts once the containers of this one
+    // run their new image (as judged for completion) and are Ready.
+    if state_is_current
+        && progress == InPlaceProgress::NextBatchPending
+        && let Some(state) = pod.in_place_state.as_deref()
+        && containers_pending(pod, state).is_none()
+        && next_batch(state, pod.container_statuses) == NextBatch::Due
+    {
+        out.actions.push(Action::ApplyNextContainerBatch {
             pod: pod.name.to_owned(),
         });
     }

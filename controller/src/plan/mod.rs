@@ -17,6 +17,7 @@
 //! 6. the status to write ([`status::compute`]) and `podsToDelete` pruning.
 
 pub mod build;
+pub mod container_batches;
 pub mod diffs;
 #[cfg(test)]
 pub(crate) mod fixtures;
@@ -25,6 +26,7 @@ pub mod inplace;
 pub mod instance_ids;
 pub mod lifecycle;
 pub mod model;
+pub mod predownload;
 pub mod quantity;
 pub mod revision;
 mod run;

@@ -15,6 +15,8 @@ use k8s_openapi::api::core::v1::{Container, ContainerStatus, Node, PersistentVol
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
+use super::update_order::{OrderRules, PrecomputedOrder};
+
 /// Switches that the reference implementation keeps behind feature gates.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PlanOptions {
@@ -28,6 +30,9 @@ pub struct PlanOptions {
     pub in_place_vertical_scaling: bool,
     /// `RecreatePodWhenChangeVCTInCloneSetGate`: a changed volumeClaimTemplate forces recreate.
     pub recreate_on_vct_change: bool,
+    /// `PreDownloadImageForInPlaceUpdate`: pre-pull the new images of an in-place update
+    /// on the nodes of old pods through ImagePullJobs ([`super::predownload`]).
+    pub pre_download_image: bool,
     /// Use this revision name as the update revision instead of computing it.
     pub update_revision_override: Option<String>,
     /// Use this revision name as the current revision instead of `status.currentRevision`.
@@ -84,12 +89,14 @@ pub struct PodFacts<'a> {
     pub specified_delete: bool,
     pub labels: &'a BTreeMap<String, String>,
     pub finalizers: &'a [String],
-    /// Parsed `apps.kruise.io/inplace-update-state`, if present and valid.
-    pub in_place_state: Option<InPlaceUpdateState>,
+    /// Parsed `apps.kruise.io/inplace-update-state`, if present and valid. Boxed, like the
+    /// grace below: few pods carry one, and inline they would triple the size of the facts
+    /// (a plan over 100k pods writes and re-reads every byte of them).
+    pub in_place_state: Option<Box<InPlaceUpdateState>>,
     /// An `apps.kruise.io/inplace-update-grace` annotation is present.
     pub in_place_grace_pending: bool,
     /// The parsed grace annotation (None when absent or unreadable).
-    pub in_place_grace: Option<InPlaceUpdateGrace>,
+    pub in_place_grace: Option<Box<InPlaceUpdateGrace>>,
     /// Status of the `InPlaceUpdateReady` condition: None when the pod has no such condition.
     pub in_place_update_ready: Option<bool>,
     /// Raw `lifecycle.apps.kruise.io/timestamp`; see [`PodFacts::lifecycle_since`].
@@ -98,9 +105,16 @@ pub struct PodFacts<'a> {
     pub container_specs: &'a [Container],
     /// `status.containerStatuses`.
     pub container_statuses: &'a [ContainerStatus],
+    /// The priority and scatter inputs of this pod, computed while its labels were at hand
+    /// ([`PodFacts::extract_all`]); None when extracted alone ([`PodFacts::from_pod`]), and
+    /// then [`super::update_order`] reads the labels itself.
+    pub order_labels: Option<PrecomputedOrder<'a>>,
 }
 
 static NO_STRINGS: BTreeMap<String, String> = BTreeMap::new();
+
+/// Most distinct revision labels [`PodFacts::extract_all`] shares (see there).
+const MAX_SHARED_REVISIONS: usize = 16;
 
 /// The pod phase, ordered as the reference sorts it (Pending < Unknown < Running).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -127,6 +141,15 @@ impl PodPhase {
 impl<'a> PodFacts<'a> {
     /// Extracts the facts of `pod`. `pods_to_delete` is `spec.scaleStrategy.podsToDelete`.
     pub fn from_pod(pod: &'a Pod, pods_to_delete: &BTreeSet<&str>) -> Self {
+        Self::extract(pod, pods_to_delete, |_, _| {})
+    }
+
+    /// [`PodFacts::from_pod`], showing every label to `on_label` in the same pass.
+    fn extract(
+        pod: &'a Pod,
+        pods_to_delete: &BTreeSet<&str>,
+        mut on_label: impl FnMut(&'a str, &'a str),
+    ) -> Self {
         let meta = &pod.metadata;
         let labels = meta.labels.as_ref().unwrap_or(&NO_STRINGS);
         let annotations = meta.annotations.as_ref().unwrap_or(&NO_STRINGS);
@@ -143,8 +166,26 @@ impl<'a> PodFacts<'a> {
             .and_then(|s| s.container_statuses.as_deref())
             .unwrap_or(&[]);
         let restarts = container_statuses.iter().map(|c| c.restart_count).sum();
-        let deletion_cost = annotations
-            .get(keys::POD_DELETION_COST_ANNOTATION)
+        // One pass over the annotations too (see the labels below).
+        let (mut cost_raw, mut lifecycle_timestamp) = (None, None);
+        let (mut grace_new, mut grace_legacy) = (None, None);
+        let (mut state_new, mut state_legacy) = (None, None);
+        for (key, value) in annotations {
+            let value = Some(value.as_str());
+            match key.as_str() {
+                keys::POD_DELETION_COST_ANNOTATION => cost_raw = value,
+                keys::LIFECYCLE_TIMESTAMP_ANNOTATION => lifecycle_timestamp = value,
+                keys::INPLACE_UPDATE_GRACE_ANNOTATION => grace_new = value,
+                keys::INPLACE_UPDATE_GRACE_ANNOTATION_LEGACY => grace_legacy = value,
+                keys::INPLACE_UPDATE_STATE_ANNOTATION => state_new = value,
+                keys::INPLACE_UPDATE_STATE_ANNOTATION_LEGACY => state_legacy = value,
+                _ => {}
+            }
+        }
+        // The new keys win over the legacy ones (as `InPlaceUpdateState::from_annotations`).
+        let grace_raw = grace_new.or(grace_legacy);
+        let state_raw = state_new.or(state_legacy);
+        let deletion_cost = cost_raw
             // Like Kubernetes: "+10" and "008" are invalid (no sign, no leading zero).
             .filter(|v| {
                 v.starts_with(['-', '1', '2', '3', '4', '5', '6', '7', '8', '9']) || *v == "0"
@@ -157,6 +198,7 @@ impl<'a> PodFacts<'a> {
         let (mut revision, mut instance_id, mut lifecycle_label) = (None, None, None);
         let mut specified_label = false;
         for (key, value) in labels {
+            on_label(key, value);
             match key.as_str() {
                 keys::REVISION_LABEL => revision = Some(value.as_str()),
                 keys::INSTANCE_ID_LABEL => instance_id = Some(value.as_str()),
@@ -166,9 +208,6 @@ impl<'a> PodFacts<'a> {
             }
         }
         let specified_delete = specified_label || pods_to_delete.contains(name);
-        let grace_raw = annotations
-            .get(keys::INPLACE_UPDATE_GRACE_ANNOTATION)
-            .or_else(|| annotations.get(keys::INPLACE_UPDATE_GRACE_ANNOTATION_LEGACY));
         PodFacts {
             uid: meta.uid.as_deref().unwrap_or_default(),
             revision,
@@ -188,17 +227,67 @@ impl<'a> PodFacts<'a> {
             specified_delete,
             labels,
             finalizers: meta.finalizers.as_deref().unwrap_or(&[]),
-            in_place_state: InPlaceUpdateState::from_annotations(annotations).and_then(Result::ok),
+            in_place_state: state_raw
+                .and_then(|raw| serde_json::from_str::<InPlaceUpdateState>(raw).ok())
+                .map(Box::new),
             in_place_grace_pending: grace_raw.is_some(),
-            in_place_grace: grace_raw.and_then(|raw| serde_json::from_str(raw).ok()),
+            in_place_grace: grace_raw
+                .and_then(|raw| serde_json::from_str(raw).ok())
+                .map(Box::new),
             in_place_update_ready: in_place_condition.map(|c| c.status == "True"),
-            lifecycle_timestamp: annotations
-                .get(keys::LIFECYCLE_TIMESTAMP_ANNOTATION)
-                .map(String::as_str),
+            lifecycle_timestamp,
             container_specs: pod.spec.as_ref().map_or(&[], |s| s.containers.as_slice()),
             container_statuses,
             name,
+            order_labels: None,
         }
+    }
+
+    /// The facts of every pod of `snapshot`, in snapshot order, as the planner uses them.
+    ///
+    /// Beyond [`PodFacts::from_pod`], in the same pass (while each pod's memory is in the
+    /// cache; at 100k pods every later re-read of a pod's heap is a cache miss):
+    /// - the labels that `priorityStrategy` and `scatterStrategy` read are evaluated
+    ///   ([`PodFacts::order_labels`]);
+    /// - equal `controller-revision-hash` labels are made to share one string, so that the
+    ///   revision comparisons of every later step read a few hot strings instead of one
+    ///   cold string per pod. The text is unchanged.
+    pub fn extract_all(snapshot: &Snapshot<'a>) -> Vec<Self> {
+        let cloneset = snapshot.cloneset;
+        let pods_to_delete: BTreeSet<&str> = cloneset
+            .spec
+            .scale_strategy
+            .iter()
+            .flat_map(|s| s.pods_to_delete.iter().map(String::as_str))
+            .collect();
+        let rules = OrderRules::of_strategy(cloneset.spec.update_strategy.as_ref());
+        let precompute = rules.precomputable();
+        let mut scratch = rules.scratch();
+        // Distinct revision labels seen so far; bounded, as a snapshot holds only a few.
+        let mut revisions: Vec<&'a str> = Vec::new();
+        let pods = snapshot.pods;
+        let mut out = Vec::with_capacity(pods.len());
+        for pod in pods {
+            let mut facts = if precompute {
+                scratch.clear();
+                let mut facts = Self::extract(pod, &pods_to_delete, |key, value| {
+                    scratch.see(&rules, key, value);
+                });
+                facts.order_labels = Some(rules.precompute(facts.labels, &mut scratch));
+                facts
+            } else {
+                Self::from_pod(pod, &pods_to_delete)
+            };
+            if let Some(label) = facts.revision {
+                match revisions.iter().find(|r| **r == label) {
+                    Some(shared) => facts.revision = Some(*shared),
+                    None if revisions.len() < MAX_SHARED_REVISIONS => revisions.push(label),
+                    None => {}
+                }
+            }
+            out.push(facts);
+        }
+        out
     }
 
     /// When the lifecycle state last changed (`lifecycle.apps.kruise.io/timestamp`),
@@ -333,6 +422,15 @@ pub enum Action {
     /// (owner reference CloneSet → pod), so that it goes away with the pod.
     #[serde(rename_all = "camelCase")]
     ReownPvcToPod { pvc: String, pod: String },
+    /// Label a pod that lacks `pod-template-hash` (made before the label existed) with the
+    /// short hash of its revision (docs "Short hash label"; kruise-behaviour: back-filled
+    /// on old pods lacking it).
+    #[serde(rename_all = "camelCase")]
+    SetTemplateHash { pod: String, hash: String },
+    /// Every container of the previous batch of the pod's in-place update is Ready: apply
+    /// the next batch (container launch priority, see `plan::container_batches`).
+    #[serde(rename_all = "camelCase")]
+    ApplyNextContainerBatch { pod: String },
 }
 
 /// A problem that the planner reports as a condition and an event instead of acting.

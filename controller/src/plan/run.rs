@@ -1,7 +1,6 @@
 //! [`plan`]: one reconcile of one CloneSet, from a [`Snapshot`] to a [`Plan`] (the order is
 //! described in the module doc of [`super`]).
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 use super::model::{Plan, PlanContext, PodFacts, Snapshot};
@@ -41,17 +40,7 @@ pub fn plan(snapshot: Snapshot<'_>) -> Result<Plan, PlanError> {
         .typed()
         .map_err(|e| PlanError::Template(e.to_string()))?;
 
-    let pods_to_delete: BTreeSet<&str> = cloneset
-        .spec
-        .scale_strategy
-        .iter()
-        .flat_map(|s| s.pods_to_delete.iter().map(String::as_str))
-        .collect();
-    let pods: Vec<PodFacts> = snapshot
-        .pods
-        .iter()
-        .map(|p| PodFacts::from_pod(p, &pods_to_delete))
-        .collect();
+    let pods = PodFacts::extract_all(&snapshot);
     let revisions = revision::plan_revisions(&snapshot, &pods)?;
     let resolved = diffs::resolve(cloneset);
     let ctx = PlanContext {
@@ -81,6 +70,7 @@ pub fn plan(snapshot: Snapshot<'_>) -> Result<Plan, PlanError> {
     let previous = cloneset.status.clone().unwrap_or_default();
     status::apply_problems(&mut status, &problems, &previous, ctx.now());
     actions.extend(housekeeping::prune_pods_to_delete(&ctx));
+    actions.extend(housekeeping::backfill_template_hash(&ctx));
 
     Ok(Plan {
         resolved,

@@ -24,29 +24,246 @@ use super::selector::Selector;
 
 /// Sorts `candidates` (indexes into `pods`) by the whole update order of `strategy`.
 ///
-/// The labels that priority and scatter read are looked up in ONE pass over the pods
-/// ([`LabelKeys`]): a pod's labels live in its own scattered heap allocations, and each
-/// cold lookup costs far more than the sorting itself.
+/// The default order and `priorityStrategy` are ONE sort by a key computed once per
+/// candidate (priority first, then the default key, then the position, which makes the
+/// sort stable): the same order as sorting by the default order and then stably by
+/// priority. The labels that priority and scatter read come from
+/// [`PodFacts::order_labels`] when [`PodFacts::extract_all`] computed them for this very
+/// strategy, or else from ONE pass over the pods' labels ([`LabelKeys`]): a pod's labels
+/// live in their own scattered heap allocations, and each cold read costs far more than
+/// the sorting itself.
 pub fn sort_candidates(
     strategy: Option<&CloneSetUpdateStrategy>,
     pods: &[PodFacts],
     candidates: &mut Vec<usize>,
 ) {
-    sort_default(pods, candidates);
-    let priority = strategy.and_then(|s| s.priority_strategy.as_ref());
-    let terms = strategy.map_or(&[][..], |s| s.scatter_strategy.as_slice());
-    if priority.is_none() && terms.is_empty() {
+    let rules = OrderRules::of_strategy(strategy);
+    if !rules.reads_labels() {
+        sort_default(pods, candidates);
         preparing_update_first(pods, candidates);
         return;
     }
-    let keys = LabelKeys::collect(priority, terms, pods, candidates);
-    if let Some(priority_keys) = &keys.priority {
-        sort_by_keys(priority_keys, candidates);
-    }
-    if !terms.is_empty() {
-        scatter_by(terms, &keys, candidates);
+    let keys = LabelKeys::collect_with(&rules, pods, candidates);
+    sort_keyed(pods, keys.priority.as_deref(), candidates);
+    if !rules.terms.is_empty() {
+        scatter_by(rules.terms, &keys, candidates);
     }
     preparing_update_first(pods, candidates);
+}
+
+/// The priority and scatter inputs of one pod (what its labels say about them).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PodOrderLabels {
+    /// The priority sort key (smaller first); (0, 0) without `priorityStrategy`.
+    pub priority: (i64, i64),
+    /// Bit `t`: the pod carries the label of scatter term `t`.
+    pub scatter: u64,
+}
+
+/// [`PodOrderLabels`] together with the rules they were computed for, so that they are
+/// only used for those very rules (compared by identity: the facts borrow the CloneSet,
+/// which therefore cannot change while they exist).
+#[derive(Clone, Copy)]
+pub struct PrecomputedOrder<'a> {
+    priority: Option<&'a UpdatePriorityStrategy>,
+    terms: &'a [UpdateScatterTerm],
+    pub labels: PodOrderLabels,
+}
+
+impl PrecomputedOrder<'_> {
+    fn is_for(&self, rules: &OrderRules<'_>) -> bool {
+        let same_priority = match (self.priority, rules.priority) {
+            (None, None) => true,
+            (Some(a), Some(b)) => std::ptr::eq(a, b),
+            _ => false,
+        };
+        same_priority
+            && self.terms.len() == rules.terms.len()
+            && (self.terms.is_empty() || std::ptr::eq(self.terms.as_ptr(), rules.terms.as_ptr()))
+    }
+}
+
+impl std::fmt::Debug for PrecomputedOrder<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.labels.fmt(f)
+    }
+}
+
+impl PartialEq for PrecomputedOrder<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.labels == other.labels
+            && other.is_for(&OrderRules {
+                priority: self.priority,
+                terms: self.terms,
+                key_of: None,
+                wanted: Vec::new(),
+                term_slots: Vec::new(),
+                weight_slots: Vec::new(),
+            })
+    }
+}
+
+/// `priorityStrategy` and `scatterStrategy` compiled once: selectors parsed, and the label
+/// keys they read numbered ("slots"), so that a pod's labels are read in ONE pass instead
+/// of a tree lookup (string comparisons) per scatter term and selector requirement.
+#[derive(Debug)]
+pub struct OrderRules<'s> {
+    priority: Option<&'s UpdatePriorityStrategy>,
+    terms: &'s [UpdateScatterTerm],
+    key_of: Option<PriorityKey<'s>>,
+    wanted: Vec<String>,
+    term_slots: Vec<usize>,
+    weight_slots: Vec<Vec<usize>>,
+}
+
+/// Reusable buffers of [`OrderRules::evaluate`]: the values of the wanted label keys of
+/// one pod, and its scatter matches.
+#[derive(Debug)]
+pub struct OrderScratch<'p> {
+    values: Vec<Option<&'p str>>,
+    /// `values` was filled by [`OrderScratch::see`] for the current pod.
+    seen: bool,
+    hits: Vec<bool>,
+}
+
+impl<'p> OrderScratch<'p> {
+    /// Starts a pod whose labels will be shown with [`OrderScratch::see`].
+    pub fn clear(&mut self) {
+        self.values.fill(None);
+        self.seen = true;
+    }
+
+    /// One label of the current pod (each key at most once, as in a label map).
+    pub fn see(&mut self, rules: &OrderRules<'_>, key: &str, value: &'p str) {
+        if let Some(j) = rules.wanted.iter().position(|w| w == key) {
+            self.values[j] = Some(value);
+        }
+    }
+}
+
+impl<'s> OrderRules<'s> {
+    pub fn new(
+        priority: Option<&'s UpdatePriorityStrategy>,
+        terms: &'s [UpdateScatterTerm],
+    ) -> Self {
+        let key_of = priority.map(PriorityKey::new);
+        let mut wanted: Vec<String> = Vec::new();
+        let term_slots = terms.iter().map(|t| slot(&t.key, &mut wanted)).collect();
+        let weight_slots = match &key_of {
+            Some(PriorityKey::Weight(list)) => list
+                .iter()
+                .map(|(_, selector)| {
+                    selector
+                        .requirements()
+                        .iter()
+                        .map(|r| slot(r.key(), &mut wanted))
+                        .collect()
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        Self {
+            priority,
+            terms,
+            key_of,
+            wanted,
+            term_slots,
+            weight_slots,
+        }
+    }
+
+    /// The rules of `strategy`'s `priorityStrategy` and `scatterStrategy`.
+    pub fn of_strategy(strategy: Option<&'s CloneSetUpdateStrategy>) -> Self {
+        Self::new(
+            strategy.and_then(|s| s.priority_strategy.as_ref()),
+            strategy.map_or(&[][..], |s| s.scatter_strategy.as_slice()),
+        )
+    }
+
+    /// Whether the order depends on labels at all.
+    fn reads_labels(&self) -> bool {
+        self.key_of.is_some() || !self.terms.is_empty()
+    }
+
+    /// Whether [`OrderRules::precompute`] applies: labels are read, and the scatter terms
+    /// fit the bit set.
+    pub fn precomputable(&self) -> bool {
+        self.reads_labels() && self.terms.len() <= 64
+    }
+
+    pub fn scratch<'p>(&self) -> OrderScratch<'p> {
+        OrderScratch {
+            values: vec![None; self.wanted.len()],
+            seen: false,
+            hits: vec![false; self.terms.len()],
+        }
+    }
+
+    /// The priority key of a pod with `labels`; the scatter matches go to `scratch.hits`.
+    /// The labels are read here unless they were shown to the scratch already
+    /// ([`OrderScratch::clear`], [`OrderScratch::see`]).
+    fn evaluate<'p>(
+        &self,
+        labels: &'p BTreeMap<String, String>,
+        scratch: &mut OrderScratch<'p>,
+    ) -> (i64, i64) {
+        if !std::mem::take(&mut scratch.seen) && !self.wanted.is_empty() {
+            scratch.values.fill(None);
+            for (key, value) in labels {
+                if let Some(j) = self.wanted.iter().position(|w| w == key) {
+                    scratch.values[j] = Some(value.as_str());
+                }
+            }
+        }
+        let values = &scratch.values;
+        for ((term, &slot), hit) in self
+            .terms
+            .iter()
+            .zip(&self.term_slots)
+            .zip(&mut scratch.hits)
+        {
+            *hit = values[slot] == Some(term.value.as_str());
+        }
+        match &self.key_of {
+            None => (0, 0),
+            Some(PriorityKey::Weight(list)) => {
+                let weight: i64 = list
+                    .iter()
+                    .zip(&self.weight_slots)
+                    .filter(|((_, selector), slots)| {
+                        selector
+                            .requirements()
+                            .iter()
+                            .zip(slots.iter())
+                            .all(|(r, &j)| r.matches_value(values[j]))
+                    })
+                    .map(|((w, _), _)| w)
+                    .sum();
+                (-weight, 0)
+            }
+            Some(other) => other.key(labels),
+        }
+    }
+
+    /// What these rules read from a pod with `labels`, for [`PodFacts::order_labels`].
+    /// Only when [`OrderRules::precomputable`].
+    pub fn precompute<'p>(
+        &self,
+        labels: &'p BTreeMap<String, String>,
+        scratch: &mut OrderScratch<'p>,
+    ) -> PrecomputedOrder<'s> {
+        let priority = self.evaluate(labels, scratch);
+        let scatter = scratch
+            .hits
+            .iter()
+            .enumerate()
+            .fold(0u64, |bits, (t, &hit)| bits | (u64::from(hit) << t));
+        PrecomputedOrder {
+            priority: self.priority,
+            terms: self.terms,
+            labels: PodOrderLabels { priority, scatter },
+        }
+    }
 }
 
 /// What priority and scatter need from the pods' labels, read once.
@@ -70,75 +287,45 @@ impl LabelKeys {
         pods: &[PodFacts],
         candidates: &[usize],
     ) -> Self {
+        Self::collect_with(&OrderRules::new(priority, terms), pods, candidates)
+    }
+
+    fn collect_with(rules: &OrderRules<'_>, pods: &[PodFacts], candidates: &[usize]) -> Self {
         let mut is_candidate = vec![false; pods.len()];
         for &i in candidates {
             is_candidate[i] = true;
         }
-        let key_of = priority.map(PriorityKey::new);
-        // The label keys read below, fetched with ONE pass over each pod's labels instead
-        // of a tree lookup (string comparisons) per scatter term and selector requirement.
-        let mut wanted: Vec<&str> = Vec::new();
-        let term_slots: Vec<usize> = terms.iter().map(|t| slot(&t.key, &mut wanted)).collect();
-        let weight_slots: Vec<Vec<usize>> = match &key_of {
-            Some(PriorityKey::Weight(list)) => list
-                .iter()
-                .map(|(_, selector)| {
-                    selector
-                        .requirements()
-                        .iter()
-                        .map(|r| slot(r.key(), &mut wanted))
-                        .collect()
-                })
-                .collect(),
-            _ => Vec::new(),
-        };
-        let mut values: Vec<Option<&str>> = vec![None; wanted.len()];
+        let terms = rules.terms.len();
         let mut keys = Self {
-            priority: key_of.as_ref().map(|_| vec![(0, 0); pods.len()]),
-            scatter: vec![vec![false; pods.len()]; terms.len()],
-            totals: vec![0; terms.len()],
+            priority: rules.key_of.as_ref().map(|_| vec![(0, 0); pods.len()]),
+            scatter: vec![vec![false; pods.len()]; terms],
+            totals: vec![0; terms],
             active: 0,
         };
+        let mut scratch = rules.scratch();
         for (i, pod) in pods.iter().enumerate() {
             let active = pod.is_active();
             if !active && !is_candidate[i] {
                 continue;
             }
             keys.active += usize::from(active);
-            if !wanted.is_empty() {
-                values.fill(None);
-                for (key, value) in pod.labels {
-                    if let Some(j) = wanted.iter().position(|w| *w == key.as_str()) {
-                        values[j] = Some(value.as_str());
+            let priority = match &pod.order_labels {
+                Some(pre) if pre.is_for(rules) => {
+                    for (t, hit) in scratch.hits.iter_mut().enumerate() {
+                        *hit = (pre.labels.scatter >> t) & 1 == 1;
                     }
+                    pre.labels.priority
                 }
-            }
-            for (t, term) in terms.iter().enumerate() {
-                let hit = values[term_slots[t]] == Some(term.value.as_str());
+                _ => rules.evaluate(pod.labels, &mut scratch),
+            };
+            for (t, &hit) in scratch.hits.iter().enumerate() {
                 keys.scatter[t][i] = hit;
                 keys.totals[t] += usize::from(hit && active);
             }
             if is_candidate[i]
-                && let (Some(list), Some(key_of)) = (keys.priority.as_mut(), key_of.as_ref())
+                && let Some(list) = keys.priority.as_mut()
             {
-                list[i] = match key_of {
-                    PriorityKey::Weight(list) => {
-                        let weight: i64 = list
-                            .iter()
-                            .zip(&weight_slots)
-                            .filter(|((_, selector), slots)| {
-                                selector
-                                    .requirements()
-                                    .iter()
-                                    .zip(slots.iter())
-                                    .all(|(r, &j)| r.matches_value(values[j]))
-                            })
-                            .map(|((w, _), _)| w)
-                            .sum();
-                        (-weight, 0)
-                    }
-                    _ => key_of.key(pod),
-                };
+                list[i] = priority;
             }
         }
         keys
@@ -146,6 +333,7 @@ impl LabelKeys {
 }
 
 /// `priorityStrategy` compiled once: selectors parsed, keys computed per pod.
+#[derive(Debug)]
 enum PriorityKey<'s> {
     Weight(Vec<(i64, Selector)>),
     Order(&'s [inplace_proto::UpdatePriorityOrderTerm]),
@@ -175,12 +363,12 @@ impl<'s> PriorityKey<'s> {
     }
 
     /// Smaller sorts first.
-    fn key(&self, pod: &PodFacts) -> (i64, i64) {
+    fn key(&self, labels: &BTreeMap<String, String>) -> (i64, i64) {
         match self {
             Self::Weight(terms) => {
                 let weight: i64 = terms
                     .iter()
-                    .filter(|(_, s)| s.matches(pod.labels))
+                    .filter(|(_, s)| s.matches(labels))
                     .map(|(w, _)| w)
                     .sum();
                 (-weight, 0)
@@ -189,7 +377,7 @@ impl<'s> PriorityKey<'s> {
                 .iter()
                 .enumerate()
                 .find_map(|(level, term)| {
-                    pod.labels
+                    labels
                         .get(&term.ordered_key)
                         .map(|v| (i64::try_from(level).unwrap_or(i64::MAX), -trailing_int(v)))
                 })
@@ -212,11 +400,69 @@ fn sort_by_keys(keys: &[(i64, i64)], candidates: &mut [usize]) {
     }
 }
 
-/// "Empty first, then later first": the ActivePods rule for ready and creation times.
-fn empty_or_later_first(t: Option<Timestamp>) -> (u8, Reverse<i128>) {
-    match t {
-        None => (0, Reverse(0)),
-        Some(t) => (1, Reverse(t.as_nanosecond())),
+/// Bits of an encoded time ([`later_first`]): jiff timestamps span years -9999..=9999,
+/// less than 2^68 nanoseconds either side of the epoch.
+const TIME_BITS: u32 = 70;
+
+/// A time as an unsigned number that grows as the time gets EARLIER ("later first").
+fn later_first(t: Timestamp) -> u128 {
+    let offset = 1i128 << (TIME_BITS - 1);
+    // In 0..2^70 for every Timestamp (see TIME_BITS); the subtraction reverses the order.
+    let shifted = u128::try_from(t.as_nanosecond() + offset).unwrap_or(0);
+    ((1u128 << TIME_BITS) - 1) - shifted
+}
+
+/// "Empty first, then later first" (the ActivePods rule for ready and creation times) as
+/// one number: 0 for none, then a 1 bit above the reversed time.
+fn empty_or_later_first(t: Option<Timestamp>) -> u128 {
+    t.map_or(0, |t| (1u128 << TIME_BITS) | later_first(t))
+}
+
+/// `i64` to `u64` keeping the order.
+fn ordered_u64(v: i64) -> u64 {
+    (v as u64) ^ (1 << 63)
+}
+
+/// The default order of one pod and its position, packed in two numbers compared in
+/// turn, most significant bits first: (scheduled, phase, ready) and the ready time (a pod
+/// that is not ready has none: 0), then restarts (more first); then the creation time,
+/// then the position (stable for equal pods).
+fn default_key(p: &PodFacts, pos: usize) -> (u128, u128) {
+    let scheduled = p.node_name.is_some_and(|n| !n.is_empty());
+    let ready_time = if p.ready {
+        empty_or_later_first(p.ready_since)
+    } else {
+        0
+    };
+    // PodPhase's discriminants follow its order (< 8: 3 bits).
+    let flags =
+        (u128::from(scheduled) << 4) | (u128::from(p.phase as u8) << 1) | u128::from(p.ready);
+    // i32 -> u32 keeping the order, then reversed: more restarts first.
+    let restarts = u32::MAX - ((p.restarts as u32) ^ (1 << 31));
+    // flags: 5 bits at 103, ready time: 71 bits at 32, restarts: 32 bits at 0.
+    let first = (flags << 103) | (ready_time << 32) | u128::from(restarts);
+    // creation: 71 bits at 57, position: 57 bits (more candidates than that cannot exist).
+    let second = (empty_or_later_first(p.creation) << 57) | (pos as u128);
+    (first, second)
+}
+
+/// Sorts `candidates` by (priority key when given, default key, position): the default
+/// order, or the default order followed by a stable sort by priority.
+fn sort_keyed(pods: &[PodFacts], priority: Option<&[(i64, i64)]>, candidates: &mut [usize]) {
+    let mut keyed: Vec<(u128, u128, u128, usize)> = candidates
+        .iter()
+        .enumerate()
+        .map(|(pos, &i)| {
+            let (p0, p1) = priority.map_or((0, 0), |keys| keys[i]);
+            let first = (u128::from(ordered_u64(p0)) << 64) | u128::from(ordered_u64(p1));
+            let (second, third) = default_key(&pods[i], pos);
+            (first, second, third, i)
+        })
+        .collect();
+    // Positions are unique, so the index is never compared and the order is total.
+    keyed.sort_unstable();
+    for (slot, (_, _, _, i)) in candidates.iter_mut().zip(keyed) {
+        *slot = i;
     }
 }
 
@@ -225,35 +471,7 @@ fn empty_or_later_first(t: Option<Timestamp>) -> (u8, Reverse<i128>) {
 /// Restarts count the sum over containers (the facts' `restarts`), where Kubernetes takes
 /// the highest single container's count; both put crash-looping pods first.
 pub fn sort_default(pods: &[PodFacts], candidates: &mut [usize]) {
-    let mut keyed: Vec<_> = candidates
-        .iter()
-        .enumerate()
-        .map(|(pos, &i)| {
-            let p = &pods[i];
-            let scheduled = p.node_name.is_some_and(|n| !n.is_empty());
-            let ready_time = if p.ready {
-                empty_or_later_first(p.ready_since)
-            } else {
-                (0, Reverse(0))
-            };
-            (
-                (
-                    scheduled,
-                    p.phase,
-                    p.ready,
-                    ready_time,
-                    Reverse(p.restarts),
-                    empty_or_later_first(p.creation),
-                    pos,
-                ),
-                i,
-            )
-        })
-        .collect();
-    keyed.sort_unstable();
-    for (slot, (_, i)) in candidates.iter_mut().zip(keyed) {
-        *slot = i;
-    }
+    sort_keyed(pods, None, candidates);
 }
 
 /// The integer at the end of a label value: 5 in "5", 10 in "sts-10", 0 when there is none
@@ -286,9 +504,9 @@ pub fn sort_by_priority(
 }
 
 /// Index of `key` in `wanted`, added when missing.
-fn slot<'k>(key: &'k str, wanted: &mut Vec<&'k str>) -> usize {
-    wanted.iter().position(|w| *w == key).unwrap_or_else(|| {
-        wanted.push(key);
+fn slot(key: &str, wanted: &mut Vec<String>) -> usize {
+    wanted.iter().position(|w| w == key).unwrap_or_else(|| {
+        wanted.push(key.to_owned());
         wanted.len() - 1
     })
 }

@@ -555,3 +555,118 @@ impl Drop for UnavailabilityWatch {
         self.task.abort();
     }
 }
+
+// ---------- the node daemon ----------
+
+/// Copies `src` to `dst` in the bed's registry (plain HTTP), e.g. to a tag containerd has
+/// never seen so that a pull really happens.
+pub fn copy_image(src: &str, dst: &str) -> TestResult {
+    let copy = Command::new("skopeo")
+        .args([
+            "copy",
+            "--src-tls-verify=false",
+            "--dest-tls-verify=false",
+            &format!("docker://{src}"),
+            &format!("docker://{dst}"),
+        ])
+        .output()?;
+    if !copy.status.success() {
+        return Err(format!(
+            "skopeo copy {src} {dst}: {}",
+            String::from_utf8_lossy(&copy.stderr)
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// The bed's real node.
+pub const NODE: &str = "inplace-node-0";
+
+/// The workspace's `inplace-daemon`, built if needed (it is another package's binary).
+fn daemon_bin() -> TestResult<PathBuf> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(&cargo)
+        .args(["build", "-p", "inplace-daemon", "--bin", "inplace-daemon"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()?;
+    if !status.success() {
+        return Err("cargo build -p inplace-daemon failed".into());
+    }
+    let out = Command::new(&cargo)
+        .args(["metadata", "--format-version", "1", "--no-deps"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()?;
+    let meta: Value = serde_json::from_slice(&out.stdout)?;
+    let dir = meta["target_directory"]
+        .as_str()
+        .ok_or("cargo metadata: no target_directory")?;
+    Ok(PathBuf::from(dir).join("debug").join("inplace-daemon"))
+}
+
+/// Pids of other `inplace-daemon` processes serving the real node.
+fn other_daemons() -> Vec<String> {
+    let out = Command::new("pgrep")
+        .args(["-af", "inplace-daemon"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    out.lines()
+        .filter(|l| l.contains(NODE) && !l.contains("cargo"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The daemon for the bed's node, killed on drop.
+pub struct Daemon {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Daemon {
+    /// Starts the daemon for [`NODE`], after any other daemon of that node has ended
+    /// (only one may serve a node).
+    pub fn start() -> TestResult<Self> {
+        let bin = daemon_bin()?;
+        wait_for(
+            "no other inplace-daemon serving the real node",
+            Duration::from_secs(600),
+            || {
+                let others = other_daemons();
+                if !others.is_empty() {
+                    eprintln!("waiting for: {others:?}");
+                }
+                Ok(others.is_empty())
+            },
+        )?;
+        let cri = std::env::var("INPLACE_CRI_ENDPOINT").unwrap_or_else(|_| {
+            "unix:///var/tmp/inplace-testbed/containerd/containerd.sock".into()
+        });
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let log =
+            std::env::temp_dir().join(format!("inplace-daemon-{}.log", rand::random::<u16>()));
+        let file = std::fs::File::create(&log)?;
+        let child = Command::new(bin)
+            .args(["--node-name", NODE, "--cri-endpoint", &cri])
+            .arg("--addr")
+            .arg(format!("127.0.0.1:{port}"))
+            .env("KUBECONFIG", kubeconfig())
+            .env("RUST_LOG", "info")
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .stdin(Stdio::null())
+            .spawn()?;
+        eprintln!("daemon: pid {}, log {}", child.id(), log.display());
+        Ok(Self { child, log })
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        eprintln!("daemon log {}", self.log.display());
+    }
+}

@@ -2,10 +2,15 @@
 //! owns the state of every pod of the simulated nodes and a single timer heap, and
 //! status patches and final deletes issued by short tasks under a semaphore.
 //!
-//! Consistency: every status patch carries the `metadata.resourceVersion` of the pod
-//! snapshot it was computed from, so the API server rejects (409) a status computed from
-//! a stale view (say, a readiness-gate condition another writer just turned False); the
-//! engine then waits for the newer snapshot, which the watch is bound to deliver.
+//! Consistency: a status patch that reports the pod Ready carries the
+//! `metadata.resourceVersion` of the pod snapshot it was computed from, so the API server
+//! rejects (409) a Ready computed from a stale view (say, a readiness-gate condition
+//! another writer just turned False); the engine then waits for the newer snapshot, which
+//! the watch is bound to deliver. A status that reports the pod not Ready is not pinned:
+//! no newer pod version can make "not Ready" wrong for longer than it takes the watch to
+//! deliver it (the engine then writes again), and pinning it made every such write that
+//! raced a controller write to the same pod (the in-place spec patch right after
+//! `InPlaceUpdateReady=False`) fail and go out twice.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
@@ -369,7 +374,11 @@ impl Engine {
             return;
         }
         e.inflight = Some((hash, e.rv.clone()));
-        let patch = json!({ "metadata": { "resourceVersion": e.rv }, "status": status });
+        let patch = if e.sim.ready.status {
+            json!({ "metadata": { "resourceVersion": e.rv }, "status": status })
+        } else {
+            json!({ "status": status })
+        };
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &e.namespace);
         let name = e.name.clone();
         let sem = self.sem.clone();

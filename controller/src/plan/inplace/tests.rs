@@ -331,3 +331,79 @@ fn the_update_revision_template_is_the_clonesets_own_template() {
     );
     assert!(matches!(d, InPlaceDecision::InPlace(_)));
 }
+
+/// Docs "Update types" / kruise-behaviour b: containers whose env reads a changed label or
+/// annotation through the downward API are restarted by the daemon (updateEnvFromMetadata).
+#[test]
+fn env_from_changed_metadata_lists_only_the_containers_reading_a_changed_key() {
+    let env_ref = |path: &str| json!({"name": "X", "valueFrom": {"fieldRef": {"fieldPath": path}}});
+    let containers = |tier: &str| {
+        json!([
+            {"name": "reads-tier", "image": "a:1", "env": [env_ref("metadata.labels['tier']")]},
+            {"name": "reads-note", "image": "b:1", "env": [env_ref("metadata.annotations[\"note\"]")]},
+            {"name": "reads-app", "image": "c:1", "env": [env_ref("metadata.labels['app']")]},
+            {"name": "plain", "image": "d:1", "env": [{"name": "A", "value": tier}]},
+        ])
+    };
+    let old = template(containers("x"));
+    let mut new = Value::Object(template(containers("x")));
+    new["metadata"]["labels"]["tier"] = json!("web");
+    new["metadata"]["annotations"] = json!({});
+    let decision = decide(
+        InPlaceIfPossible,
+        Some(&old),
+        new.as_object().unwrap(),
+        None,
+        None,
+        &PlanOptions::default(),
+    );
+    let InPlaceDecision::InPlace(change) = decision else {
+        panic!("expected in place, got {decision:?}");
+    };
+    let names: Vec<&str> = change
+        .env_from_metadata
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(names, ["reads-note", "reads-tier"]);
+    let tier = &change.env_from_metadata["reads-tier"];
+    assert_eq!(tier.labels.as_ref().unwrap()["tier"], "web");
+    assert!(tier.annotations.is_none());
+    // A removed annotation still lists the container (so it restarts), with no value.
+    assert!(
+        change.env_from_metadata["reads-note"]
+            .annotations
+            .as_ref()
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        change
+            .describe()
+            .contains("env from metadata of reads-note, reads-tier")
+    );
+}
+
+#[test]
+fn an_image_only_change_needs_no_env_restart() {
+    let new = changed(|v| v["spec"]["containers"][0]["image"] = json!("nginx:2"));
+    let InPlaceDecision::InPlace(change) = run(InPlaceIfPossible, &new, false) else {
+        panic!("expected in place");
+    };
+    assert!(change.env_from_metadata.is_empty());
+}
+
+#[test]
+fn downward_api_paths_are_parsed_with_either_quote() {
+    assert_eq!(
+        downward_key("metadata.labels['a/b']"),
+        Some(("labels", "a/b"))
+    );
+    assert_eq!(
+        downward_key("metadata.annotations[\"k\"]"),
+        Some(("annotations", "k"))
+    );
+    assert_eq!(downward_key("metadata.labels"), None);
+    assert_eq!(downward_key("metadata.name"), None);
+    assert_eq!(downward_key("metadata.labels['unterminated"), None);
+}

@@ -526,3 +526,36 @@ fn an_unreadable_grace_annotation_is_reported_not_applied() {
     assert_eq!(r.problems.len(), 1);
     assert_eq!(r.problems[0].condition, "FailedUpdate");
 }
+
+/// kruise-behaviour b "Container batches": the next batch starts when the previous batch's
+/// containers run their new image and are Ready; the update is not complete before.
+#[test]
+fn refresh_starts_the_next_container_batch_once_the_previous_one_is_ready() {
+    let batched = |ready: bool, status_image: &str, image_id: &str| {
+        pod("demo-a", "demo-new")
+            .lifecycle("Updating")
+            .spec_image("nginx:2")
+            .status_image(status_image, image_id)
+            .raw(|p| p["status"]["containerStatuses"][0]["ready"] = json!(ready))
+            .in_place_ready(false)
+            .in_place_state(&json!({
+                "revision": "demo-new",
+                "updateTimestamp": "2026-01-01T00:00:00Z",
+                "lastContainerStatuses": {"main": {"imageID": "sha-1"}},
+                "nextContainerImages": {"sidecar": "side:2"},
+                "preCheckBeforeNext": {"containersRequiredReady": ["main"]},
+            }))
+    };
+    let due = fixture(json!({}), vec![batched(true, "nginx:2", "sha-2")]);
+    assert_eq!(
+        refresh(&due.ctx()).actions,
+        vec![Action::ApplyNextContainerBatch {
+            pod: "demo-a".into()
+        }]
+    );
+    // Not ready yet, or still the old container: wait.
+    let not_ready = fixture(json!({}), vec![batched(false, "nginx:2", "sha-2")]);
+    assert_eq!(refresh(&not_ready.ctx()).actions, vec![]);
+    let old_container = fixture(json!({}), vec![batched(true, "nginx:1", "sha-1")]);
+    assert_eq!(refresh(&old_container.ctx()).actions, vec![]);
+}

@@ -269,3 +269,298 @@ fn preparing_update_pods_go_first_and_the_rest_keep_their_order() {
     preparing_update_first(&pods, &mut order);
     assert_eq!(names(&pods, &order), ["b", "d", "a", "c"]);
 }
+
+/// The update order as it was written before the keys were precomputed: the default
+/// comparator, then a stable sort by a priority key read from each pod's labels, then
+/// scatter with matches read from the labels, then PreparingUpdate first. The production
+/// order must equal it whether or not the facts carry precomputed order labels.
+mod reference {
+    use std::cmp::Reverse;
+    use std::collections::BTreeMap;
+
+    use inplace_proto::{
+        CloneSetUpdateStrategy, LifecycleState, UpdatePriorityStrategy, UpdateScatterTerm,
+    };
+    use k8s_openapi::jiff::Timestamp;
+
+    use super::super::{scatter_term, trailing_int};
+    use crate::plan::model::PodFacts;
+    use crate::plan::selector::Selector;
+
+    fn empty_or_later_first(t: Option<Timestamp>) -> (u8, Reverse<i128>) {
+        match t {
+            None => (0, Reverse(0)),
+            Some(t) => (1, Reverse(t.as_nanosecond())),
+        }
+    }
+
+    fn default_order(pods: &[PodFacts], candidates: &mut [usize]) {
+        candidates.sort_by(|&a, &b| {
+            let key = |p: &PodFacts| {
+                let ready_time = if p.ready {
+                    empty_or_later_first(p.ready_since)
+                } else {
+                    (0, Reverse(0))
+                };
+                (
+                    p.node_name.is_some_and(|n| !n.is_empty()),
+                    p.phase,
+                    p.ready,
+                    ready_time,
+                    Reverse(p.restarts),
+                    empty_or_later_first(p.creation),
+                )
+            };
+            key(&pods[a]).cmp(&key(&pods[b]))
+        });
+    }
+
+    fn priority_key(
+        strategy: &UpdatePriorityStrategy,
+        labels: &BTreeMap<String, String>,
+    ) -> (i64, i64) {
+        if !strategy.weight_priority.is_empty() {
+            let weight: i64 = strategy
+                .weight_priority
+                .iter()
+                .filter(|t| Selector::parse(&t.match_selector).is_ok_and(|s| s.matches(labels)))
+                .map(|t| i64::from(t.weight))
+                .sum();
+            return (-weight, 0);
+        }
+        if strategy.order_priority.is_empty() {
+            return (0, 0);
+        }
+        for (level, term) in strategy.order_priority.iter().enumerate() {
+            if let Some(v) = labels.get(&term.ordered_key) {
+                return (i64::try_from(level).unwrap(), -trailing_int(v));
+            }
+        }
+        (-1, 0)
+    }
+
+    fn scatter(terms: &[UpdateScatterTerm], pods: &[PodFacts], candidates: &mut Vec<usize>) {
+        if candidates.len() <= 1 {
+            return;
+        }
+        let hit = |t: &UpdateScatterTerm, p: &PodFacts| p.labels.get(&t.key) == Some(&t.value);
+        // Terms matching more candidates first; equal (key, value) pairs count once.
+        let mut list: Vec<(usize, usize)> = Vec::new();
+        let mut seen: Vec<(&str, &str)> = Vec::new();
+        for (t, term) in terms.iter().enumerate() {
+            let count = candidates.iter().filter(|&&i| hit(term, &pods[i])).count();
+            let id = (term.key.as_str(), term.value.as_str());
+            if count > 0 && !seen.contains(&id) {
+                seen.push(id);
+                list.push((count, t));
+            }
+        }
+        list.sort_by_key(|&(count, t)| (Reverse(count), t));
+        let active = pods.iter().filter(|p| p.is_active()).count();
+        for (_, t) in list {
+            let term = &terms[t];
+            let is_match: Vec<bool> = pods.iter().map(|p| hit(term, p)).collect();
+            let matched = pods
+                .iter()
+                .filter(|p| p.is_active() && hit(term, p))
+                .count();
+            *candidates = scatter_term(&is_match, matched, active - matched, candidates);
+        }
+    }
+
+    pub fn order(
+        strategy: Option<&CloneSetUpdateStrategy>,
+        pods: &[PodFacts],
+        candidates: &mut Vec<usize>,
+    ) {
+        default_order(pods, candidates);
+        if let Some(priority) = strategy.and_then(|s| s.priority_strategy.as_ref()) {
+            candidates.sort_by_key(|&i| priority_key(priority, pods[i].labels));
+        }
+        let terms = strategy.map_or(&[][..], |s| s.scatter_strategy.as_slice());
+        if !terms.is_empty() {
+            scatter(terms, pods, candidates);
+        }
+        candidates.sort_by_key(|&i| pods[i].lifecycle != Some(LifecycleState::PreparingUpdate));
+    }
+}
+
+mod equals_reference {
+    use std::collections::BTreeSet;
+
+    use inplace_proto::CloneSet;
+    use k8s_openapi::api::core::v1::Pod;
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    use super::reference;
+    use crate::plan::fixtures::{cloneset, pod, t};
+    use crate::plan::model::{PlanOptions, PodFacts, Snapshot};
+    use crate::plan::update_order::sort_candidates;
+
+    #[derive(Clone, Debug)]
+    struct PodSpec {
+        zone: Option<u8>,
+        rack: Option<u8>,
+        ready: bool,
+        ready_at: i64,
+        restarts: i32,
+        created_at: i64,
+        phase: u8,
+        unscheduled: bool,
+        preparing_update: bool,
+        terminating: bool,
+    }
+
+    fn pod_spec() -> impl Strategy<Value = PodSpec> {
+        (
+            (proptest::option::of(0u8..3), proptest::option::of(0u8..4)),
+            (any::<bool>(), 0i64..3, 0i32..3, 0i64..3),
+            (0u8..6, 0u8..8, 0u8..6, 0u8..10),
+        )
+            .prop_map(
+                |((zone, rack), (ready, ready_at, restarts, created_at), (phase, u, p, term))| {
+                    PodSpec {
+                        zone,
+                        rack,
+                        ready,
+                        ready_at,
+                        restarts,
+                        created_at,
+                        phase,
+                        unscheduled: u == 0,
+                        preparing_update: p == 0,
+                        terminating: term == 0,
+                    }
+                },
+            )
+    }
+
+    fn build(i: usize, s: &PodSpec) -> Pod {
+        let mut b = pod(&format!("p-{i}"), "r")
+            .restarts(s.restarts)
+            .created(t(s.created_at));
+        b = if s.ready {
+            b.ready_since(t(s.ready_at))
+        } else {
+            b.not_ready()
+        };
+        if let Some(zone) = s.zone {
+            b = b.label("zone", ["a", "b", "c"][usize::from(zone)]);
+        }
+        if let Some(rack) = s.rack {
+            b = b.label("rack", &format!("r{rack}"));
+        }
+        match s.phase {
+            0 => b = b.phase("Pending"),
+            1 => b = b.phase("Unknown"),
+            _ => {}
+        }
+        if s.unscheduled {
+            b = b.unscheduled();
+        }
+        if s.preparing_update {
+            b = b.lifecycle("PreparingUpdate");
+        }
+        if s.terminating {
+            b = b.terminating();
+        }
+        b.build()
+    }
+
+    /// A strategy with no, weight or order priority and zero to three scatter terms.
+    fn update_strategy() -> impl Strategy<Value = Value> {
+        (0u8..3, proptest::collection::vec(0u8..4, 0..4)).prop_map(|(priority, terms)| {
+            let mut s = json!({"type": "InPlaceIfPossible"});
+            match priority {
+                1 => {
+                    s["priorityStrategy"] = json!({"weightPriority": [
+                        {"weight": 50, "matchSelector": {"matchLabels": {"zone": "a"}}},
+                        {"weight": 20, "matchSelector": {"matchExpressions": [
+                            {"key": "rack", "operator": "In", "values": ["r1", "r2"]}]}},
+                        {"weight": 30, "matchSelector": {"matchExpressions": [
+                            {"key": "zone", "operator": "NotIn", "values": ["b"]}]}},
+                    ]});
+                }
+                2 => {
+                    s["priorityStrategy"] =
+                        json!({"orderPriority": [{"orderedKey": "rack"}, {"orderedKey": "zone"}]});
+                }
+                _ => {}
+            }
+            let terms: Vec<Value> = terms
+                .into_iter()
+                .map(|t| match t {
+                    0 => json!({"key": "zone", "value": "a"}),
+                    1 => json!({"key": "zone", "value": "c"}),
+                    2 => json!({"key": "rack", "value": "r1"}),
+                    _ => json!({"key": "rack", "value": "r3"}),
+                })
+                .collect();
+            if !terms.is_empty() {
+                s["scatterStrategy"] = Value::Array(terms);
+            }
+            s
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn sort_candidates_equals_the_reference_order(
+            specs in proptest::collection::vec(pod_spec(), 0..40),
+            strategy in update_strategy(),
+            skip in proptest::collection::vec(any::<bool>(), 40),
+        ) {
+            let cs: CloneSet = cloneset(json!({"updateStrategy": strategy}));
+            let pods: Vec<Pod> = specs.iter().enumerate().map(|(i, s)| build(i, s)).collect();
+            let options = PlanOptions::default();
+            let snapshot = Snapshot {
+                cloneset: &cs,
+                pods: &pods,
+                pvcs: &[],
+                revisions: &[],
+                nodes: &[],
+                now: t(1000),
+                options: &options,
+            };
+            let strategy = cs.spec.update_strategy.as_ref();
+            let precomputed = PodFacts::extract_all(&snapshot);
+            let plain: Vec<PodFacts> =
+                pods.iter().map(|p| PodFacts::from_pod(p, &BTreeSet::new())).collect();
+            // Candidates are active pods, some of them left out.
+            let candidates: Vec<usize> = (0..pods.len())
+                .filter(|&i| plain[i].is_active() && !skip[i])
+                .collect();
+
+            let mut expected = candidates.clone();
+            reference::order(strategy, &plain, &mut expected);
+            for facts in [&precomputed, &plain] {
+                let mut got = candidates.clone();
+                sort_candidates(strategy, facts, &mut got);
+                prop_assert_eq!(&got, &expected);
+            }
+        }
+    }
+}
+
+#[test]
+fn encoded_times_reverse_the_order_over_the_whole_timestamp_range() {
+    let times = [
+        Timestamp::MIN,
+        Timestamp::from_second(-1).unwrap(),
+        Timestamp::new(-1, 999_999_999).unwrap(),
+        Timestamp::UNIX_EPOCH,
+        Timestamp::new(0, 1).unwrap(),
+        t(0),
+        Timestamp::MAX,
+    ];
+    for pair in times.windows(2) {
+        assert!(pair[0] < pair[1]);
+        assert!(later_first(pair[0]) > later_first(pair[1]), "{pair:?}");
+        assert!(later_first(pair[0]) < 1 << TIME_BITS);
+    }
+    assert!(empty_or_later_first(None) < empty_or_later_first(Some(Timestamp::MAX)));
+    assert!(ordered_u64(i64::MIN) < ordered_u64(-1));
+    assert!(ordered_u64(-1) < ordered_u64(0));
+    assert!(ordered_u64(0) < ordered_u64(i64::MAX));
+}

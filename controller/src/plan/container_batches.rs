@@ -1,0 +1,275 @@
+//! Container launch priority in in-place updates (kruise-behaviour b "Container batches").
+//!
+//! When an in-place update changes several containers that have launch priorities, the
+//! containers go in batches: the highest priority first, the next batch only once every
+//! container of the previous one is Ready. Containers without a priority go with the
+//! first batch. Containers whose env reads the same changed label or annotation go
+//! together (the key can only take one value at a time), so they are pulled into the
+//! batch of the first of them.
+//!
+//! A container's priority comes from the template, since there is no admission webhook
+//! to inject it into pods:
+//! - `KRUISE_CONTAINER_BARRIER` env with a ConfigMap key `p_<n>` (what the reference's
+//!   webhook writes into pods, e.g. in templates copied from running pods) → `n`;
+//! - else `KRUISE_CONTAINER_PRIORITY` env with an integer value → that value;
+//! - else the annotation `apps.kruise.io/container-launch-priority: Ordered` → `-index`
+//!   (the first container highest), as the reference's webhook assigns;
+//! - else none.
+//!
+//! The split is kept in the in-place state: `nextContainerImages`,
+//! `nextContainerRefMetadata`, `nextContainerResources` hold what is left,
+//! `preCheckBeforeNext.containersRequiredReady` the containers that must be Ready first.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use inplace_proto::{InPlaceUpdateGrace, InPlaceUpdateState, keys};
+use k8s_openapi::api::core::v1::ContainerStatus;
+use serde_json::{Map, Value};
+
+/// Each container of the template, in order, with its launch priority.
+pub fn launch_priorities(template: &Map<String, Value>) -> Vec<(String, Option<i64>)> {
+    let ordered = template
+        .get("metadata")
+        .and_then(|m| {
+            m.pointer(&format!(
+                "/annotations/{}",
+                escape(keys::CONTAINER_LAUNCH_PRIORITY_ANNOTATION)
+            ))
+        })
+        .and_then(Value::as_str)
+        == Some(keys::CONTAINER_LAUNCH_ORDERED);
+    let containers = template
+        .get("spec")
+        .and_then(|s| s.get("containers"))
+        .and_then(Value::as_array);
+    containers
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .filter_map(|(i, c)| {
+            let name = c.get("name")?.as_str()?.to_owned();
+            let explicit = env_priority(c);
+            let by_position = ordered.then(|| -i64::try_from(i).unwrap_or(i64::MAX));
+            Some((name, explicit.or(by_position)))
+        })
+        .collect()
+}
+
+/// A JSON pointer token for `key` (`/` and `~` escaped).
+fn escape(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+fn env_priority(container: &Value) -> Option<i64> {
+    let envs = container.get("env").and_then(Value::as_array)?;
+    let find = |name: &str| {
+        envs.iter()
+            .find(|e| e.get("name").and_then(Value::as_str) == Some(name))
+    };
+    if let Some(barrier) = find(keys::CONTAINER_BARRIER_ENV) {
+        let key = barrier
+            .pointer("/valueFrom/configMapKeyRef/key")
+            .and_then(Value::as_str)?;
+        return key.strip_prefix("p_")?.parse().ok();
+    }
+    find(keys::CONTAINER_PRIORITY_ENV)?
+        .get("value")
+        .and_then(Value::as_str)?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// An in-place update split into the batch to apply now and what is left for later.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Split {
+    /// The update restricted to this batch's containers (the metadata patch whole).
+    pub now: InPlaceUpdateGrace,
+    /// Containers of this batch, sorted.
+    pub containers: Vec<String>,
+    pub next_images: BTreeMap<String, String>,
+    pub next_ref_metadata:
+        BTreeMap<String, k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>,
+    pub next_resources: BTreeMap<String, k8s_openapi::api::core::v1::ResourceRequirements>,
+}
+
+impl Split {
+    /// Something is left for a later batch.
+    pub fn has_next(&self) -> bool {
+        !self.next_images.is_empty()
+            || !self.next_ref_metadata.is_empty()
+            || !self.next_resources.is_empty()
+    }
+
+    /// Writes the batch bookkeeping into `state`: what is left, the containers that must be
+    /// Ready before it, and (by the caller) the batch record.
+    pub fn record_in(&self, state: &mut InPlaceUpdateState) {
+        state.next_container_images = self.next_images.clone();
+        state.next_container_ref_metadata = self.next_ref_metadata.clone();
+        state.next_container_resources = self.next_resources.clone();
+        state.pre_check_before_next = self.has_next().then(|| inplace_proto::PreCheckBeforeNext {
+            containers_required_ready: self.containers.clone(),
+        });
+    }
+}
+
+/// Splits `spec` by the containers' `priorities` (from [`launch_priorities`]).
+pub fn split(spec: &InPlaceUpdateGrace, priorities: &[(String, Option<i64>)]) -> Split {
+    let changed = |name: &str| {
+        spec.container_images.contains_key(name)
+            || spec.container_ref_metadata.contains_key(name)
+            || spec.container_resources.contains_key(name)
+    };
+    let mut now: BTreeSet<String> = BTreeSet::new();
+    let mut highest: Option<i64> = None;
+    let mut at_highest: Vec<&str> = Vec::new();
+    for (name, priority) in priorities.iter().filter(|(n, _)| changed(n)) {
+        match *priority {
+            None => {
+                now.insert(name.clone());
+            }
+            Some(p) if highest.is_none_or(|h| p > h) => {
+                highest = Some(p);
+                at_highest = vec![name];
+            }
+            Some(p) if Some(p) == highest => at_highest.push(name),
+            Some(_) => {}
+        }
+    }
+    now.extend(at_highest.into_iter().map(str::to_owned));
+    // Changed containers the template does not list (cannot happen for a valid revision)
+    // go now rather than never.
+    let listed: BTreeSet<&str> = priorities.iter().map(|(n, _)| n.as_str()).collect();
+    for name in spec
+        .container_images
+        .keys()
+        .chain(spec.container_ref_metadata.keys())
+        .chain(spec.container_resources.keys())
+    {
+        if !listed.contains(name.as_str()) {
+            now.insert(name.clone());
+        }
+    }
+    pull_in_metadata_sharers(&mut now, spec);
+
+    let mut out = Split {
+        now: InPlaceUpdateGrace {
+            revision: spec.revision.clone(),
+            meta_data_patch: spec.meta_data_patch.clone(),
+            grace_seconds: spec.grace_seconds,
+            extra: spec.extra.clone(),
+            ..InPlaceUpdateGrace::default()
+        },
+        containers: now.iter().cloned().collect(),
+        ..Split::default()
+    };
+    for (name, image) in &spec.container_images {
+        if now.contains(name) {
+            out.now.container_images.insert(name.clone(), image.clone());
+        } else {
+            out.next_images.insert(name.clone(), image.clone());
+        }
+    }
+    for (name, meta) in &spec.container_ref_metadata {
+        if now.contains(name) {
+            out.now
+                .container_ref_metadata
+                .insert(name.clone(), meta.clone());
+        } else {
+            out.next_ref_metadata.insert(name.clone(), meta.clone());
+        }
+    }
+    for (name, resources) in &spec.container_resources {
+        if now.contains(name) {
+            out.now
+                .container_resources
+                .insert(name.clone(), resources.clone());
+        } else {
+            out.next_resources.insert(name.clone(), resources.clone());
+        }
+    }
+    out.now.update_env_from_metadata = !out.now.container_ref_metadata.is_empty();
+    out
+}
+
+/// Adds to `now` every container that reads a label or annotation that a container of
+/// `now` reads, until nothing changes.
+fn pull_in_metadata_sharers(now: &mut BTreeSet<String>, spec: &InPlaceUpdateGrace) {
+    let keys_of = |name: &str| {
+        let meta = spec.container_ref_metadata.get(name);
+        let labels = meta.and_then(|m| m.labels.as_ref()).into_iter().flatten();
+        let annotations = meta
+            .and_then(|m| m.annotations.as_ref())
+            .into_iter()
+            .flatten();
+        labels
+            .map(|(k, _)| ("labels", k.clone()))
+            .chain(annotations.map(|(k, _)| ("annotations", k.clone())))
+            .collect::<BTreeSet<_>>()
+    };
+    loop {
+        let taken: BTreeSet<(&str, String)> = now.iter().flat_map(|n| keys_of(n)).collect();
+        let joining: Vec<String> = spec
+            .container_ref_metadata
+            .keys()
+            .filter(|n| !now.contains(*n))
+            .filter(|n| keys_of(n).iter().any(|k| taken.contains(k)))
+            .cloned()
+            .collect();
+        if joining.is_empty() {
+            return;
+        }
+        now.extend(joining);
+    }
+}
+
+/// Whether the next batch of an in-place update may start.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NextBatch {
+    /// No later batch is pending.
+    None,
+    /// Waiting for these containers (of the previous batch) to be Ready.
+    Waiting(Vec<String>),
+    /// The previous batch is Ready: apply the next one.
+    Due,
+}
+
+/// Judges `state` against the pod's container statuses.
+pub fn next_batch(state: &InPlaceUpdateState, statuses: &[ContainerStatus]) -> NextBatch {
+    let pending = !state.next_container_images.is_empty()
+        || !state.next_container_ref_metadata.is_empty()
+        || !state.next_container_resources.is_empty();
+    if !pending {
+        return NextBatch::None;
+    }
+    let required = state
+        .pre_check_before_next
+        .as_ref()
+        .map(|p| p.containers_required_ready.as_slice())
+        .unwrap_or_default();
+    let not_ready: Vec<String> = required
+        .iter()
+        .filter(|name| !statuses.iter().any(|s| &s.name == *name && s.ready))
+        .cloned()
+        .collect();
+    if not_ready.is_empty() {
+        NextBatch::Due
+    } else {
+        NextBatch::Waiting(not_ready)
+    }
+}
+
+/// The update that is left in `state`, as a spec to [`split`] again.
+pub fn remaining(state: &InPlaceUpdateState) -> InPlaceUpdateGrace {
+    InPlaceUpdateGrace {
+        revision: state.revision.clone(),
+        container_images: state.next_container_images.clone(),
+        container_ref_metadata: state.next_container_ref_metadata.clone(),
+        container_resources: state.next_container_resources.clone(),
+        update_env_from_metadata: !state.next_container_ref_metadata.is_empty(),
+        ..InPlaceUpdateGrace::default()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,175 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde_json::json;
+
+use super::*;
+
+fn template(annotations: Value, containers: Value) -> Map<String, Value> {
+    json!({"metadata": {"annotations": annotations}, "spec": {"containers": containers}})
+        .as_object()
+        .unwrap()
+        .clone()
+}
+
+fn images(names: &[&str]) -> InPlaceUpdateGrace {
+    InPlaceUpdateGrace {
+        revision: "cs-2".into(),
+        container_images: names
+            .iter()
+            .map(|n| ((*n).to_owned(), format!("{n}:v2")))
+            .collect(),
+        ..InPlaceUpdateGrace::default()
+    }
+}
+
+fn label_meta(key: &str, value: &str) -> ObjectMeta {
+    ObjectMeta {
+        labels: Some([(key.to_owned(), value.to_owned())].into()),
+        ..ObjectMeta::default()
+    }
+}
+
+#[test]
+fn ordered_annotation_gives_the_first_container_the_highest_priority() {
+    let t = template(
+        json!({"apps.kruise.io/container-launch-priority": "Ordered"}),
+        json!([{"name": "sidecar"}, {"name": "main"}, {"name": "log"}]),
+    );
+    assert_eq!(
+        launch_priorities(&t),
+        [
+            ("sidecar".to_owned(), Some(0)),
+            ("main".to_owned(), Some(-1)),
+            ("log".to_owned(), Some(-2))
+        ]
+    );
+}
+
+#[test]
+fn explicit_priority_env_and_barrier_env_win_over_the_position() {
+    let t = template(
+        json!({"apps.kruise.io/container-launch-priority": "Ordered"}),
+        json!([
+            {"name": "a", "env": [{"name": "KRUISE_CONTAINER_PRIORITY", "value": "-5"}]},
+            {"name": "b", "env": [{"name": "KRUISE_CONTAINER_BARRIER",
+                "valueFrom": {"configMapKeyRef": {"name": "x-barrier", "key": "p_100"}}}]},
+            {"name": "c", "env": [{"name": "KRUISE_CONTAINER_PRIORITY", "value": "not a number"}]},
+        ]),
+    );
+    assert_eq!(
+        launch_priorities(&t),
+        [
+            ("a".to_owned(), Some(-5)),
+            ("b".to_owned(), Some(100)),
+            ("c".to_owned(), Some(-2))
+        ]
+    );
+    let plain = template(json!({}), json!([{"name": "a"}]));
+    assert_eq!(launch_priorities(&plain), [("a".to_owned(), None)]);
+}
+
+#[test]
+fn the_highest_priority_goes_first_and_containers_without_priority_go_with_it() {
+    let priorities = vec![
+        ("sidecar".to_owned(), Some(10)),
+        ("plain".to_owned(), None),
+        ("main".to_owned(), Some(1)),
+        ("also-main".to_owned(), Some(1)),
+    ];
+    let first = split(
+        &images(&["sidecar", "plain", "main", "also-main"]),
+        &priorities,
+    );
+    assert_eq!(first.containers, ["plain", "sidecar"]);
+    assert_eq!(first.now.container_images.len(), 2);
+    assert_eq!(
+        first.next_images.keys().collect::<Vec<_>>(),
+        ["also-main", "main"]
+    );
+    assert!(first.has_next());
+
+    let mut state = InPlaceUpdateState {
+        revision: "cs-2".into(),
+        ..InPlaceUpdateState::default()
+    };
+    first.record_in(&mut state);
+    assert_eq!(
+        state
+            .pre_check_before_next
+            .as_ref()
+            .unwrap()
+            .containers_required_ready,
+        ["plain", "sidecar"]
+    );
+    // The next batch: both priority-1 containers together, nothing left after.
+    let second = split(&remaining(&state), &priorities);
+    assert_eq!(second.containers, ["also-main", "main"]);
+    assert!(!second.has_next());
+    second.record_in(&mut state);
+    assert!(state.pre_check_before_next.is_none());
+    assert!(state.next_container_images.is_empty());
+}
+
+#[test]
+fn unchanged_containers_do_not_hold_a_batch() {
+    // Only the low-priority container changes: it goes at once.
+    let priorities = vec![
+        ("sidecar".to_owned(), Some(10)),
+        ("main".to_owned(), Some(1)),
+    ];
+    let s = split(&images(&["main"]), &priorities);
+    assert_eq!(s.containers, ["main"]);
+    assert!(!s.has_next());
+}
+
+#[test]
+fn containers_reading_the_same_changed_key_share_a_batch() {
+    let priorities = vec![
+        ("a".to_owned(), Some(3)),
+        ("b".to_owned(), Some(2)),
+        ("c".to_owned(), Some(1)),
+    ];
+    let mut spec = images(&["a"]);
+    spec.container_ref_metadata
+        .insert("a".into(), label_meta("tier", "web"));
+    spec.container_ref_metadata
+        .insert("b".into(), label_meta("tier", "web"));
+    spec.container_ref_metadata
+        .insert("c".into(), label_meta("zone", "z1"));
+    let s = split(&spec, &priorities);
+    assert_eq!(s.containers, ["a", "b"]);
+    assert!(s.now.update_env_from_metadata);
+    assert_eq!(s.next_ref_metadata.keys().collect::<Vec<_>>(), ["c"]);
+}
+
+#[test]
+fn the_next_batch_waits_for_every_required_container_to_be_ready() {
+    let state = InPlaceUpdateState {
+        revision: "cs-2".into(),
+        next_container_images: [("main".to_owned(), "main:v2".to_owned())].into(),
+        pre_check_before_next: Some(inplace_proto::PreCheckBeforeNext {
+            containers_required_ready: vec!["sidecar".into()],
+        }),
+        ..InPlaceUpdateState::default()
+    };
+    let status = |name: &str, ready: bool| ContainerStatus {
+        name: name.into(),
+        ready,
+        ..ContainerStatus::default()
+    };
+    assert_eq!(
+        next_batch(&state, &[status("sidecar", false), status("main", true)]),
+        NextBatch::Waiting(vec!["sidecar".into()])
+    );
+    assert_eq!(
+        next_batch(&state, &[status("main", true)]),
+        NextBatch::Waiting(vec!["sidecar".into()])
+    );
+    assert_eq!(
+        next_batch(&state, &[status("sidecar", true)]),
+        NextBatch::Due
+    );
+    let done = InPlaceUpdateState::default();
+    assert_eq!(next_batch(&done, &[]), NextBatch::None);
+}

@@ -1,0 +1,541 @@
+//! Compact cached forms of pods.
+//!
+//! Pods are the bulk of the controller's memory: 10,000 of them must fit in a few tens of
+//! MiB. A `k8s_openapi` `Pod` is large even when stripped (the struct alone is ~2 KiB and
+//! each `Container` another ~2 KiB, nearly all of it `None` fields), and stripping after
+//! deserialisation leaves the dropped parts' freed memory interleaved with the kept parts.
+//! So the stores hold these types instead, deserialised straight from the API's JSON
+//! (serde skips the fields they do not name without allocating them), and a reconcile
+//! materialises `Pod`s for the one CloneSet it plans ([`CachedPod::to_pod`]).
+//!
+//! [`CachedPod`] keeps everything the planner, the act layer and the status writer read:
+//! metadata (name, namespace, uid, resourceVersion, timestamps, labels, annotations,
+//! finalizers, owner references), node name, readiness gates, per container name / image /
+//! resources / resize and restart policy, and the status phase, conditions, start time,
+//! resize and container statuses (name, image, imageID, containerID, ready, restartCount,
+//! started, state, resources). [`PodPlacement`] keeps what the ImagePullJob controller
+//! reads: namespace, name, labels, deletion timestamp, node name and phase.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+
+use k8s_openapi::api::core::v1::{
+    Container, ContainerResizePolicy, ContainerState, ContainerStatus, Pod, PodCondition,
+    PodReadinessGate, PodSpec, PodStatus, ResourceRequirements,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use serde::Deserialize;
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+
+/// A cached string. Most strings of a pod repeat across pods (label keys and values,
+/// images, image IDs, node names, condition types and messages): they are interned, so
+/// 10,000 pods share one copy of each.
+pub type Str = Arc<str>;
+
+/// A string map (labels, annotations): interned pairs sorted by key.
+type Pairs = Box<[(Str, Str)]>;
+
+/// The interned strings; entries nobody else holds are dropped when the set has doubled.
+struct Interner {
+    set: HashSet<Str>,
+    prune_at: usize,
+}
+
+static INTERNER: LazyLock<Mutex<Interner>> = LazyLock::new(|| {
+    Mutex::new(Interner {
+        set: HashSet::new(),
+        prune_at: 4096,
+    })
+});
+
+/// The shared copy of `s`.
+pub fn intern(s: &str) -> Str {
+    let mut g = INTERNER.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(found) = g.set.get(s) {
+        return found.clone();
+    }
+    if g.set.len() >= g.prune_at {
+        g.set.retain(|a| Arc::strong_count(a) > 1);
+        g.prune_at = (g.set.len() * 2).max(4096);
+    }
+    let a: Str = Arc::from(s);
+    g.set.insert(a.clone());
+    a
+}
+
+struct StrVisitor;
+
+impl Visitor<'_> for StrVisitor {
+    type Value = Str;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Str, E> {
+        Ok(intern(v))
+    }
+}
+
+/// An interned string (looked up before anything is allocated).
+fn interned<'de, D: Deserializer<'de>>(d: D) -> Result<Str, D::Error> {
+    d.deserialize_str(StrVisitor)
+}
+
+/// An optional interned string; `null` is `None`.
+fn opt_interned<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Str>, D::Error> {
+    #[derive(Deserialize)]
+    struct Wrap(#[serde(deserialize_with = "interned")] Str);
+    Ok(Option::<Wrap>::deserialize(d)?.map(|w| w.0))
+}
+
+/// A string map (labels, annotations) as a key-sorted slice of interned pairs; `null` and
+/// absent are empty.
+fn interned_map<'de, D: Deserializer<'de>>(d: D) -> Result<Pairs, D::Error> {
+    struct MapVisitor;
+    impl<'de> Visitor<'de> for MapVisitor {
+        type Value = Pairs;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a map of strings")
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(Box::default())
+        }
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(Box::default())
+        }
+        fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Self::Value, D2::Error> {
+            d.deserialize_map(self)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
+            #[derive(Deserialize)]
+            struct Wrap(#[serde(deserialize_with = "interned")] Str);
+            let mut v: Vec<(Str, Str)> = Vec::with_capacity(m.size_hint().unwrap_or(0));
+            while let Some((Wrap(k), Wrap(val))) = m.next_entry::<Wrap, Wrap>()? {
+                v.push((k, val));
+            }
+            v.sort_by(|a, b| a.0.cmp(&b.0));
+            v.dedup_by(|later, earlier| later.0 == earlier.0);
+            Ok(v.into_boxed_slice())
+        }
+    }
+    d.deserialize_option(MapVisitor)
+}
+
+/// A list as a boxed slice; `null` and absent are empty.
+fn boxed_seq<'de, D, T>(d: D) -> Result<Box<[T]>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Ok(Option::<Vec<T>>::deserialize(d)?
+        .unwrap_or_default()
+        .into_boxed_slice())
+}
+
+/// `null` and absent both become the default.
+fn or_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
+fn to_map(pairs: &[(Str, Str)]) -> Option<BTreeMap<String, String>> {
+    (!pairs.is_empty()).then(|| {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    })
+}
+
+fn string(s: &Str) -> String {
+    s.to_string()
+}
+
+/// The metadata of a cached pod: what kube's store and controller read (name, namespace,
+/// uid, resourceVersion, owner references) plus the timestamps and finalizers. Labels and
+/// annotations are kept interned beside it.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CachedMeta {
+    name: Option<String>,
+    namespace: Option<String>,
+    uid: Option<String>,
+    resource_version: Option<String>,
+    generation: Option<i64>,
+    creation_timestamp: Option<Time>,
+    deletion_timestamp: Option<Time>,
+    deletion_grace_period_seconds: Option<i64>,
+    #[serde(default, deserialize_with = "interned_map")]
+    labels: Pairs,
+    #[serde(default, deserialize_with = "interned_map")]
+    annotations: Pairs,
+    finalizers: Option<Vec<String>>,
+    owner_references: Option<Vec<OwnerReference>>,
+}
+
+impl CachedMeta {
+    fn split(self) -> (ObjectMeta, Pairs, Pairs) {
+        let meta = ObjectMeta {
+            name: self.name,
+            namespace: self.namespace,
+            uid: self.uid,
+            resource_version: self.resource_version,
+            generation: self.generation,
+            creation_timestamp: self.creation_timestamp,
+            deletion_timestamp: self.deletion_timestamp,
+            deletion_grace_period_seconds: self.deletion_grace_period_seconds,
+            finalizers: self.finalizers,
+            owner_references: self.owner_references,
+            ..ObjectMeta::default()
+        };
+        (meta, self.labels, self.annotations)
+    }
+}
+
+/// A pod as the CloneSet controller caches it. See the module docs for what is kept.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CachedPod {
+    /// Name, namespace, uid, resourceVersion, timestamps, finalizers, owner references;
+    /// never labels or annotations (see [`Self::labels`]).
+    pub metadata: ObjectMeta,
+    labels: Pairs,
+    annotations: Pairs,
+    spec: CachedPodSpec,
+    status: Option<Box<CachedPodStatus>>,
+}
+
+#[derive(Deserialize)]
+struct CachedPodSerde {
+    #[serde(default)]
+    metadata: Option<CachedMeta>,
+    #[serde(default, deserialize_with = "or_default")]
+    spec: CachedPodSpec,
+    #[serde(default)]
+    status: Option<Box<CachedPodStatus>>,
+}
+
+impl<'de> Deserialize<'de> for CachedPod {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = CachedPodSerde::deserialize(d)?;
+        let (metadata, labels, annotations) = match raw.metadata {
+            Some(m) => m.split(),
+            None => Default::default(),
+        };
+        Ok(Self {
+            metadata,
+            labels,
+            annotations,
+            spec: raw.spec,
+            status: raw.status,
+        })
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CachedPodSpec {
+    #[serde(default, deserialize_with = "opt_interned")]
+    node_name: Option<Str>,
+    #[serde(default, deserialize_with = "boxed_seq")]
+    containers: Box<[CachedContainer]>,
+    #[serde(default)]
+    readiness_gates: Option<Box<[CachedGate]>>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CachedGate {
+    #[serde(deserialize_with = "interned")]
+    condition_type: Str,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CachedContainer {
+    #[serde(default, deserialize_with = "interned")]
+    name: Str,
+    #[serde(default, deserialize_with = "opt_interned")]
+    image: Option<Str>,
+    resources: Option<ResourceRequirements>,
+    resize_policy: Option<Vec<ContainerResizePolicy>>,
+    #[serde(default, deserialize_with = "opt_interned")]
+    restart_policy: Option<Str>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CachedPodStatus {
+    #[serde(default, deserialize_with = "opt_interned")]
+    phase: Option<Str>,
+    #[serde(default)]
+    conditions: Option<Box<[CachedCondition]>>,
+    #[serde(default)]
+    container_statuses: Option<Box<[CachedContainerStatus]>>,
+    start_time: Option<Time>,
+    #[serde(default, deserialize_with = "opt_interned")]
+    resize: Option<Str>,
+    #[serde(default, deserialize_with = "opt_interned")]
+    reason: Option<Str>,
+    #[serde(default, deserialize_with = "opt_interned")]
+    message: Option<Str>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CachedCondition {
+    #[serde(rename = "type", deserialize_with = "interned")]
+    type_: Str,
+    #[serde(deserialize_with = "interned")]
+    status: Str,
+    #[serde(default, deserialize_with = "opt_interned")]
+    reason: Option<Str>,
+    #[serde(default, deserialize_with = "opt_interned")]
+    message: Option<Str>,
+    last_probe_time: Option<Time>,
+    last_transition_time: Option<Time>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CachedContainerStatus {
+    #[serde(default, deserialize_with = "interned")]
+    name: Str,
+    #[serde(default, deserialize_with = "interned")]
+    image: Str,
+    #[serde(default, rename = "imageID", deserialize_with = "interned")]
+    image_id: Str,
+    #[serde(default, rename = "containerID", deserialize_with = "opt_interned")]
+    container_id: Option<Str>,
+    #[serde(default)]
+    ready: bool,
+    #[serde(default)]
+    restart_count: i32,
+    started: Option<bool>,
+    state: Option<ContainerState>,
+    resources: Option<ResourceRequirements>,
+}
+
+impl k8s_openapi::Resource for CachedPod {
+    const API_VERSION: &'static str = <Pod as k8s_openapi::Resource>::API_VERSION;
+    const GROUP: &'static str = <Pod as k8s_openapi::Resource>::GROUP;
+    const KIND: &'static str = <Pod as k8s_openapi::Resource>::KIND;
+    const VERSION: &'static str = <Pod as k8s_openapi::Resource>::VERSION;
+    const URL_PATH_SEGMENT: &'static str = <Pod as k8s_openapi::Resource>::URL_PATH_SEGMENT;
+    type Scope = k8s_openapi::NamespaceResourceScope;
+}
+
+impl k8s_openapi::Metadata for CachedPod {
+    type Ty = ObjectMeta;
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+impl CachedPod {
+    /// The pod's labels, sorted by key (`metadata.labels` of the cached form is empty).
+    pub fn labels(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.labels.iter().map(|(k, v)| (&**k, &**v))
+    }
+
+    /// The node the pod is bound to.
+    pub fn node_name(&self) -> Option<&str> {
+        self.spec.node_name.as_deref()
+    }
+
+    /// The pod as the planner and the act layer take it.
+    pub fn to_pod(&self) -> Pod {
+        let spec = &self.spec;
+        Pod {
+            metadata: ObjectMeta {
+                labels: to_map(&self.labels),
+                annotations: to_map(&self.annotations),
+                ..self.metadata.clone()
+            },
+            spec: Some(PodSpec {
+                node_name: spec.node_name.as_ref().map(string),
+                containers: spec
+                    .containers
+                    .iter()
+                    .map(|c| Container {
+                        name: c.name.to_string(),
+                        image: c.image.as_ref().map(string),
+                        resources: c.resources.clone(),
+                        resize_policy: c.resize_policy.clone(),
+                        restart_policy: c.restart_policy.as_ref().map(string),
+                        ..Container::default()
+                    })
+                    .collect(),
+                readiness_gates: spec.readiness_gates.as_ref().map(|g| {
+                    g.iter()
+                        .map(|g| PodReadinessGate {
+                            condition_type: g.condition_type.to_string(),
+                        })
+                        .collect()
+                }),
+                ..PodSpec::default()
+            }),
+            status: self.status.as_ref().map(|s| PodStatus {
+                phase: s.phase.as_ref().map(string),
+                conditions: s.conditions.as_ref().map(|cs| {
+                    cs.iter()
+                        .map(|c| PodCondition {
+                            type_: c.type_.to_string(),
+                            status: c.status.to_string(),
+                            reason: c.reason.as_ref().map(string),
+                            message: c.message.as_ref().map(string),
+                            last_probe_time: c.last_probe_time.clone(),
+                            last_transition_time: c.last_transition_time.clone(),
+                            ..PodCondition::default()
+                        })
+                        .collect()
+                }),
+                container_statuses: s.container_statuses.as_ref().map(|cs| {
+                    cs.iter()
+                        .map(|c| ContainerStatus {
+                            name: c.name.to_string(),
+                            image: c.image.to_string(),
+                            image_id: c.image_id.to_string(),
+                            container_id: c.container_id.as_ref().map(string),
+                            ready: c.ready,
+                            restart_count: c.restart_count,
+                            started: c.started,
+                            state: c.state.clone(),
+                            resources: c.resources.clone(),
+                            ..ContainerStatus::default()
+                        })
+                        .collect()
+                }),
+                start_time: s.start_time.clone(),
+                resize: s.resize.as_ref().map(string),
+                reason: s.reason.as_ref().map(string),
+                message: s.message.as_ref().map(string),
+                ..PodStatus::default()
+            }),
+        }
+    }
+}
+
+/// The metadata the ImagePullJob controller reads of a pod.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PlacementMeta {
+    name: Option<String>,
+    namespace: Option<String>,
+    uid: Option<String>,
+    resource_version: Option<String>,
+    deletion_timestamp: Option<Time>,
+    #[serde(default, deserialize_with = "interned_map")]
+    labels: Pairs,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PlacementSpec {
+    #[serde(default, deserialize_with = "opt_interned")]
+    node_name: Option<Str>,
+}
+
+#[derive(Default, Deserialize)]
+struct PlacementStatus {
+    #[serde(default, deserialize_with = "opt_interned")]
+    phase: Option<Str>,
+}
+
+#[derive(Deserialize)]
+struct PlacementSerde {
+    #[serde(default)]
+    metadata: Option<PlacementMeta>,
+    #[serde(default, deserialize_with = "or_default")]
+    spec: PlacementSpec,
+    #[serde(default, deserialize_with = "or_default")]
+    status: PlacementStatus,
+}
+
+/// A pod as the ImagePullJob controller caches it: where it runs and whether it is active.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PodPlacement {
+    /// Name, namespace, uid, resourceVersion, deletion timestamp; labels are beside it.
+    pub metadata: ObjectMeta,
+    labels: Pairs,
+    node_name: Option<Str>,
+    phase: Option<Str>,
+}
+
+impl<'de> Deserialize<'de> for PodPlacement {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = PlacementSerde::deserialize(d)?;
+        let (metadata, labels) = match raw.metadata {
+            Some(m) => (
+                ObjectMeta {
+                    name: m.name,
+                    namespace: m.namespace,
+                    uid: m.uid,
+                    resource_version: m.resource_version,
+                    deletion_timestamp: m.deletion_timestamp,
+                    ..ObjectMeta::default()
+                },
+                m.labels,
+            ),
+            None => Default::default(),
+        };
+        Ok(Self {
+            metadata,
+            labels,
+            node_name: raw.spec.node_name,
+            phase: raw.status.phase,
+        })
+    }
+}
+
+impl k8s_openapi::Resource for PodPlacement {
+    const API_VERSION: &'static str = <Pod as k8s_openapi::Resource>::API_VERSION;
+    const GROUP: &'static str = <Pod as k8s_openapi::Resource>::GROUP;
+    const KIND: &'static str = <Pod as k8s_openapi::Resource>::KIND;
+    const VERSION: &'static str = <Pod as k8s_openapi::Resource>::VERSION;
+    const URL_PATH_SEGMENT: &'static str = <Pod as k8s_openapi::Resource>::URL_PATH_SEGMENT;
+    type Scope = k8s_openapi::NamespaceResourceScope;
+}
+
+impl k8s_openapi::Metadata for PodPlacement {
+    type Ty = ObjectMeta;
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+impl PodPlacement {
+    /// The node the pod is bound to.
+    pub fn node_name(&self) -> Option<&str> {
+        self.node_name.as_deref()
+    }
+
+    /// The pod as the ImagePullJob planner takes it (metadata, labels, node name, phase).
+    pub fn to_pod(&self) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                labels: to_map(&self.labels),
+                ..self.metadata.clone()
+            },
+            spec: Some(PodSpec {
+                node_name: self.node_name.as_ref().map(string),
+                ..PodSpec::default()
+            }),
+            status: Some(PodStatus {
+                phase: self.phase.as_ref().map(string),
+                ..PodStatus::default()
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
