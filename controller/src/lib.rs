@@ -10,13 +10,16 @@ pub mod plan;
 pub mod cli;
 
 pub mod act;
+pub mod alloc_trim;
 pub mod discovery;
 pub mod error;
 pub mod events;
 pub mod expectations;
+pub mod feature_gates;
 pub mod imagepulljob;
 pub mod leader;
 pub mod metrics;
+pub mod pod_events;
 pub mod predownload;
 pub mod runtime;
 pub mod status_writer;

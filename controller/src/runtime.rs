@@ -42,6 +42,9 @@ pub struct Settings {
     /// Field manager / user agent name of our writes.
     pub field_manager: String,
     pub plan_options: PlanOptions,
+    /// `CloneSetEventHandlerOptimization`: only pod updates that matter trigger a
+    /// reconcile ([`crate::pod_events`]).
+    pub event_handler_optimization: bool,
 }
 
 impl Default for Settings {
@@ -54,6 +57,7 @@ impl Default for Settings {
             api_parallelism: 16,
             field_manager: "inplace-controller".into(),
             plan_options: PlanOptions::default(),
+            event_handler_optimization: false,
         }
     }
 }
@@ -252,9 +256,14 @@ pub async fn run(
 ) {
     let cs_api = settings.scope.api::<CloneSet>(&client);
     let (part, streams) = crate::watch::secondary_watches(&client, &settings.scope);
+    let pod_triggers = if settings.event_handler_optimization {
+        crate::pod_events::filter_pod_triggers(streams.pods, part.pods.clone()).boxed()
+    } else {
+        streams.pods
+    };
     let controller = Controller::new(cs_api, watcher::Config::default())
         .with_config(ControllerConfig::default().concurrency(settings.workers))
-        .owns_stream(streams.pods)
+        .owns_stream(pod_triggers)
         .owns_stream(streams.pvcs)
         .owns_stream(streams.revisions)
         .watches_stream(streams.nodes, |_| std::iter::empty())

@@ -4,7 +4,9 @@
 //!   images change, the first container is updated first and the second only once the
 //!   first runs its new image and is Ready (two batches in `containerBatchesRecord`);
 //! - env from metadata: a template label that one container's env reads changes; the
-//!   node daemon restarts that container only, the pod keeps its UID.
+//!   node daemon restarts that container only, the pod keeps its UID;
+//! - with `CloneSetEventHandlerOptimization` (pod updates that matter only trigger a
+//!   reconcile) an in-place rollout and a scale-down still finish.
 //!
 //! ```text
 //! INPLACE_TESTBED_KUBECONFIG=/var/tmp/inplace-testbed/kubeconfig \
@@ -192,5 +194,40 @@ async fn env_from_metadata_restarts_only_the_container_that_reads_it() -> TestRe
     assert_eq!(restarts_of(&after, "second"), 0, "second does not read it");
     let state = in_place_state(&after);
     assert_eq!(state["updateEnvFromMetadata"], json!(true), "{state}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the test bed"]
+async fn event_handler_optimization_still_rolls_out_and_scales() -> TestResult {
+    let ns = Namespace::create("evopt")?;
+    let ctl = ControllerProcess::start_with(
+        &ns.name,
+        &["--feature-gates", "CloneSetEventHandlerOptimization=true"],
+    )?;
+    let name = "evopt";
+    ns.apply(&sample_cloneset(name, 3, &image("v1"), "InPlaceIfPossible"))?;
+    wait_rolled_out(&ns, name, 3, ROLLOUT)?;
+    let before: Vec<String> = ns
+        .pods()?
+        .values()
+        .map(|p| p["metadata"]["uid"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    ns.set_image(name, &image("v2"))?;
+    wait_rolled_out(&ns, name, 3, ROLLOUT).map_err(|e| format!("{e}\n{}", ctl.log_text()))?;
+    let pods = ns.pods()?;
+    for pod in pods.values() {
+        let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();
+        assert!(before.iter().any(|b| b == uid), "pod kept its UID");
+        assert_eq!(restart_count(pod), 1);
+        assert_eq!(container_image(pod), image("v2"));
+    }
+    // A scale-down is finished only when the deleted pod's last event is seen.
+    ns.patch_cloneset(name, &json!({"spec": {"replicas": 2}}))?;
+    wait_for("2 pods left", ROLLOUT, || {
+        let live = ns.pods()?.values().filter(|p| !pod_terminating(p)).count();
+        Ok(live == 2 && status_i64(&ns.cloneset(name)?, "replicas") == 2)
+    })
+    .map_err(|e| format!("{e}\n{}", ctl.log_text()))?;
     Ok(())
 }

@@ -10,6 +10,7 @@ use anyhow::{Context as _, bail};
 use clap::Parser;
 use inplace_controller::discovery;
 use inplace_controller::events::EventSink;
+use inplace_controller::feature_gates::FeatureGates;
 use inplace_controller::imagepulljob;
 use inplace_controller::leader::{Election, LeaseConfig};
 use inplace_controller::metrics::{Health, Metrics};
@@ -72,31 +73,15 @@ struct Args {
     imagepulljob_workers: u16,
 }
 
-fn plan_options(args: &Args) -> anyhow::Result<PlanOptions> {
-    let mut o = PlanOptions {
+fn feature_gates(args: &Args) -> anyhow::Result<FeatureGates> {
+    let base = PlanOptions {
         exclude_preparing_delete: args.cloneset_scaling_exclude_preparing_delete,
         ..PlanOptions::default()
     };
-    for gate in args
-        .feature_gates
-        .split(',')
-        .map(str::trim)
-        .filter(|g| !g.is_empty())
-    {
-        let (name, value) = gate.split_once('=').unwrap_or((gate, "true"));
-        let on: bool = value
-            .parse()
-            .with_context(|| format!("feature gate {name}: {value:?} is not true/false"))?;
-        match name {
-            "CloneSetPartitionRollback" => o.partition_rollback = on,
-            "CloneSetShortHash" => o.short_hash = on,
-            "InPlaceWorkloadVerticalScaling" => o.in_place_vertical_scaling = on,
-            "RecreatePodWhenChangeVCTInCloneSetGate" => o.recreate_on_vct_change = on,
-            "PreDownloadImageForInPlaceUpdate" => o.pre_download_image = on,
-            other => bail!("unknown feature gate {other}"),
-        }
-    }
-    Ok(o)
+    Ok(inplace_controller::feature_gates::parse(
+        &args.feature_gates,
+        base,
+    )?)
 }
 
 async fn client(args: &Args) -> anyhow::Result<Client> {
@@ -175,6 +160,10 @@ fn tune_allocator() {
     }
 }
 
+/// How often freed heap is handed back to the kernel (see `alloc_trim`): short enough
+/// that the peak of the initial lists and of a reconcile burst is gone within seconds.
+const TRIM_PERIOD: Duration = Duration::from_secs(10);
+
 fn main() -> anyhow::Result<()> {
     tune_allocator();
     run_controller()
@@ -187,7 +176,8 @@ async fn run_controller() -> anyhow::Result<()> {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube_lease_manager=warn"));
     tracing_subscriber::fmt().with_env_filter(filter).init();
 
-    let mut options = plan_options(&args)?;
+    let gates = feature_gates(&args)?;
+    let mut options = gates.plan;
     let client = client(&args)
         .await
         .context("connecting to the API server")?;
@@ -214,6 +204,9 @@ async fn run_controller() -> anyhow::Result<()> {
             "PreDownloadImageForInPlaceUpdate creates ImagePullJobs, but --imagepulljob-controller=false: nothing will pull them here"
         );
     }
+
+    // Freed heap (the initial lists, reconcile bursts) goes back to the kernel.
+    tokio::spawn(inplace_controller::alloc_trim::run_periodic(TRIM_PERIOD));
 
     let metrics = Arc::new(Metrics::new());
     let health = Arc::new(Health::default());
@@ -277,6 +270,7 @@ async fn run_controller() -> anyhow::Result<()> {
         expectation_timeout: Duration::from_secs(args.expectation_timeout.max(1)),
         api_parallelism: args.api_parallelism.max(1),
         plan_options: options,
+        event_handler_optimization: gates.event_handler_optimization,
         ..Settings::default()
     };
 
