@@ -11,6 +11,7 @@ pub mod cli;
 
 pub mod act;
 pub mod alloc_trim;
+pub mod claim;
 pub mod discovery;
 pub mod error;
 pub mod events;

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use inplace_proto::CloneSet;
+use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
@@ -169,7 +170,25 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context, key: &str) -> Result<Acti
         return Ok(Action::requeue(wait.max(Duration::from_millis(200))));
     }
 
+    if let Some(message) = selector_template_mismatch(cs) {
+        // Every pod made would fall outside the selector and be made again, forever (the
+        // reference's webhook refuses such a CloneSet; v1.20 has no CEL to do it here).
+        crate::status_writer::write_invalid(ctx, cs, &message).await?;
+        return Ok(Action::requeue(ctx.settings.resync));
+    }
     let owned = ctx.stores.owned(cs);
+    let claims = crate::claim::decide(cs, &claim_candidates(&ctx.stores, cs, &owned));
+    if !claims.is_empty() {
+        // Adopted / released pods change what the CloneSet owns: plan once the cache
+        // shows them with their new owner.
+        let pp = kube::api::PatchParams {
+            field_manager: Some(ctx.settings.field_manager.clone()),
+            ..kube::api::PatchParams::default()
+        };
+        let api = kube::Api::<Pod>::namespaced(ctx.client.clone(), &ns);
+        crate::claim::apply(&api, &pp, cs, &claims, &ctx.expectations, key).await?;
+        return Ok(Action::requeue(Duration::from_millis(200)));
+    }
     let snapshot = crate::plan::Snapshot {
         cloneset: cs,
         pods: &owned.pods,
@@ -209,6 +228,47 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context, key: &str) -> Result<Acti
         next = next.min(after.max(Duration::from_millis(100)));
     }
     Ok(Action::requeue(next))
+}
+
+/// Why the pods `cs` makes would not match its own selector, if they would not.
+fn selector_template_mismatch(cs: &CloneSet) -> Option<String> {
+    let selector = crate::plan::selector::Selector::parse(&cs.spec.selector).ok()?;
+    let requirement = selector.first_mismatch(&cs.spec.template.labels())?;
+    Some(format!(
+        "spec.selector does not match the template's labels ({requirement} is not satisfied): pods made from the template would not belong to the CloneSet"
+    ))
+}
+
+/// Pods of `cs`'s namespace that it may adopt (no controller) or must release (controlled
+/// by it but left out of `owned`, i.e. no longer matching its selector).
+fn claim_candidates(stores: &Stores, cs: &CloneSet, owned: &crate::watch::Owned) -> Vec<Pod> {
+    let ns = cs.namespace().unwrap_or_default();
+    let uid = cs.uid().unwrap_or_default();
+    let kept: std::collections::BTreeSet<&str> = owned
+        .pods
+        .iter()
+        .filter_map(|p| p.metadata.name.as_deref())
+        .collect();
+    stores
+        .pods
+        .state_filter(|p| {
+            let meta = &p.metadata;
+            if meta.namespace.as_deref() != Some(ns.as_str()) {
+                return false;
+            }
+            let controller = meta
+                .owner_references
+                .iter()
+                .flatten()
+                .find(|o| o.controller == Some(true));
+            match controller {
+                None => true,
+                Some(o) => o.uid == uid && !kept.contains(meta.name.as_deref().unwrap_or_default()),
+            }
+        })
+        .iter()
+        .map(|p| p.to_pod())
+        .collect()
 }
 
 /// Calls the planner.
@@ -317,6 +377,23 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_template_outside_its_own_selector_is_named() -> Result<(), serde_json::Error> {
+        let cs = |selector_app: &str| -> Result<CloneSet, serde_json::Error> {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet",
+                "metadata": {"name": "demo", "namespace": "ns"},
+                "spec": {"replicas": 1, "selector": {"matchLabels": {"app": selector_app}},
+                         "template": {"metadata": {"labels": {"app": "demo"}},
+                                      "spec": {"containers": [{"name": "m", "image": "i"}]}}},
+            }))
+        };
+        assert_eq!(selector_template_mismatch(&cs("demo")?), None);
+        let message = selector_template_mismatch(&cs("other")?).unwrap_or_default();
+        assert!(message.contains("app=other"), "{message}");
+        Ok(())
+    }
 
     #[test]
     fn backoff_grows_and_caps() {

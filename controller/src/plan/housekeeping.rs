@@ -88,7 +88,7 @@ pub fn prune_pods_to_delete(ctx: &PlanContext<'_>) -> Option<Action> {
 /// Active pods without `pod-template-hash` get their revision's short hash.
 pub fn backfill_template_hash(ctx: &PlanContext<'_>) -> Vec<Action> {
     ctx.active_pods()
-        .filter(|p| !p.labels.contains_key(keys::POD_TEMPLATE_HASH_LABEL))
+        .filter(|p| !p.has_template_hash)
         .filter_map(|p| {
             Some(Action::SetTemplateHash {
                 pod: p.name.to_owned(),

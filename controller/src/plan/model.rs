@@ -87,6 +87,10 @@ pub struct PodFacts<'a> {
     pub deletion_cost: i64,
     /// Carries `apps.kruise.io/specified-delete` or is named in `podsToDelete`.
     pub specified_delete: bool,
+    /// Carries the `pod-template-hash` label. Read by the back-fill at the end of every
+    /// plan: looking it up in [`PodFacts::labels`] there re-reads every pod's label tree,
+    /// which at 100k pods is no longer in the cache.
+    pub has_template_hash: bool,
     pub labels: &'a BTreeMap<String, String>,
     pub finalizers: &'a [String],
     /// Parsed `apps.kruise.io/inplace-update-state`, if present and valid. Boxed, like the
@@ -196,7 +200,7 @@ impl<'a> PodFacts<'a> {
         // One pass over the labels instead of a map lookup per key: each lookup compares
         // strings down the tree, and this runs for every pod of every plan.
         let (mut revision, mut instance_id, mut lifecycle_label) = (None, None, None);
-        let mut specified_label = false;
+        let (mut specified_label, mut has_template_hash) = (false, false);
         for (key, value) in labels {
             on_label(key, value);
             match key.as_str() {
@@ -204,6 +208,7 @@ impl<'a> PodFacts<'a> {
                 keys::INSTANCE_ID_LABEL => instance_id = Some(value.as_str()),
                 keys::LIFECYCLE_STATE_LABEL => lifecycle_label = Some(value.as_str()),
                 keys::SPECIFIED_DELETE_LABEL => specified_label = true,
+                keys::POD_TEMPLATE_HASH_LABEL => has_template_hash = true,
                 _ => {}
             }
         }
@@ -225,6 +230,7 @@ impl<'a> PodFacts<'a> {
             restarts,
             deletion_cost,
             specified_delete,
+            has_template_hash,
             labels,
             finalizers: meta.finalizers.as_deref().unwrap_or(&[]),
             in_place_state: state_raw
