@@ -100,19 +100,8 @@ async fn launch_priority_updates_containers_in_batches() -> TestResult {
     let before = the_pod(&ns)?;
 
     // Both containers change image at once.
-    let both = json!([
-        {"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": image("v2")},
-        {"op": "replace", "path": "/spec/template/spec/containers/1/image", "value": image("v2")},
-    ]);
-    ns.kubectl(&[
-        "patch",
-        "cloneset",
-        name,
-        "--type",
-        "json",
-        "-p",
-        &both.to_string(),
-    ])?;
+    let v2 = image("v2");
+    ns.set_images(name, &[(0, &v2), (1, &v2)])?;
     wait_rolled_out(&ns, name, 1, ROLLOUT).map_err(|e| format!("{e}\n{}", ctl.log_text()))?;
     let after = the_pod(&ns)?;
     assert_eq!(

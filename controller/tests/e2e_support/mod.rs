@@ -123,11 +123,22 @@ impl Namespace {
     /// `kubectl patch --type json` replacing the first container's image (a merge patch
     /// would replace the whole containers list).
     pub fn set_image(&self, name: &str, image: &str) -> TestResult<String> {
-        let patch = serde_json::json!([{
-            "op": "replace",
-            "path": "/spec/template/spec/containers/0/image",
-            "value": image,
-        }]);
+        self.set_images(name, &[(0, image)])
+    }
+
+    /// [`Self::set_image`] for several containers at once, by index.
+    pub fn set_images(&self, name: &str, images: &[(usize, &str)]) -> TestResult<String> {
+        let patch: Vec<Value> = images
+            .iter()
+            .map(|(i, image)| {
+                serde_json::json!({
+                    "op": "replace",
+                    "path": format!("/spec/template/spec/containers/{i}/image"),
+                    "value": image,
+                })
+            })
+            .collect();
+        let patch = Value::Array(patch);
         self.kubectl(&[
             "patch",
             "cloneset",
