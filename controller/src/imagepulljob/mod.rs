@@ -1,7 +1,15 @@
-//! The ImagePullJob controller: watches ImagePullJobs, NodeImages, Nodes and Pods, runs
+//! The ImagePullJob controller: watches ImagePullJobs, NodeImages and Nodes, runs
 //! [`plan::plan`] per job and applies it (creates a node's NodeImage when missing, patches
 //! `spec.images[<image>]` of NodeImages with the node's resourceVersion as precondition,
 //! writes the job status through the status subresource, deletes jobs past their TTL).
+//!
+//! Pods are not watched: a job's `podSelector` is resolved to nodes by listing the pods
+//! of the job's namespace that match it (server-side label selector, compact
+//! [`PodPlacement`]s, paged) when the job is reconciled. Jobs are few and short-lived
+//! while a watch of every pod had cost ~9 MiB per 10,000 pods for the whole life of the
+//! process. A running job with a `podSelector` is requeued every
+//! [`POD_SELECTOR_RESYNC`], so pods that land on new nodes are picked up within that
+//! bound (node changes and the job's own NodeImages still wake it at once).
 
 pub mod plan;
 
@@ -14,7 +22,7 @@ use futures::StreamExt;
 use inplace_proto::imagepulljob::ImagePullJob;
 use inplace_proto::nodeimage::{NodeImage, NodeImageSpec};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
@@ -56,8 +64,7 @@ struct Ctx {
     client: Client,
     node_images: Store<NodeImage>,
     nodes: Store<Node>,
-    pods: Store<PodPlacement>,
-    /// True once the three stores above have listed.
+    /// True once the two stores above have listed.
     synced: tokio::sync::watch::Receiver<bool>,
 }
 
@@ -92,15 +99,6 @@ where
         .modify(strip_node)
         .reflect(node_writer)
         .touched_objects();
-    let (pod_store, pod_writer) = reflector::store();
-    // Compact pods (namespace, labels, node, phase): this watch sees every pod of the scope.
-    let pod_stream = watcher(
-        scope.api::<PodPlacement>(&client),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .reflect(pod_writer)
-    .touched_objects();
 
     let controller = Controller::new(
         scope.api::<ImagePullJob>(&client),
@@ -109,7 +107,6 @@ where
     .with_config(kube::runtime::controller::Config::default().concurrency(workers));
     let jobs = controller.store();
     let jobs_for_nodes = jobs.clone();
-    let jobs_for_pods = jobs.clone();
     let controller = controller
         // a NodeImage wakes the jobs that own one of its tags
         .watches_stream(ni_stream, |ni: NodeImage| {
@@ -138,31 +135,15 @@ where
                 })
                 .map(|j| ObjectRef::from_obj(j.as_ref()))
                 .collect::<Vec<_>>()
-        })
-        .watches_stream(pod_stream, move |pod: PodPlacement| {
-            let ns = pod.namespace().unwrap_or_default();
-            jobs_for_pods
-                .state()
-                .iter()
-                .filter(|j| j.spec.pod_selector.is_some())
-                .filter(|j| j.namespace().as_deref() == Some(ns.as_str()))
-                .filter(|j| {
-                    j.status
-                        .as_ref()
-                        .is_none_or(|s| s.completion_time.is_none())
-                })
-                .map(|j| ObjectRef::from_obj(j.as_ref()))
-                .collect::<Vec<_>>()
         });
     // One task awaits the caches and tells every reconcile through a watch channel: a
     // store's readiness wakes a single waiter only.
     let (synced_tx, synced) = tokio::sync::watch::channel(false);
     {
-        let (node_images, nodes, pods) = (ni_store.clone(), node_store.clone(), pod_store.clone());
+        let (node_images, nodes) = (ni_store.clone(), node_store.clone());
         tokio::spawn(async move {
             let ready = node_images.wait_until_ready().await.is_ok()
-                && nodes.wait_until_ready().await.is_ok()
-                && pods.wait_until_ready().await.is_ok();
+                && nodes.wait_until_ready().await.is_ok();
             if ready {
                 synced_tx.send_replace(true);
             }
@@ -172,7 +153,6 @@ where
         client,
         node_images: ni_store,
         nodes: node_store,
-        pods: pod_store,
         synced,
     });
     info!("ImagePullJob controller started");
@@ -221,15 +201,9 @@ async fn reconcile(job: Arc<ImagePullJob>, ctx: Arc<Ctx>) -> Result<Action, Erro
         .map(|n| n.as_ref().clone())
         .collect();
     let ns = job.namespace().unwrap_or_default();
-    let pods: Vec<Pod> = if job.spec.pod_selector.is_some() {
-        ctx.pods
-            .state()
-            .iter()
-            .filter(|p| p.namespace().as_deref() == Some(ns.as_str()))
-            .map(|p| p.to_pod())
-            .collect()
-    } else {
-        Vec::new()
+    let pods: Vec<Pod> = match &job.spec.pod_selector {
+        Some(ps) => list_selected_pods(&ctx.client, &ns, ps).await?,
+        None => Vec::new(),
     };
     let never = job.completion_type() == inplace_proto::imagepulljob::CompletionPolicyType::Never;
     let jitter = if never {
@@ -313,8 +287,85 @@ async fn reconcile(job: Arc<ImagePullJob>, ctx: Arc<Ctx>) -> Result<Action, Erro
                 "writing status of ImagePullJob {ns}/{name}"
             )))?;
     }
-    Ok(match p.requeue_after_seconds {
-        Some(s) => Action::requeue(Duration::from_secs(u64::try_from(s.max(1)).unwrap_or(1))),
-        None => Action::await_change(),
-    })
+    let running = p.status.completion_time.is_none();
+    Ok(requeue_action(
+        p.requeue_after_seconds,
+        running && job.spec.pod_selector.is_some(),
+    ))
+}
+
+/// Longest time before a running job with a `podSelector` sees its pods on new nodes
+/// (pods are listed on reconcile, not watched).
+pub const POD_SELECTOR_RESYNC: Duration = Duration::from_secs(30);
+
+/// When to reconcile again: the plan's own deadline, capped at [`POD_SELECTOR_RESYNC`]
+/// when the job's node set follows pods.
+fn requeue_action(plan_secs: Option<i64>, follows_pods: bool) -> Action {
+    let planned = plan_secs.map(|s| Duration::from_secs(u64::try_from(s.max(1)).unwrap_or(1)));
+    let resync = follows_pods.then_some(POD_SELECTOR_RESYNC);
+    match (planned, resync) {
+        (Some(a), Some(b)) => Action::requeue(a.min(b)),
+        (Some(d), None) | (None, Some(d)) => Action::requeue(d),
+        (None, None) => Action::await_change(),
+    }
+}
+
+/// Pods per list page: bounds the transient memory of one list.
+const POD_LIST_PAGE: u32 = 500;
+
+/// The pods of `ns` matching `ps`, as the planner takes them (metadata, labels, node,
+/// phase). The selector is applied by the server when it converts to a label selector;
+/// the planner matches again either way.
+async fn list_selected_pods(
+    client: &Client,
+    ns: &str,
+    ps: &inplace_proto::imagepulljob::ImagePullJobPodSelector,
+) -> Result<Vec<Pod>, Error> {
+    let api: Api<PodPlacement> = Api::namespaced(client.clone(), ns);
+    let mut lp = ListParams::default().limit(POD_LIST_PAGE);
+    let sel = k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+        match_labels: ps.match_labels.clone(),
+        match_expressions: ps.match_expressions.clone(),
+    };
+    // an invalid selector is reported by the planner; list unfiltered then
+    if let Ok(sel) = kube::core::Selector::try_from(sel) {
+        lp = lp.labels_from(&sel);
+    }
+    let mut pods = Vec::new();
+    loop {
+        let page = api
+            .list(&lp)
+            .await
+            .map_err(kube_err(format!("listing pods of {ns}")))?;
+        pods.extend(page.items.iter().map(PodPlacement::to_pod));
+        match page.metadata.continue_ {
+            Some(token) if !token.is_empty() => lp = lp.continue_token(&token),
+            _ => break,
+        }
+    }
+    Ok(pods)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requeue_follows_the_plan_and_caps_it_while_following_pods() {
+        let cases = [
+            (None, false, Action::await_change()),
+            (Some(40), false, Action::requeue(Duration::from_secs(40))),
+            (Some(0), false, Action::requeue(Duration::from_secs(1))),
+            (None, true, Action::requeue(POD_SELECTOR_RESYNC)),
+            (Some(5), true, Action::requeue(Duration::from_secs(5))),
+            (Some(1200), true, Action::requeue(POD_SELECTOR_RESYNC)),
+        ];
+        for (plan_secs, follows, want) in cases {
+            assert_eq!(
+                requeue_action(plan_secs, follows),
+                want,
+                "{plan_secs:?} {follows}"
+            );
+        }
+    }
 }
