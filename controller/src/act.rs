@@ -977,17 +977,12 @@ impl Actor<'_> {
         //    failing the reconcile and waiting out a backoff.
         let mut pinned_pod = pod.clone();
         if gated {
-            let mut attempt = 0;
-            pinned_pod = loop {
-                match self.set_update_not_ready(&pinned_pod).await {
-                    Ok(written) => break written,
-                    Err(err) if err.status_code() == Some(409) && attempt < CONFLICT_RETRIES => {
-                        attempt += 1;
-                        pinned_pod = self.reread_for_update(pod, false, err).await?;
-                    }
-                    Err(err) => return Err(err),
-                }
-            };
+            let (_, written) = self
+                .retry_on_conflict(pod, pinned_pod, false, |p| async move {
+                    self.set_update_not_ready(&p).await
+                })
+                .await?;
+            pinned_pod = written;
         }
         // 2. One patch: revision labels, lifecycle Updating, state, and the spec itself
         //    (or, during a grace period, the held spec).
@@ -1014,25 +1009,49 @@ impl Actor<'_> {
             body["metadata"]["annotations"][keys::INPLACE_UPDATE_GRACE_ANNOTATION] =
                 json!(encode(&spec, "in-place grace")?);
         }
+        let (pinned_pod, _) = self
+            .retry_on_conflict(pod, pinned_pod, gated, |p| {
+                let mut body = body.clone();
+                let built = if spec.grace_seconds == 0 {
+                    self.apply_spec(&p, &spec, state.clone(), &mut body)
+                } else {
+                    Ok(())
+                };
+                async move {
+                    built?;
+                    self.patch_pod(&p, body, "update in place", true).await
+                }
+            })
+            .await?;
+        self.resize(&pinned_pod, &spec).await
+    }
+
+    /// Runs `write` pinned to `pinned`; on a 409 the pod is read again and, if the decision
+    /// made from `planned` still holds for it ([`Self::reread_for_update`]), the write is
+    /// retried at once, at most [`CONFLICT_RETRIES`] times. Returns the pod version the
+    /// successful write was pinned to, and its result.
+    async fn retry_on_conflict<T, F, Fut>(
+        &self,
+        planned: &Pod,
+        mut pinned: Pod,
+        gate_set: bool,
+        mut write: F,
+    ) -> Result<(Pod, T), Error>
+    where
+        F: FnMut(Pod) -> Fut,
+        Fut: std::future::Future<Output = Result<T, Error>>,
+    {
         let mut attempt = 0;
         loop {
-            let mut body = body.clone();
-            if spec.grace_seconds == 0 {
-                self.apply_spec(&pinned_pod, &spec, state.clone(), &mut body)?;
-            }
-            match self
-                .patch_pod(&pinned_pod, body, "update in place", true)
-                .await
-            {
-                Ok(_) => break,
+            match write(pinned.clone()).await {
+                Ok(out) => return Ok((pinned, out)),
                 Err(err) if err.status_code() == Some(409) && attempt < CONFLICT_RETRIES => {
                     attempt += 1;
-                    pinned_pod = self.reread_for_update(pod, gated, err).await?;
+                    pinned = self.reread_for_update(planned, gate_set, err).await?;
                 }
                 Err(err) => return Err(err),
             }
         }
-        self.resize(&pinned_pod, &spec).await
     }
 
     /// Sets `InPlaceUpdateReady` (and `Ready`) False on `pod`, pinned to its

@@ -163,33 +163,44 @@ pub fn split(spec: &InPlaceUpdateGrace, priorities: &[(String, Option<i64>)]) ->
         containers: now.iter().cloned().collect(),
         ..Split::default()
     };
-    for (name, image) in &spec.container_images {
-        if now.contains(name) {
-            out.now.container_images.insert(name.clone(), image.clone());
-        } else {
-            out.next_images.insert(name.clone(), image.clone());
-        }
-    }
-    for (name, meta) in &spec.container_ref_metadata {
-        if now.contains(name) {
-            out.now
-                .container_ref_metadata
-                .insert(name.clone(), meta.clone());
-        } else {
-            out.next_ref_metadata.insert(name.clone(), meta.clone());
-        }
-    }
-    for (name, resources) in &spec.container_resources {
-        if now.contains(name) {
-            out.now
-                .container_resources
-                .insert(name.clone(), resources.clone());
-        } else {
-            out.next_resources.insert(name.clone(), resources.clone());
-        }
-    }
+    split_map(
+        &spec.container_images,
+        &now,
+        &mut out.now.container_images,
+        &mut out.next_images,
+    );
+    split_map(
+        &spec.container_ref_metadata,
+        &now,
+        &mut out.now.container_ref_metadata,
+        &mut out.next_ref_metadata,
+    );
+    split_map(
+        &spec.container_resources,
+        &now,
+        &mut out.now.container_resources,
+        &mut out.next_resources,
+    );
     out.now.update_env_from_metadata = !out.now.container_ref_metadata.is_empty();
     out
+}
+
+/// Copies each entry of `all` (keyed by container) into `now` when its container is in
+/// `batch`, else into `next`.
+fn split_map<V: Clone>(
+    all: &BTreeMap<String, V>,
+    batch: &BTreeSet<String>,
+    now: &mut BTreeMap<String, V>,
+    next: &mut BTreeMap<String, V>,
+) {
+    for (name, value) in all {
+        let to = if batch.contains(name) {
+            &mut *now
+        } else {
+            &mut *next
+        };
+        to.insert(name.clone(), value.clone());
+    }
 }
 
 /// Adds to `now` every container that reads a label or annotation that a container of

@@ -318,24 +318,32 @@ struct CachedContainerStatus {
     resources: Option<ResourceRequirements>,
 }
 
-impl k8s_openapi::Resource for CachedPod {
-    const API_VERSION: &'static str = <Pod as k8s_openapi::Resource>::API_VERSION;
-    const GROUP: &'static str = <Pod as k8s_openapi::Resource>::GROUP;
-    const KIND: &'static str = <Pod as k8s_openapi::Resource>::KIND;
-    const VERSION: &'static str = <Pod as k8s_openapi::Resource>::VERSION;
-    const URL_PATH_SEGMENT: &'static str = <Pod as k8s_openapi::Resource>::URL_PATH_SEGMENT;
-    type Scope = k8s_openapi::NamespaceResourceScope;
+/// `k8s_openapi::Resource` and `Metadata` of a compact pod form: it is read from and
+/// stands for `v1/Pod`, so kube can list and watch it as one.
+macro_rules! pod_shaped {
+    ($t:ty) => {
+        impl k8s_openapi::Resource for $t {
+            const API_VERSION: &'static str = <Pod as k8s_openapi::Resource>::API_VERSION;
+            const GROUP: &'static str = <Pod as k8s_openapi::Resource>::GROUP;
+            const KIND: &'static str = <Pod as k8s_openapi::Resource>::KIND;
+            const VERSION: &'static str = <Pod as k8s_openapi::Resource>::VERSION;
+            const URL_PATH_SEGMENT: &'static str = <Pod as k8s_openapi::Resource>::URL_PATH_SEGMENT;
+            type Scope = k8s_openapi::NamespaceResourceScope;
+        }
+
+        impl k8s_openapi::Metadata for $t {
+            type Ty = ObjectMeta;
+            fn metadata(&self) -> &ObjectMeta {
+                &self.metadata
+            }
+            fn metadata_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
 }
 
-impl k8s_openapi::Metadata for CachedPod {
-    type Ty = ObjectMeta;
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+pod_shaped!(CachedPod);
 
 impl CachedPod {
     /// The pod's labels, sorted by key (`metadata.labels` of the cached form is empty).
@@ -493,24 +501,7 @@ impl<'de> Deserialize<'de> for PodPlacement {
     }
 }
 
-impl k8s_openapi::Resource for PodPlacement {
-    const API_VERSION: &'static str = <Pod as k8s_openapi::Resource>::API_VERSION;
-    const GROUP: &'static str = <Pod as k8s_openapi::Resource>::GROUP;
-    const KIND: &'static str = <Pod as k8s_openapi::Resource>::KIND;
-    const VERSION: &'static str = <Pod as k8s_openapi::Resource>::VERSION;
-    const URL_PATH_SEGMENT: &'static str = <Pod as k8s_openapi::Resource>::URL_PATH_SEGMENT;
-    type Scope = k8s_openapi::NamespaceResourceScope;
-}
-
-impl k8s_openapi::Metadata for PodPlacement {
-    type Ty = ObjectMeta;
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+pod_shaped!(PodPlacement);
 
 impl PodPlacement {
     /// The node the pod is bound to.
