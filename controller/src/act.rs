@@ -128,7 +128,8 @@ fn phase_of(action: &Action) -> &'static str {
         Action::Lifecycle { .. }
         | Action::CompleteInPlaceUpdate { .. }
         | Action::ApplyGracedUpdate { .. }
-        | Action::ApplyNextContainerBatch { .. } => "refresh",
+        | Action::ApplyNextContainerBatch { .. }
+        | Action::ReportInPlaceStall { .. } => "refresh",
         Action::SetTemplateHash { .. } => "template_hash",
         Action::DeletePvc { .. } => "delete_pvc",
         Action::PrunePodsToDelete { .. } => "prune",
@@ -145,6 +146,7 @@ fn pod_of(action: &Action) -> Option<&str> {
         | Action::CompleteInPlaceUpdate { pod }
         | Action::ApplyGracedUpdate { pod }
         | Action::ApplyNextContainerBatch { pod }
+        | Action::ReportInPlaceStall { pod, .. }
         | Action::SetTemplateHash { pod, .. } => Some(pod),
         Action::ReownPvcToPod { pod, .. } => Some(pod),
         Action::Create { .. } | Action::DeletePvc { .. } | Action::PrunePodsToDelete { .. } => None,
@@ -413,6 +415,11 @@ impl Actor<'_> {
             Action::ReownPvcToPod { pvc, pod } => self.reown_pvc(pvc, pod).await,
             Action::SetTemplateHash { pod, hash } => self.set_template_hash(pod, hash).await,
             Action::ApplyNextContainerBatch { pod } => self.apply_next_batch(pod).await,
+            Action::ReportInPlaceStall {
+                pod,
+                reason,
+                message,
+            } => self.report_in_place_stall(pod, reason, message).await,
         }
     }
 
@@ -1149,15 +1156,14 @@ impl Actor<'_> {
         let spec = &split.now;
         let changed: BTreeSet<&String> = split.containers.iter().collect();
         for name in &changed {
-            let image_id = statuses
-                .iter()
-                .find(|s| &&s.name == name)
-                .map(|s| s.image_id.clone())
-                .unwrap_or_default();
+            let status = statuses.iter().find(|s| &&s.name == name);
             state.last_container_statuses.insert(
                 (*name).clone(),
                 InPlaceUpdateContainerStatus {
-                    image_id,
+                    image_id: status.map(|s| s.image_id.clone()).unwrap_or_default(),
+                    container_id: status
+                        .and_then(|s| s.container_id.clone())
+                        .unwrap_or_default(),
                     resources: None,
                 },
             );
@@ -1352,14 +1358,46 @@ impl Actor<'_> {
             return Ok(());
         }
         let now = now_time();
+        // Reason and message (a stall report) belong to the False condition: removed.
         let status = json!({"conditions": [
-            {"type": keys::INPLACE_UPDATE_READY_CONDITION, "status": "True", "lastTransitionTime": now}
+            {"type": keys::INPLACE_UPDATE_READY_CONDITION, "status": "True", "lastTransitionTime": now,
+             "reason": null, "message": null}
         ]});
         match self.patch_pod_status(pod, status, true).await {
             // Only for the pod version we checked: a newer one is judged again next time.
             Err(e) if e.status_code() == Some(409) => Ok(()),
             other => other,
         }
+    }
+
+    /// Writes what a stalled in-place update waits for on the pod's `InPlaceUpdateReady`
+    /// condition (status stays False; pinned to the pod version judged, so a pod that moved
+    /// on meanwhile is judged again) and records a Warning event on the pod.
+    async fn report_in_place_stall(
+        &self,
+        name: &str,
+        reason: &str,
+        message: &str,
+    ) -> Result<(), Error> {
+        let pod = self.pod(name)?;
+        let status = json!({"conditions": [{
+            "type": keys::INPLACE_UPDATE_READY_CONDITION, "status": "False",
+            "reason": reason, "message": message,
+        }]});
+        match self.patch_pod_status(pod, status, true).await {
+            Err(e) if e.status_code() == Some(409) => return Ok(()),
+            other => other?,
+        }
+        warn!(pod = %name, reason, %message, "in-place update stalled");
+        self.ctx.events.send(Note {
+            regarding: pod_ref(pod),
+            related: Some(self.cs_ref.clone()),
+            warning: true,
+            reason: reason.to_owned(),
+            action: "UpdateInPlace".to_owned(),
+            message: message.to_owned(),
+        });
+        Ok(())
     }
 
     async fn lifecycle(

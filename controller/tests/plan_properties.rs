@@ -537,7 +537,8 @@ impl World {
                 | Action::PrunePodsToDelete { .. }
                 | Action::ReownPvcToPod { .. }
                 | Action::SetTemplateHash { .. }
-                | Action::ApplyNextContainerBatch { .. } => {}
+                | Action::ApplyNextContainerBatch { .. }
+                | Action::ReportInPlaceStall { .. } => {}
             }
         }
         self.cs.status = Some(plan.status.clone());

@@ -59,6 +59,16 @@ pub struct InPlaceUpdateState {
 pub struct InPlaceUpdateContainerStatus {
     #[serde(default, rename = "imageID", skip_serializing_if = "String::is_empty")]
     pub image_id: String,
+    /// The id of the container that ran when the update was patched (`<runtime>://<id>`
+    /// from the pod status). Not in the reference, which ignores it: with it, a container
+    /// whose new image has the same image ID as the old one (a retag) is judged restarted
+    /// by its id changing, not by the image name the runtime happens to report.
+    #[serde(
+        default,
+        rename = "containerID",
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub container_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
 }

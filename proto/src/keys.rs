@@ -74,6 +74,12 @@ pub const INPLACE_UPDATE_READY_CONDITION: &str = "InPlaceUpdateReady";
 pub const KRUISE_POD_READY_CONDITION: &str = "KruisePodReady";
 /// Reason on `InPlaceUpdateReady=False` while an update runs.
 pub const START_INPLACE_UPDATE_REASON: &str = "StartInPlaceUpdate";
+/// Reason on `InPlaceUpdateReady` (and the pod's Warning event, and the CloneSet's
+/// `FailedUpdate` condition) when a container of the update fails (a bad image, a crash).
+/// Ours: the reference reports nothing.
+pub const INPLACE_UPDATE_FAILED_REASON: &str = "InPlaceUpdateFailed";
+/// The same when an update has not completed within its deadline.
+pub const INPLACE_UPDATE_STALLED_REASON: &str = "InPlaceUpdateStalled";
 /// `KruisePodReady` not-ready key used by the preDelete hook.
 pub const PRE_DELETE_HOOK_KEY: &str = "preDeleteHook";
 /// `KruisePodReady` not-ready key used by the inPlaceUpdate hook.

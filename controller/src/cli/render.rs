@@ -106,6 +106,11 @@ pub fn describe(cs: &CloneSet, action: &Action) -> String {
         Action::ApplyGracedUpdate { pod } => {
             format!("apply the held in-place update of pod {pod} (grace period over)")
         }
+        Action::ReportInPlaceStall {
+            pod,
+            reason,
+            message,
+        } => format!("report on pod {pod} (InPlaceUpdateReady False, {reason}): {message}"),
         Action::DeletePvc { pvc } => {
             format!("delete PVC {pvc} (disablePVCReuse, no pod uses it)")
         }

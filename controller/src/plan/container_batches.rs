@@ -2,18 +2,25 @@
 //!
 //! When an in-place update changes several containers that have launch priorities, the
 //! containers go in batches: the highest priority first, the next batch only once every
-//! container of the previous one is Ready. Containers without a priority go with the
-//! first batch. Containers whose env reads the same changed label or annotation go
+//! container of the previous one runs the updated spec and is started (running, its
+//! postStart hook and startup probe done) and Ready. Containers without a priority go with
+//! the first batch. Containers whose env reads the same changed label or annotation go
 //! together (the key can only take one value at a time), so they are pulled into the
-//! batch of the first of them.
+//! batch of the first of them. A batch that never gets there (a bad image) holds every
+//! later batch back: those containers are never touched.
 //!
 //! A container's priority comes from the template, since there is no admission webhook
-//! to inject it into pods:
-//! - `KRUISE_CONTAINER_BARRIER` env with a ConfigMap key `p_<n>` (what the reference's
-//!   webhook writes into pods, e.g. in templates copied from running pods) → `n`;
-//! - else `KRUISE_CONTAINER_PRIORITY` env with an integer value → that value;
-//! - else the annotation `apps.kruise.io/container-launch-priority: Ordered` → `-index`
-//!   (the first container highest), as the reference's webhook assigns;
+//! to inject it into pods. The reference's pod webhook turns the template's declaration
+//! into a `KRUISE_CONTAINER_BARRIER` env on every container, and its in-place update reads
+//! that env; we read what the webhook would have written:
+//! - `KRUISE_CONTAINER_BARRIER` env with a ConfigMap key `p_<n>` (already in templates
+//!   copied from running pods) → `n`, per container;
+//! - else, with the annotation `apps.kruise.io/container-launch-priority: Ordered`:
+//!   `-index` for every container (the first highest; the webhook then ignores
+//!   `KRUISE_CONTAINER_PRIORITY`);
+//! - else, when any container has a `KRUISE_CONTAINER_PRIORITY` env: its integer value,
+//!   and 0 for every container without one (or with a value that is no integer: the
+//!   webhook refuses such a pod, we do not refuse the update);
 //! - else none.
 //!
 //! The split is kept in the in-place state: `nextContainerImages`,
@@ -38,19 +45,31 @@ pub fn launch_priorities(template: &Map<String, Value>) -> Vec<(String, Option<i
         })
         .and_then(Value::as_str)
         == Some(keys::CONTAINER_LAUNCH_ORDERED);
-    let containers = template
+    let containers: Vec<&Value> = template
         .get("spec")
         .and_then(|s| s.get("containers"))
-        .and_then(Value::as_array);
-    containers
+        .and_then(Value::as_array)
         .into_iter()
         .flatten()
+        .collect();
+    let any_priority_env = containers
+        .iter()
+        .any(|c| find_env(c, keys::CONTAINER_PRIORITY_ENV).is_some());
+    containers
+        .iter()
         .enumerate()
         .filter_map(|(i, c)| {
             let name = c.get("name")?.as_str()?.to_owned();
-            let explicit = env_priority(c);
-            let by_position = ordered.then(|| -i64::try_from(i).unwrap_or(i64::MAX));
-            Some((name, explicit.or(by_position)))
+            let priority = barrier_priority(c).or_else(|| {
+                if ordered {
+                    Some(-i64::try_from(i).unwrap_or(i64::MAX))
+                } else if any_priority_env {
+                    Some(env_priority(c).unwrap_or(0))
+                } else {
+                    None
+                }
+            });
+            Some((name, priority))
         })
         .collect()
 }
@@ -60,19 +79,27 @@ fn escape(key: &str) -> String {
     key.replace('~', "~0").replace('/', "~1")
 }
 
+fn find_env<'v>(container: &'v Value, name: &str) -> Option<&'v Value> {
+    container
+        .get("env")
+        .and_then(Value::as_array)?
+        .iter()
+        .find(|e| e.get("name").and_then(Value::as_str) == Some(name))
+}
+
+/// `p_<n>` of a `KRUISE_CONTAINER_BARRIER` env.
+fn barrier_priority(container: &Value) -> Option<i64> {
+    find_env(container, keys::CONTAINER_BARRIER_ENV)?
+        .pointer("/valueFrom/configMapKeyRef/key")
+        .and_then(Value::as_str)?
+        .strip_prefix("p_")?
+        .parse()
+        .ok()
+}
+
+/// The integer value of a `KRUISE_CONTAINER_PRIORITY` env.
 fn env_priority(container: &Value) -> Option<i64> {
-    let envs = container.get("env").and_then(Value::as_array)?;
-    let find = |name: &str| {
-        envs.iter()
-            .find(|e| e.get("name").and_then(Value::as_str) == Some(name))
-    };
-    if let Some(barrier) = find(keys::CONTAINER_BARRIER_ENV) {
-        let key = barrier
-            .pointer("/valueFrom/configMapKeyRef/key")
-            .and_then(Value::as_str)?;
-        return key.strip_prefix("p_")?.parse().ok();
-    }
-    find(keys::CONTAINER_PRIORITY_ENV)?
+    find_env(container, keys::CONTAINER_PRIORITY_ENV)?
         .get("value")
         .and_then(Value::as_str)?
         .trim()
@@ -260,7 +287,11 @@ pub fn next_batch(state: &InPlaceUpdateState, statuses: &[ContainerStatus]) -> N
         .unwrap_or_default();
     let not_ready: Vec<String> = required
         .iter()
-        .filter(|name| !statuses.iter().any(|s| &s.name == *name && s.ready))
+        .filter(|name| {
+            !statuses
+                .iter()
+                .any(|s| &s.name == *name && started_and_ready(s))
+        })
         .cloned()
         .collect();
     if not_ready.is_empty() {
@@ -268,6 +299,14 @@ pub fn next_batch(state: &InPlaceUpdateState, statuses: &[ContainerStatus]) -> N
     } else {
         NextBatch::Waiting(not_ready)
     }
+}
+
+/// Running, started (postStart hook and startup probe done: the kubelet reports neither
+/// before) and Ready, as the reference's pre-check asks (`state.running` and `ready`).
+fn started_and_ready(status: &ContainerStatus) -> bool {
+    status.ready
+        && status.started != Some(false)
+        && status.state.as_ref().is_some_and(|s| s.running.is_some())
 }
 
 /// The update that is left in `state`, as a spec to [`split`] again.

@@ -51,6 +51,8 @@ pub fn pod(name: &str, rev: &str) -> PodBuilder {
             "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": rfc3339(t(0))}],
             "containerStatuses": [{
                 "name": "main", "image": "nginx:1", "imageID": "sha-1",
+                "containerID": "containerd://main-1", "started": true,
+                "state": {"running": {"startedAt": rfc3339(t(0))}},
                 "ready": true, "restartCount": 0,
             }],
         },
@@ -154,6 +156,12 @@ impl PodBuilder {
     pub fn status_image(mut self, image: &str, image_id: &str) -> Self {
         self.0["status"]["containerStatuses"][0]["image"] = json!(image);
         self.0["status"]["containerStatuses"][0]["imageID"] = json!(image_id);
+        self
+    }
+
+    /// Status `containerID` of container `main`.
+    pub fn container_id(mut self, id: &str) -> Self {
+        self.0["status"]["containerStatuses"][0]["containerID"] = json!(id);
         self
     }
 

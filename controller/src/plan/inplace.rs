@@ -300,7 +300,7 @@ fn env_from_metadata(
                 .pointer("/valueFrom/fieldRef/fieldPath")
                 .and_then(Value::as_str)
                 .unwrap_or_default();
-            let Some((field, key)) = downward_key(path) else {
+            let Some((field, key)) = inplace_proto::downward::metadata_key(path) else {
                 continue;
             };
             let (changed, target) = match field {
@@ -326,22 +326,6 @@ fn env_from_metadata(
         }
     }
     out
-}
-
-/// `metadata.labels['k']` → `("labels", "k")`; the same for annotations (the only
-/// per-key forms the downward API accepts; quotes may be single or double).
-fn downward_key(path: &str) -> Option<(&'static str, &str)> {
-    let (field, rest) = if let Some(rest) = path.strip_prefix("metadata.labels[") {
-        ("labels", rest)
-    } else {
-        ("annotations", path.strip_prefix("metadata.annotations[")?)
-    };
-    let inner = rest.strip_suffix(']')?;
-    let key = inner
-        .strip_prefix('\'')
-        .and_then(|k| k.strip_suffix('\''))
-        .or_else(|| inner.strip_prefix('"').and_then(|k| k.strip_suffix('"')))?;
-    Some((field, key))
 }
 
 fn diff_metadata(

@@ -20,13 +20,17 @@
 
 use std::time::Duration;
 
-use inplace_proto::{InPlaceUpdateState, Lifecycle, LifecycleHook, LifecycleState, keys};
-use k8s_openapi::api::core::v1::ResourceRequirements;
+use inplace_proto::{
+    InPlaceUpdateContainerStatus, InPlaceUpdateState, Lifecycle, LifecycleHook, LifecycleState,
+    keys,
+};
+use k8s_openapi::api::core::v1::{ContainerStatus, ResourceRequirements};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::container_batches::{NextBatch, next_batch};
 use super::model::{Action, PlanContext, PlanProblem, PodFacts, revision_matches};
 use super::quantity;
+use super::stall;
 
 /// Whether `pod` matches `hook`: it carries ANY of the hook's labels with the same value,
 /// or ANY of its finalizers (reference `IsPodHooked`). No hook matches nothing.
@@ -159,7 +163,7 @@ pub enum InPlaceProgress {
     /// Containers read env from changed labels/annotations: only the daemon can tell
     /// (it sets `InPlaceUpdateReady` True once they restarted).
     AwaitingDaemon,
-    /// The containers do not run the new spec yet.
+    /// The containers do not run the new spec yet: what the update waits for.
     Waiting(String),
     /// Every updated container runs the new spec.
     Completed,
@@ -169,10 +173,8 @@ pub enum InPlaceProgress {
 /// reports completion; kruise-behaviour b "Completion"):
 ///
 /// - not complete while a grace annotation exists or later batches are pending;
-/// - for every container recorded in `lastContainerStatuses`, the status must report a
-///   different imageID, or the same imageID but a status image equal to the spec image
-///   (`:latest` appended when the spec image has no tag or digest), and every recorded
-///   container must appear in the status;
+/// - every container recorded in `lastContainerStatuses` must appear in the status and run
+///   the updated spec ([`container_updated`]);
 /// - with `updateResources`, every container's status resources must equal its spec
 ///   resources (cpu/memory requests and limits, compared by value);
 /// - with `updateEnvFromMetadata`, only the daemon can see the restart: complete once
@@ -215,26 +217,68 @@ pub fn image_with_default_tag(image: &str) -> String {
     }
 }
 
-fn containers_pending(pod: &PodFacts, state: &InPlaceUpdateState) -> Option<String> {
+/// The first container of `state` that does not run the updated spec yet, and why.
+pub(super) fn containers_pending(pod: &PodFacts, state: &InPlaceUpdateState) -> Option<String> {
     for (name, before) in &state.last_container_statuses {
         let Some(status) = pod.container_statuses.iter().find(|s| &s.name == name) else {
-            return Some(format!("container {name} not found in the pod status"));
+            return Some(format!("container {name} to appear in the pod status"));
         };
-        if status.image_id == before.image_id {
-            let spec_image = pod
-                .container_specs
-                .iter()
-                .find(|c| &c.name == name)
-                .map(|c| image_with_default_tag(c.image.as_deref().unwrap_or_default()));
-            if spec_image.as_deref() != Some(status.image.as_str()) {
-                return Some(format!(
-                    "container {name} still runs image ID {}",
-                    status.image_id
-                ));
-            }
+        let spec_image = pod
+            .container_specs
+            .iter()
+            .find(|c| &c.name == name)
+            .and_then(|c| c.image.as_deref());
+        if !container_updated(spec_image, before, status) {
+            let waiting = waiting_reason(status)
+                .map(|w| format!(" ({w})"))
+                .unwrap_or_default();
+            return Some(format!(
+                "container {name} to restart with the new spec{waiting}"
+            ));
         }
     }
     None
+}
+
+/// Whether a container recorded in `lastContainerStatuses` as `before` runs the updated
+/// spec, by its status.
+///
+/// - When the id of the container that ran as the spec was patched is recorded (we record
+///   it): the status names another container. The kubelet starts a container only from
+///   the spec it has, so a new id is the restart the update asked for, whatever image ID
+///   or image name the runtime reports: a new tag of the same image (a retag, same image
+///   ID) is judged like any other image change. containerd reports the image name as the
+///   image's first tag, which for a retag may well be the old one, so the name alone could
+///   wait forever.
+/// - Otherwise (a state written by OpenKruise or before we recorded ids) the reference's
+///   rule: another image ID, or the same image ID and a status image equal to the spec
+///   image (`:latest` appended when the spec names no tag or digest).
+pub fn container_updated(
+    spec_image: Option<&str>,
+    before: &InPlaceUpdateContainerStatus,
+    status: &ContainerStatus,
+) -> bool {
+    if !before.container_id.is_empty() {
+        return status
+            .container_id
+            .as_deref()
+            .is_some_and(|id| !id.is_empty() && id != before.container_id);
+    }
+    if status.image_id != before.image_id {
+        return true;
+    }
+    spec_image.is_some_and(|image| image_with_default_tag(image) == status.image)
+}
+
+/// `reason: message` of a container that is waiting with a reason (the kubelet's
+/// `ErrImagePull`, `CrashLoopBackOff`, …).
+pub fn waiting_reason(status: &ContainerStatus) -> Option<String> {
+    let waiting = status.state.as_ref()?.waiting.as_ref()?;
+    let reason = waiting.reason.as_deref().filter(|r| !r.is_empty())?;
+    Some(match waiting.message.as_deref().filter(|m| !m.is_empty()) {
+        Some(message) => format!("{reason}: {message}"),
+        None => reason.to_owned(),
+    })
 }
 
 fn same_resources(
@@ -262,12 +306,12 @@ fn resources_pending(pod: &PodFacts) -> Option<String> {
         let status = pod.container_statuses.iter().find(|s| s.name == spec.name);
         let Some(status) = status else {
             return Some(format!(
-                "container {} not found in the pod status",
+                "container {} to appear in the pod status",
                 spec.name
             ));
         };
         if !same_resources(spec.resources.as_ref(), status.resources.as_ref()) {
-            return Some(format!("container {} is not resized yet", spec.name));
+            return Some(format!("container {} to be resized", spec.name));
         }
     }
     None
@@ -344,13 +388,58 @@ fn earliest(current: &mut Option<Duration>, candidate: Duration) {
 /// `InPlaceUpdateReady` condition of a completed update, then the lifecycle transition.
 pub fn refresh(ctx: &PlanContext) -> Refresh {
     let mut out = Refresh::default();
+    let mut stalled = Vec::new();
     for pod in ctx.active_pods() {
-        refresh_pod(ctx, pod, &mut out);
+        refresh_pod(ctx, pod, &mut out, &mut stalled);
     }
+    report_stalled(&mut out, stalled);
     out
 }
 
-fn refresh_pod(ctx: &PlanContext, pod: &PodFacts, out: &mut Refresh) {
+/// Pods named in the CloneSet's `FailedUpdate` condition for a stalled in-place update at
+/// most; the rest are counted (each pod has its own condition and event).
+const STALLED_PODS_NAMED: usize = 5;
+
+/// One `FailedUpdate` problem per reason for the stalled pods `(reason, "pod x: …")`.
+fn report_stalled(out: &mut Refresh, stalled: Vec<(&'static str, String)>) {
+    for reason in [
+        keys::INPLACE_UPDATE_FAILED_REASON,
+        keys::INPLACE_UPDATE_STALLED_REASON,
+    ] {
+        let mine: Vec<&String> = stalled
+            .iter()
+            .filter(|(r, _)| *r == reason)
+            .map(|(_, m)| m)
+            .collect();
+        if mine.is_empty() {
+            continue;
+        }
+        let mut message = mine
+            .iter()
+            .take(STALLED_PODS_NAMED)
+            .map(|m| m.as_str())
+            .collect::<Vec<_>>()
+            .join("; ");
+        if mine.len() > STALLED_PODS_NAMED {
+            message.push_str(&format!(
+                "; and {} more pods",
+                mine.len() - STALLED_PODS_NAMED
+            ));
+        }
+        out.problems.push(PlanProblem {
+            condition: keys::CONDITION_FAILED_UPDATE,
+            reason: reason.to_owned(),
+            message,
+        });
+    }
+}
+
+fn refresh_pod(
+    ctx: &PlanContext,
+    pod: &PodFacts,
+    out: &mut Refresh,
+    stalled: &mut Vec<(&'static str, String)>,
+) {
     let lifecycle = ctx.cloneset().spec.lifecycle.as_ref();
     if pod.in_place_grace_pending {
         match grace_status(pod, ctx.now()) {
@@ -385,6 +474,29 @@ fn refresh_pod(ctx: &PlanContext, pod: &PodFacts, out: &mut Refresh) {
         out.actions.push(Action::CompleteInPlaceUpdate {
             pod: pod.name.to_owned(),
         });
+    }
+    // No silent stall: a failing or overdue update is reported (plan::stall).
+    if state_is_current
+        && pod.in_place_update_ready != Some(true)
+        && let Some(state) = pod.in_place_state.as_deref()
+    {
+        let deadline = stall::deadline(ctx.cloneset().spec.progress_deadline_seconds);
+        let check = stall::check(pod, state, &progress, deadline, ctx.now());
+        if let Some(left) = check.recheck_after {
+            earliest(&mut out.requeue_after, left);
+        }
+        if let Some((reason, message)) = check.report {
+            let reported =
+                pod.in_place_update_reason == reason && pod.in_place_update_message == message;
+            if pod.in_place_update_ready == Some(false) && !reported {
+                out.actions.push(Action::ReportInPlaceStall {
+                    pod: pod.name.to_owned(),
+                    reason: reason.to_owned(),
+                    message: message.clone(),
+                });
+            }
+            stalled.push((reason, format!("pod {}: {message}", pod.name)));
+        }
     }
     // Container launch priority: the next batch starts once the containers of this one
     // run their new image (as judged for completion) and are Ready.

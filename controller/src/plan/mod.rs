@@ -32,6 +32,7 @@ pub mod revision;
 mod run;
 pub mod scale;
 pub mod selector;
+pub mod stall;
 pub mod status;
 pub mod update;
 pub mod update_order;

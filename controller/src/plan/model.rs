@@ -78,6 +78,10 @@ pub struct PodFacts<'a> {
     pub finished: bool,
     /// Running, condition Ready True, and InPlaceUpdateReady absent or True.
     pub ready: bool,
+    /// The `Ready` condition alone is True (Kubernetes' `IsPodReady`, which the
+    /// reference's default update order and deletion order read: a Pending pod whose Ready
+    /// condition is True counts as ready there).
+    pub ready_condition: bool,
     /// When the Ready condition last turned True.
     pub ready_since: Option<Timestamp>,
     pub creation: Option<Timestamp>,
@@ -103,6 +107,10 @@ pub struct PodFacts<'a> {
     pub in_place_grace: Option<Box<InPlaceUpdateGrace>>,
     /// Status of the `InPlaceUpdateReady` condition: None when the pod has no such condition.
     pub in_place_update_ready: Option<bool>,
+    /// Reason and message of the `InPlaceUpdateReady` condition (empty when absent): a
+    /// stalled update is reported there once, not on every plan.
+    pub in_place_update_reason: &'a str,
+    pub in_place_update_message: &'a str,
     /// Raw `lifecycle.apps.kruise.io/timestamp`; see [`PodFacts::lifecycle_since`].
     pub lifecycle_timestamp: Option<&'a str>,
     /// `spec.containers`.
@@ -223,6 +231,7 @@ impl<'a> PodFacts<'a> {
             terminating: meta.deletion_timestamp.is_some(),
             finished: matches!(phase, PodPhase::Succeeded | PodPhase::Failed),
             ready,
+            ready_condition: ready_condition.is_some(),
             ready_since: ready_condition
                 .and_then(|c| c.last_transition_time.as_ref())
                 .map(|t| t.0),
@@ -241,6 +250,12 @@ impl<'a> PodFacts<'a> {
                 .and_then(|raw| serde_json::from_str(raw).ok())
                 .map(Box::new),
             in_place_update_ready: in_place_condition.map(|c| c.status == "True"),
+            in_place_update_reason: in_place_condition
+                .and_then(|c| c.reason.as_deref())
+                .unwrap_or_default(),
+            in_place_update_message: in_place_condition
+                .and_then(|c| c.message.as_deref())
+                .unwrap_or_default(),
             lifecycle_timestamp,
             container_specs: pod.spec.as_ref().map_or(&[], |s| s.containers.as_slice()),
             container_statuses,
@@ -437,6 +452,15 @@ pub enum Action {
     /// the next batch (container launch priority, see `plan::container_batches`).
     #[serde(rename_all = "camelCase")]
     ApplyNextContainerBatch { pod: String },
+    /// The pod's in-place update failed or has not completed in time: write `reason` and
+    /// `message` (what it waits for) on its `InPlaceUpdateReady` condition, which stays
+    /// False, and record a Warning event on the pod.
+    #[serde(rename_all = "camelCase")]
+    ReportInPlaceStall {
+        pod: String,
+        reason: String,
+        message: String,
+    },
 }
 
 /// A problem that the planner reports as a condition and an event instead of acting.

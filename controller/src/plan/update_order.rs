@@ -3,7 +3,8 @@
 //!
 //! 1. the default order, Kubernetes' `ActivePods`: unscheduled < scheduled, Pending <
 //!    Unknown < Running, not ready < ready, (both ready) ready more recently (or without a
-//!    ready time) first, more restarts first, newer (or without creation time) first;
+//!    ready time) first, more restarts first, newer (or without creation time) first.
+//!    "Ready" is the Ready condition alone (`IsPodReady`), whatever the phase;
 //! 2. `priorityStrategy` (stable);
 //! 3. `scatterStrategy`;
 //! 4. pods already in PreparingUpdate first (stable): their update has begun.
@@ -429,14 +430,15 @@ fn ordered_u64(v: i64) -> u64 {
 /// then the position (stable for equal pods).
 fn default_key(p: &PodFacts, pos: usize) -> (u128, u128) {
     let scheduled = p.node_name.is_some_and(|n| !n.is_empty());
-    let ready_time = if p.ready {
+    let ready_time = if p.ready_condition {
         empty_or_later_first(p.ready_since)
     } else {
         0
     };
     // PodPhase's discriminants follow its order (< 8: 3 bits).
-    let flags =
-        (u128::from(scheduled) << 4) | (u128::from(p.phase as u8) << 1) | u128::from(p.ready);
+    let flags = (u128::from(scheduled) << 4)
+        | (u128::from(p.phase as u8) << 1)
+        | u128::from(p.ready_condition);
     // i32 -> u32 keeping the order, then reversed: more restarts first.
     let restarts = u32::MAX - ((p.restarts as u32) ^ (1 << 31));
     // flags: 5 bits at 103, ready time: 71 bits at 32, restarts: 32 bits at 0.

@@ -21,6 +21,11 @@ pub struct RuntimeContainer {
     pub created_at: i64,
     /// The image id the container runs (CRI `imageRef` / `image_id`).
     pub image_ref: String,
+    /// The environment the container was created with (name → value, the kubelet's
+    /// downward-API values resolved), when the runtime reports it (containerd does, in
+    /// `ContainerStatus` verbose info); read only for containers whose env reads pod
+    /// metadata.
+    pub env: Option<BTreeMap<String, String>>,
 }
 
 /// What to do with one pod.
@@ -77,6 +82,72 @@ pub fn env_from_metadata(c: &Container) -> bool {
                     || f.field_path.starts_with("metadata.annotations")
             })
     })
+}
+
+/// The env vars of `c` that read a pod label or annotation (`fieldRef`
+/// `metadata.labels['k']` / `metadata.annotations['k']`) whose value in the running
+/// container (`env`, as the container was created) differs from the pod's metadata now:
+/// the kubelet resolves such env only when it creates a container, so these need a
+/// restart. A key the pod does not carry reads as "" (as the kubelet resolves it).
+///
+/// This is what decides an env-from-metadata restart: the value the container runs with,
+/// not whether this update changed the key. A pod whose annotation was patched by hand
+/// before the template changed carries the new value already, while its container still
+/// runs with the old one.
+pub fn stale_metadata_env(
+    c: &Container,
+    env: &BTreeMap<String, String>,
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Vec<String> {
+    let mut want: BTreeMap<&str, &str> = BTreeMap::new();
+    for e in c.env.iter().flatten() {
+        let path = e
+            .value_from
+            .as_ref()
+            .and_then(|v| v.field_ref.as_ref())
+            .map(|f| f.field_path.as_str());
+        let value = match path.and_then(inplace_proto::downward::metadata_key) {
+            Some(("labels", key)) => meta.labels.as_ref().and_then(|l| l.get(key)),
+            Some((_, key)) => meta.annotations.as_ref().and_then(|a| a.get(key)),
+            None => {
+                // A later plain definition of the same name wins, as in the kubelet.
+                want.remove(e.name.as_str());
+                continue;
+            }
+        };
+        want.insert(e.name.as_str(), value.map_or("", String::as_str));
+    }
+    want.into_iter()
+        .filter(|(name, value)| env.get(*name).map_or("", String::as_str) != *value)
+        .map(|(name, _)| name.to_owned())
+        .collect()
+}
+
+/// The env a runtime container was created with, from CRI `ContainerStatus` verbose info:
+/// containerd's `info` JSON carries the CRI config (`config.envs`, key/value pairs) and the
+/// OCI spec (`runtimeSpec.process.env`, `K=V`); the config is read first.
+pub fn env_from_verbose_info(
+    info: &std::collections::HashMap<String, String>,
+) -> Option<BTreeMap<String, String>> {
+    let v: serde_json::Value = serde_json::from_str(info.get("info")?).ok()?;
+    if let Some(envs) = v.pointer("/config/envs").and_then(|e| e.as_array()) {
+        return Some(
+            envs.iter()
+                .filter_map(|e| {
+                    let key = e.get("key")?.as_str()?;
+                    let value = e.get("value").and_then(|v| v.as_str()).unwrap_or_default();
+                    Some((key.to_owned(), value.to_owned()))
+                })
+                .collect(),
+        );
+    }
+    let env = v.pointer("/runtimeSpec/process/env")?.as_array()?;
+    Some(
+        env.iter()
+            .filter_map(|e| e.as_str()?.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect(),
+    )
 }
 
 /// The newest runtime instance of container `name` (highest attempt, then newest).
@@ -152,7 +223,7 @@ pub fn decide_with_resize(
     };
     let mut done = BTreeMap::new();
 
-    for name in state.last_container_statuses.keys() {
+    for (name, before) in &state.last_container_statuses {
         let Some(c) = spec.containers.iter().find(|c| &c.name == name) else {
             return Decision::Invalid(format!(
                 "state names container {name} the pod does not have"
@@ -169,6 +240,18 @@ pub fn decide_with_resize(
         };
         if &rc.image_ref != want {
             return Decision::Wait(format!("{name} runs {} not {want} yet", rc.image_ref));
+        }
+        // The container that ran when the spec was patched (recorded by the controller as
+        // `<runtime>://<id>`) is not the update, even on the new image ID: a retag has the
+        // same image ID as the old tag, and only a new container runs the new spec.
+        let old_id = before
+            .container_id
+            .rsplit_once("://")
+            .map_or(before.container_id.as_str(), |(_, id)| id);
+        if !old_id.is_empty() && rc.id == old_id {
+            return Decision::Wait(format!(
+                "{name} not restarted by the kubelet yet (still {old_id})"
+            ));
         }
         if !rc.running {
             return Decision::Wait(format!("{name} not running yet"));
@@ -204,18 +287,28 @@ pub fn decide_with_resize(
     }
 
     if state.update_env_from_metadata {
-        let Some(updated_at) = state
+        let updated_at = state
             .update_timestamp
             .as_ref()
-            .map(|t| timestamp_nanos(&t.0))
-        else {
-            return Decision::Invalid("updateEnvFromMetadata without updateTimestamp".into());
-        };
+            .map(|t| timestamp_nanos(&t.0));
         for c in spec.containers.iter().filter(|c| env_from_metadata(c)) {
             let Some(rc) = newest(runtime, &c.name) else {
                 return Decision::Wait(format!("no runtime container for {} yet", c.name));
             };
-            if rc.created_at < updated_at {
+            let stale = match &rc.env {
+                Some(env) => !stale_metadata_env(c, env, &pod.metadata).is_empty(),
+                // The runtime does not tell the env: a container created before the update
+                // was written is stale (compares the node's clock with the controller's).
+                None => match updated_at {
+                    Some(at) => rc.created_at < at,
+                    None => {
+                        return Decision::Invalid(
+                            "updateEnvFromMetadata without updateTimestamp, and the runtime does not report container env".into(),
+                        );
+                    }
+                },
+            };
+            if stale {
                 if rc.running {
                     return Decision::Restart {
                         container: c.name.clone(),
@@ -323,7 +416,144 @@ mod tests {
             running,
             created_at: created,
             image_ref: image.into(),
+            env: None,
         }
+    }
+
+    fn with_env(mut c: RuntimeContainer, env: &[(&str, &str)]) -> RuntimeContainer {
+        c.env = Some(
+            env.iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        );
+        c
+    }
+
+    /// The controller recorded the container that ran as the spec was patched: that
+    /// container is not the update even on the new image ID (a retag keeps the image ID).
+    #[test]
+    fn a_recorded_old_container_is_not_the_update_even_on_the_same_image_id() {
+        let state = r#"{"revision":"cs-2","updateTimestamp":"2026-01-01T00:00:10Z","lastContainerStatuses":{"main":{"imageID":"reg/app@sha256:new","containerID":"containerd://a0"}},"updateImages":true}"#;
+        let p = pod(
+            json!({"metadata": {"annotations": {"apps.kruise.io/inplace-update-state": state}}}),
+        );
+        assert_eq!(
+            decide(
+                &p,
+                &[rc("a0", "main", 0, true, T10 - 5, "sha256:new")],
+                &resolved()
+            ),
+            Decision::Wait("main not restarted by the kubelet yet (still a0)".into())
+        );
+        assert_eq!(
+            decide(
+                &p,
+                &[
+                    rc("a0", "main", 0, false, T10 - 5, "sha256:new"),
+                    rc("a1", "main", 1, true, T10 + 5, "sha256:new"),
+                ],
+                &resolved()
+            ),
+            Decision::Complete(BTreeMap::from([("main".into(), "a1".into())]))
+        );
+    }
+
+    /// Env from metadata is judged by the value the running container was started with:
+    /// a pod that already carried the new value (patched by hand before the template
+    /// changed) still gets its container restarted, whatever the times say; a container
+    /// that runs with the pod's values is done.
+    #[test]
+    fn env_from_metadata_is_judged_by_the_running_containers_values() {
+        let env_state = r#"{"revision":"cs-2","updateTimestamp":"2026-01-01T00:00:10Z","updateEnvFromMetadata":true}"#;
+        let p = pod(json!({"metadata": {
+            "labels": {"x": "new"},
+            "annotations": {"apps.kruise.io/inplace-update-state": env_state}}}));
+        let old_value = with_env(
+            rc("s0", "side", 0, true, T10 + 60, "sha256:side"),
+            &[("X", "old")],
+        );
+        assert_eq!(
+            decide(&p, &[old_value], &resolved()),
+            Decision::Restart {
+                container: "side".into(),
+                id: "s0".into()
+            }
+        );
+        let new_value = with_env(
+            rc("s0", "side", 0, true, T10 - 60, "sha256:side"),
+            &[("X", "new")],
+        );
+        assert_eq!(
+            decide(&p, &[new_value], &resolved()),
+            Decision::Complete(BTreeMap::from([("side".into(), "s0".into())]))
+        );
+        // A key the pod lost reads as "".
+        let unlabelled = pod(json!({"metadata": {
+            "annotations": {"apps.kruise.io/inplace-update-state": env_state}}}));
+        let empty = with_env(
+            rc("s1", "side", 1, true, T10 + 60, "sha256:side"),
+            &[("X", "")],
+        );
+        assert!(matches!(
+            decide(&unlabelled, &[empty], &resolved()),
+            Decision::Complete(_)
+        ));
+    }
+
+    #[test]
+    fn stale_env_names_each_metadata_env_whose_value_differs() -> Result<(), serde_json::Error> {
+        let c: Container = serde_json::from_value(json!({"name": "c", "env": [
+            {"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['a']"}}},
+            {"name": "B", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations[\"b\"]"}}},
+            {"name": "C", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['c']"}}},
+            {"name": "C", "value": "plain wins"},
+            {"name": "D", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        ]}))?;
+        let meta: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta =
+            serde_json::from_value(
+                json!({"labels": {"a": "1", "c": "3"}, "annotations": {"b": "2"}}),
+            )?;
+        let env = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).into(), (*v).into()))
+                .collect()
+        };
+        assert!(stale_metadata_env(&c, &env(&[("A", "1"), ("B", "2")]), &meta).is_empty());
+        assert_eq!(
+            stale_metadata_env(&c, &env(&[("A", "0"), ("B", "2")]), &meta),
+            ["A"]
+        );
+        assert_eq!(stale_metadata_env(&c, &env(&[]), &meta), ["A", "B"]);
+        Ok(())
+    }
+
+    #[test]
+    fn env_is_read_from_the_cri_config_or_else_the_oci_spec() {
+        let info = |v: serde_json::Value| {
+            std::collections::HashMap::from([("info".to_owned(), v.to_string())])
+        };
+        let cri = info(
+            json!({"config": {"envs": [{"key": "A", "value": "1"}, {"key": "B"}]},
+            "runtimeSpec": {"process": {"env": ["A=ignored"]}}}),
+        );
+        assert_eq!(
+            env_from_verbose_info(&cri),
+            Some(BTreeMap::from([
+                ("A".into(), "1".into()),
+                ("B".into(), String::new())
+            ]))
+        );
+        let oci = info(json!({"runtimeSpec": {"process": {"env": ["A=1=2", "PATH=/bin"]}}}));
+        assert_eq!(
+            env_from_verbose_info(&oci),
+            Some(BTreeMap::from([
+                ("A".into(), "1=2".into()),
+                ("PATH".into(), "/bin".into())
+            ]))
+        );
+        assert_eq!(env_from_verbose_info(&info(json!({"pid": 1}))), None);
+        assert_eq!(env_from_verbose_info(&Default::default()), None);
     }
 
     fn resolved() -> BTreeMap<String, String> {

@@ -103,6 +103,7 @@ pub async fn runtime_containers(
                 created_at: c.created_at,
                 image_ref: c.image_ref,
                 id: c.id,
+                env: None,
             }
         })
         .collect())
@@ -124,7 +125,13 @@ pub struct Executor {
     /// with the condition still False for a moment (or the kubelet's status writes may
     /// interleave with the daemon's), which must not complete the same update twice.
     completed: HashMap<String, (String, std::time::Instant)>,
+    /// (uid, container) → (revision, env-from-metadata restarts made for it): bounds the
+    /// restarts when the kubelet keeps starting the container with stale values.
+    restarts: HashMap<(String, String), (String, u32)>,
 }
+
+/// Env-from-metadata restarts of one container for one revision at most.
+const MAX_ENV_RESTARTS: u32 = 3;
 
 impl Executor {
     pub fn new(
@@ -147,6 +154,7 @@ impl Executor {
             apply_resize: false,
             last: HashMap::new(),
             completed: Default::default(),
+            restarts: HashMap::new(),
         }
     }
 
@@ -164,6 +172,8 @@ impl Executor {
                 .collect();
             self.last
                 .retain(|uid, _| pods.iter().any(|p| p.metadata.uid.as_deref() == Some(uid)));
+            self.restarts
+                .retain(|(uid, _), _| pods.iter().any(|p| p.metadata.uid.as_deref() == Some(uid)));
             self.completed
                 .retain(|_, (_, at)| at.elapsed() < COMPLETION_MEMORY);
             for pod in pods {
@@ -199,6 +209,39 @@ impl Executor {
             }
         }
         out
+    }
+
+    /// Fills in the env of the newest instance of each container whose env reads pod
+    /// metadata, for an update that changes such env (`updateEnvFromMetadata`). A runtime
+    /// that does not report it leaves `env` empty (the decision then falls back to times).
+    async fn read_metadata_env(&self, pod: &Pod, runtime: &mut [RuntimeContainer]) {
+        let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+        let Some(Ok(state)) = InPlaceUpdateState::from_annotations(&annotations) else {
+            return;
+        };
+        if !state.update_env_from_metadata {
+            return;
+        }
+        let readers = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.containers.iter())
+            .filter(|c| decide::env_from_metadata(c));
+        for c in readers {
+            let Some(id) = decide::newest(runtime, &c.name).map(|rc| rc.id.clone()) else {
+                continue;
+            };
+            let env = match self.cri.container_status_verbose(&id).await {
+                Ok((_, info)) => decide::env_from_verbose_info(&info),
+                Err(e) => {
+                    tracing::debug!(container = %c.name, error = %e, "cannot read container env");
+                    None
+                }
+            };
+            if let Some(rc) = runtime.iter_mut().find(|rc| rc.id == id) {
+                rc.env = env;
+            }
+        }
     }
 
     async fn resolve_images(&self, pod: &Pod) -> BTreeMap<String, String> {
@@ -240,10 +283,29 @@ impl Executor {
                 "completion written; waiting for the watch".into(),
             ));
         }
-        let runtime = runtime_containers(&self.cri, &uid).await?;
+        let mut runtime = runtime_containers(&self.cri, &uid).await?;
+        self.read_metadata_env(pod, &mut runtime).await;
         let resolved = self.resolve_images(pod).await;
         let observed = self.observe_resized(pod, &runtime).await;
-        let d = decide::decide_with_resize(pod, &runtime, &resolved, &observed, self.apply_resize);
+        let mut d =
+            decide::decide_with_resize(pod, &runtime, &resolved, &observed, self.apply_resize);
+        if let Decision::Restart { container, .. } = &d {
+            let key = (uid.clone(), container.clone());
+            let count = self
+                .restarts
+                .entry(key)
+                .or_insert_with(|| (revision.clone(), 0));
+            if count.0 != revision {
+                *count = (revision.clone(), 0);
+            }
+            if count.1 >= MAX_ENV_RESTARTS {
+                d = Decision::Wait(format!(
+                    "{container} restarted {MAX_ENV_RESTARTS} times for revision {revision} and still runs with env that differs from the pod's metadata; not restarting it again"
+                ));
+            } else {
+                count.1 += 1;
+            }
+        }
         if self.last.get(&uid) != Some(&d) {
             tracing::info!(pod = %pod_name(pod), decision = ?d, "in-place update");
             self.last.insert(uid.clone(), d.clone());

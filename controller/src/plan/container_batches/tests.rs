@@ -46,8 +46,11 @@ fn ordered_annotation_gives_the_first_container_the_highest_priority() {
     );
 }
 
+/// The reference's pod webhook: `Ordered` ranks every container by position and ignores
+/// `KRUISE_CONTAINER_PRIORITY`; a barrier env (what the webhook wrote, e.g. in a template
+/// copied from a pod) is read as it stands.
 #[test]
-fn explicit_priority_env_and_barrier_env_win_over_the_position() {
+fn ordered_ranks_by_position_and_a_barrier_env_is_read_as_written() {
     let t = template(
         json!({"apps.kruise.io/container-launch-priority": "Ordered"}),
         json!([
@@ -60,13 +63,49 @@ fn explicit_priority_env_and_barrier_env_win_over_the_position() {
     assert_eq!(
         launch_priorities(&t),
         [
-            ("a".to_owned(), Some(-5)),
+            ("a".to_owned(), Some(0)),
             ("b".to_owned(), Some(100)),
             ("c".to_owned(), Some(-2))
         ]
     );
     let plain = template(json!({}), json!([{"name": "a"}]));
     assert_eq!(launch_priorities(&plain), [("a".to_owned(), None)]);
+}
+
+/// With `KRUISE_CONTAINER_PRIORITY` on any container, a container without it has priority
+/// 0 (the reference's webhook gives every container a barrier): `=10` on one container
+/// puts it in a batch of its own, before the other.
+#[test]
+fn a_container_without_the_priority_env_has_priority_zero_once_any_container_has_one() {
+    let t = template(
+        json!({}),
+        json!([
+            {"name": "app"},
+            {"name": "sidecar", "env": [{"name": "KRUISE_CONTAINER_PRIORITY", "value": "10"}]},
+            {"name": "bad", "env": [{"name": "KRUISE_CONTAINER_PRIORITY", "value": "x"}]},
+            {"name": "low", "env": [{"name": "KRUISE_CONTAINER_PRIORITY", "value": " -1 "}]},
+        ]),
+    );
+    let priorities = launch_priorities(&t);
+    assert_eq!(
+        priorities,
+        [
+            ("app".to_owned(), Some(0)),
+            ("sidecar".to_owned(), Some(10)),
+            ("bad".to_owned(), Some(0)),
+            ("low".to_owned(), Some(-1)),
+        ]
+    );
+    let first = split(&images(&["app", "sidecar", "bad", "low"]), &priorities);
+    assert_eq!(first.containers, ["sidecar"]);
+    let mut state = InPlaceUpdateState::default();
+    first.record_in(&mut state);
+    let second = split(&remaining(&state), &priorities);
+    assert_eq!(second.containers, ["app", "bad"]);
+    second.record_in(&mut state);
+    let third = split(&remaining(&state), &priorities);
+    assert_eq!(third.containers, ["low"]);
+    assert!(!third.has_next());
 }
 
 #[test]
@@ -156,6 +195,11 @@ fn the_next_batch_waits_for_every_required_container_to_be_ready() {
     let status = |name: &str, ready: bool| ContainerStatus {
         name: name.into(),
         ready,
+        started: Some(true),
+        state: Some(k8s_openapi::api::core::v1::ContainerState {
+            running: Some(Default::default()),
+            ..Default::default()
+        }),
         ..ContainerStatus::default()
     };
     assert_eq!(
@@ -169,6 +213,24 @@ fn the_next_batch_waits_for_every_required_container_to_be_ready() {
     assert_eq!(
         next_batch(&state, &[status("sidecar", true)]),
         NextBatch::Due
+    );
+    // Ready but not running (a status the kubelet has not rewritten yet), or running and
+    // ready with its startup probe / postStart hook not done: not started yet.
+    let not_running = ContainerStatus {
+        state: None,
+        ..status("sidecar", true)
+    };
+    assert_eq!(
+        next_batch(&state, &[not_running]),
+        NextBatch::Waiting(vec!["sidecar".into()])
+    );
+    let not_started = ContainerStatus {
+        started: Some(false),
+        ..status("sidecar", true)
+    };
+    assert_eq!(
+        next_batch(&state, &[not_started]),
+        NextBatch::Waiting(vec!["sidecar".into()])
     );
     let done = InPlaceUpdateState::default();
     assert_eq!(next_batch(&done, &[]), NextBatch::None);

@@ -392,18 +392,3 @@ fn an_image_only_change_needs_no_env_restart() {
     };
     assert!(change.env_from_metadata.is_empty());
 }
-
-#[test]
-fn downward_api_paths_are_parsed_with_either_quote() {
-    assert_eq!(
-        downward_key("metadata.labels['a/b']"),
-        Some(("labels", "a/b"))
-    );
-    assert_eq!(
-        downward_key("metadata.annotations[\"k\"]"),
-        Some(("annotations", "k"))
-    );
-    assert_eq!(downward_key("metadata.labels"), None);
-    assert_eq!(downward_key("metadata.name"), None);
-    assert_eq!(downward_key("metadata.labels['unterminated"), None);
-}

@@ -207,6 +207,48 @@ fn in_place_update_with_the_same_image_id_completes_only_if_the_status_image_is_
     ));
 }
 
+/// With the old container's id recorded, a new container is the restart, whatever image ID
+/// or name the runtime reports: a retag (same image ID) whose status still names the old
+/// tag completes once the kubelet started the new container, and not before even when the
+/// status already names the new tag.
+#[test]
+fn with_the_old_container_id_recorded_a_new_container_id_completes_the_update() {
+    let retag = |status_image: &str, container_id: &str| {
+        pod("p", "demo-new")
+            .spec_image("app:v1-retag")
+            .status_image(status_image, "sha-1")
+            .container_id(container_id)
+            .in_place_state(&json!({
+                "revision": "demo-new",
+                "lastContainerStatuses": {"main": {"imageID": "sha-1", "containerID": "containerd://main-1"}},
+            }))
+            .facts()
+    };
+    assert_eq!(
+        in_place_progress(&retag("app:v1", "containerd://main-2")),
+        InPlaceProgress::Completed
+    );
+    assert!(matches!(
+        in_place_progress(&retag("app:v1-retag", "containerd://main-1")),
+        InPlaceProgress::Waiting(m) if m == "container main to restart with the new spec"
+    ));
+    // The kubelet's words are in the reason while it cannot start the new container.
+    let pulling = pod("p", "demo-new")
+        .raw(|v| {
+            v["status"]["containerStatuses"][0]["state"] =
+                json!({"waiting": {"reason": "ErrImagePull", "message": "not found"}});
+        })
+        .in_place_state(&json!({
+            "revision": "demo-new",
+            "lastContainerStatuses": {"main": {"imageID": "sha-1", "containerID": "containerd://main-1"}},
+        }))
+        .facts();
+    assert!(matches!(
+        in_place_progress(&pulling),
+        InPlaceProgress::Waiting(m) if m.ends_with("(ErrImagePull: not found)")
+    ));
+}
+
 #[test]
 fn untagged_spec_images_compare_as_latest() {
     let p = pod("p", "demo-new")
@@ -350,7 +392,75 @@ fn refresh_waits_while_the_containers_still_run_the_old_image() {
                 .in_place_state(&state("demo-new", "sha-1")),
         ],
     );
-    assert_eq!(refresh(&f.ctx()), Refresh::default());
+    let r = refresh(&f.ctx());
+    assert_eq!(r.actions, vec![]);
+    assert_eq!(r.problems, vec![]);
+    // Updated at t(900), now t(1000): judged again when the default deadline runs out.
+    assert_eq!(r.requeue_after, Some(Duration::from_secs(200)));
+}
+
+/// A stalled update is reported on the pod once (its condition then carries the report)
+/// and on the CloneSet on every plan while it lasts.
+#[test]
+fn refresh_reports_an_update_past_its_deadline_once_on_the_pod_and_on_the_cloneset() {
+    let stalled = || {
+        pod("demo-a", "demo-new")
+            .lifecycle("Updating")
+            .spec_image("nginx:2")
+            .status_image("nginx:1", "sha-1")
+            .in_place_ready(false)
+            .in_place_state(&state("demo-new", "sha-1"))
+    };
+    let spec = json!({"progressDeadlineSeconds": 60});
+    let message = "in-place update to revision demo-new not completed within 60s; waiting for container main to restart with the new spec";
+    let r = refresh(&fixture(spec.clone(), vec![stalled()]).ctx());
+    assert_eq!(
+        r.actions,
+        vec![Action::ReportInPlaceStall {
+            pod: "demo-a".into(),
+            reason: keys::INPLACE_UPDATE_STALLED_REASON.into(),
+            message: message.into(),
+        }]
+    );
+    assert_eq!(
+        r.problems,
+        vec![PlanProblem {
+            condition: keys::CONDITION_FAILED_UPDATE,
+            reason: keys::INPLACE_UPDATE_STALLED_REASON.into(),
+            message: format!("pod demo-a: {message}"),
+        }]
+    );
+    let reported = stalled().raw(|v| {
+        let c = v["status"]["conditions"]
+            .as_array_mut()
+            .unwrap()
+            .iter_mut()
+            .find(|c| c["type"] == keys::INPLACE_UPDATE_READY_CONDITION)
+            .unwrap();
+        c["reason"] = json!(keys::INPLACE_UPDATE_STALLED_REASON);
+        c["message"] = json!(message);
+    });
+    let again = refresh(&fixture(spec, vec![reported]).ctx());
+    assert_eq!(again.actions, vec![]);
+    assert_eq!(again.problems, r.problems);
+}
+
+#[test]
+fn the_cloneset_condition_names_a_few_stalled_pods_and_counts_the_rest() {
+    let pods = (0..8)
+        .map(|i| {
+            pod(&format!("demo-{i}"), "demo-new")
+                .lifecycle("Updating")
+                .spec_image("nginx:2")
+                .status_image("nginx:1", "sha-1")
+                .in_place_ready(false)
+                .in_place_state(&state("demo-new", "sha-1"))
+        })
+        .collect();
+    let r = refresh(&fixture(json!({"progressDeadlineSeconds": 10}), pods).ctx());
+    assert_eq!(r.problems.len(), 1);
+    assert_eq!(r.problems[0].message.matches("pod demo-").count(), 5);
+    assert!(r.problems[0].message.ends_with("; and 3 more pods"));
 }
 
 #[test]
@@ -540,7 +650,8 @@ fn refresh_starts_the_next_container_batch_once_the_previous_one_is_ready() {
             .in_place_ready(false)
             .in_place_state(&json!({
                 "revision": "demo-new",
-                "updateTimestamp": "2026-01-01T00:00:00Z",
+                // Within the deadline: nothing is overdue yet.
+                "updateTimestamp": t(900).to_string(),
                 "lastContainerStatuses": {"main": {"imageID": "sha-1"}},
                 "nextContainerImages": {"sidecar": "side:2"},
                 "preCheckBeforeNext": {"containersRequiredReady": ["main"]},

@@ -60,6 +60,36 @@ fn default_order_is_unscheduled_pending_unknown_not_ready_then_ready_time_restar
     );
 }
 
+/// The reference reads readiness as `IsPodReady` (the Ready condition alone): a Pending
+/// pod whose Ready condition is True sorts after a Pending pod that is not ready, and two
+/// such pods compare by their ready times like any ready pods.
+#[test]
+fn default_order_reads_readiness_from_the_ready_condition_alone() {
+    let pods = facts(vec![
+        pod("pending-ready-old", "r")
+            .phase("Pending")
+            .ready_since(t(10)),
+        pod("pending-not-ready", "r").phase("Pending").not_ready(),
+        pod("pending-ready-new", "r")
+            .phase("Pending")
+            .ready_since(t(20)),
+    ]);
+    assert!(
+        pods.iter().all(|p| !p.ready),
+        "none counts as ready for status"
+    );
+    let mut order = all(pods.len());
+    sort_default(&pods, &mut order);
+    assert_eq!(
+        names(&pods, &order),
+        [
+            "pending-not-ready",
+            "pending-ready-new",
+            "pending-ready-old"
+        ]
+    );
+}
+
 #[test]
 fn default_order_keeps_equal_pods_in_snapshot_order() {
     let pods = facts((0..5).map(|i| pod(&format!("p{i}"), "r")).collect());
@@ -297,7 +327,7 @@ mod reference {
     fn default_order(pods: &[PodFacts], candidates: &mut [usize]) {
         candidates.sort_by(|&a, &b| {
             let key = |p: &PodFacts| {
-                let ready_time = if p.ready {
+                let ready_time = if p.ready_condition {
                     empty_or_later_first(p.ready_since)
                 } else {
                     (0, Reverse(0))
@@ -305,7 +335,7 @@ mod reference {
                 (
                     p.node_name.is_some_and(|n| !n.is_empty()),
                     p.phase,
-                    p.ready,
+                    p.ready_condition,
                     ready_time,
                     Reverse(p.restarts),
                     empty_or_later_first(p.creation),
