@@ -1075,7 +1075,8 @@ impl Actor<'_> {
                     "metadata": {"resourceVersion": pod.resource_version()},
                     "status": {"conditions": [
                         {"type": keys::INPLACE_UPDATE_READY_CONDITION, "status": "False",
-                         "reason": keys::START_INPLACE_UPDATE_REASON, "lastTransitionTime": now},
+                         "reason": keys::START_INPLACE_UPDATE_REASON, "message": null,
+                         "lastTransitionTime": now},
                         {"type": "Ready", "status": "False", "reason": "ReadinessGatesNotReady",
                          "message": format!("the status of pod readiness gate \"{}\" is not \"True\", but False", keys::INPLACE_UPDATE_READY_CONDITION),
                          "lastTransitionTime": now},

@@ -80,6 +80,8 @@ pub const START_INPLACE_UPDATE_REASON: &str = "StartInPlaceUpdate";
 pub const INPLACE_UPDATE_FAILED_REASON: &str = "InPlaceUpdateFailed";
 /// The same when an update has not completed within its deadline.
 pub const INPLACE_UPDATE_STALLED_REASON: &str = "InPlaceUpdateStalled";
+/// The same when the pod's in-place update state annotation cannot be read.
+pub const INPLACE_UPDATE_STATE_UNREADABLE_REASON: &str = "InvalidInPlaceUpdateState";
 /// `KruisePodReady` not-ready key used by the preDelete hook.
 pub const PRE_DELETE_HOOK_KEY: &str = "preDeleteHook";
 /// `KruisePodReady` not-ready key used by the inPlaceUpdate hook.

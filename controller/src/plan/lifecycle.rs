@@ -405,6 +405,7 @@ fn report_stalled(out: &mut Refresh, stalled: Vec<(&'static str, String)>) {
     for reason in [
         keys::INPLACE_UPDATE_FAILED_REASON,
         keys::INPLACE_UPDATE_STALLED_REASON,
+        keys::INPLACE_UPDATE_STATE_UNREADABLE_REASON,
     ] {
         let mine: Vec<&String> = stalled
             .iter()
@@ -474,6 +475,22 @@ fn refresh_pod(
         out.actions.push(Action::CompleteInPlaceUpdate {
             pod: pod.name.to_owned(),
         });
+    }
+    // An update whose state nobody can read never completes: say so.
+    if pod.in_place_state_unreadable && pod.in_place_update_ready == Some(false) {
+        let reason = keys::INPLACE_UPDATE_STATE_UNREADABLE_REASON;
+        let message = format!(
+            "the {} annotation cannot be read, so the in-place update cannot be judged complete; delete the pod to replace it",
+            keys::INPLACE_UPDATE_STATE_ANNOTATION
+        );
+        if pod.in_place_update_reason != reason || pod.in_place_update_message != message {
+            out.actions.push(Action::ReportInPlaceStall {
+                pod: pod.name.to_owned(),
+                reason: reason.to_owned(),
+                message: message.clone(),
+            });
+        }
+        stalled.push((reason, format!("pod {}: {message}", pod.name)));
     }
     // No silent stall: a failing or overdue update is reported (plan::stall).
     if state_is_current

@@ -101,6 +101,8 @@ pub struct PodFacts<'a> {
     /// grace below: few pods carry one, and inline they would triple the size of the facts
     /// (a plan over 100k pods writes and re-reads every byte of them).
     pub in_place_state: Option<Box<InPlaceUpdateState>>,
+    /// An in-place state annotation is present but cannot be read.
+    pub in_place_state_unreadable: bool,
     /// An `apps.kruise.io/inplace-update-grace` annotation is present.
     pub in_place_grace_pending: bool,
     /// The parsed grace annotation (None when absent or unreadable).
@@ -221,6 +223,8 @@ impl<'a> PodFacts<'a> {
             }
         }
         let specified_delete = specified_label || pods_to_delete.contains(name);
+        let in_place_state =
+            state_raw.and_then(|raw| serde_json::from_str::<InPlaceUpdateState>(raw).ok());
         PodFacts {
             uid: meta.uid.as_deref().unwrap_or_default(),
             revision,
@@ -242,9 +246,8 @@ impl<'a> PodFacts<'a> {
             has_template_hash,
             labels,
             finalizers: meta.finalizers.as_deref().unwrap_or(&[]),
-            in_place_state: state_raw
-                .and_then(|raw| serde_json::from_str::<InPlaceUpdateState>(raw).ok())
-                .map(Box::new),
+            in_place_state_unreadable: state_raw.is_some() && in_place_state.is_none(),
+            in_place_state: in_place_state.map(Box::new),
             in_place_grace_pending: grace_raw.is_some(),
             in_place_grace: grace_raw
                 .and_then(|raw| serde_json::from_str(raw).ok())

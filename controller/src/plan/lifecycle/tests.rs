@@ -670,3 +670,30 @@ fn refresh_starts_the_next_container_batch_once_the_previous_one_is_ready() {
     let old_container = fixture(json!({}), vec![batched(true, "nginx:1", "sha-1")]);
     assert_eq!(refresh(&old_container.ctx()).actions, vec![]);
 }
+
+#[test]
+fn an_unreadable_state_on_a_pod_waiting_for_its_update_is_reported() {
+    let f = fixture(
+        json!({}),
+        vec![
+            pod("demo-a", "demo-new")
+                .lifecycle("Updating")
+                .in_place_ready(false)
+                .annotation(keys::INPLACE_UPDATE_STATE_ANNOTATION, "{nope"),
+        ],
+    );
+    let r = refresh(&f.ctx());
+    assert!(
+        r.actions.iter().any(|a| matches!(a,
+            Action::ReportInPlaceStall { pod, reason, .. }
+                if pod == "demo-a" && reason == keys::INPLACE_UPDATE_STATE_UNREADABLE_REASON
+        )),
+        "{:?}",
+        r.actions
+    );
+    assert_eq!(r.problems.len(), 1);
+    assert_eq!(
+        r.problems[0].reason,
+        keys::INPLACE_UPDATE_STATE_UNREADABLE_REASON
+    );
+}
