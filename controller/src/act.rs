@@ -1156,15 +1156,25 @@ impl Actor<'_> {
         split.record_in(&mut state);
         let spec = &split.now;
         let changed: BTreeSet<&String> = split.containers.iter().collect();
+        // `lastContainerStatuses`, as the reference records it: the containers whose image
+        // changes (with the id of the container running now: the kubelet replaces it) and
+        // those resized (no restart: no id). A container whose only change is metadata its
+        // env reads is not recorded; the daemon restarts it (`updateEnvFromMetadata`).
         for name in &changed {
+            let image_changes = spec.container_images.contains_key(*name);
+            if !image_changes && !spec.container_resources.contains_key(*name) {
+                continue;
+            }
             let status = statuses.iter().find(|s| &&s.name == name);
+            let container_id = status
+                .and_then(|s| s.container_id.clone())
+                .filter(|_| image_changes)
+                .unwrap_or_default();
             state.last_container_statuses.insert(
                 (*name).clone(),
                 InPlaceUpdateContainerStatus {
                     image_id: status.map(|s| s.image_id.clone()).unwrap_or_default(),
-                    container_id: status
-                        .and_then(|s| s.container_id.clone())
-                        .unwrap_or_default(),
+                    container_id,
                     resources: None,
                 },
             );
