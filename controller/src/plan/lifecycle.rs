@@ -435,6 +435,26 @@ fn report_stalled(out: &mut Refresh, stalled: Vec<(&'static str, String)>) {
     }
 }
 
+/// Reports a stalled update of `pod`: on its `InPlaceUpdateReady` condition when that is
+/// False and does not say so already (one write, not one per plan), and on the CloneSet.
+fn report_stall(
+    pod: &PodFacts,
+    reason: &'static str,
+    message: String,
+    out: &mut Refresh,
+    stalled: &mut Vec<(&'static str, String)>,
+) {
+    let reported = pod.in_place_update_reason == reason && pod.in_place_update_message == message;
+    if pod.in_place_update_ready == Some(false) && !reported {
+        out.actions.push(Action::ReportInPlaceStall {
+            pod: pod.name.to_owned(),
+            reason: reason.to_owned(),
+            message: message.clone(),
+        });
+    }
+    stalled.push((reason, format!("pod {}: {message}", pod.name)));
+}
+
 fn refresh_pod(
     ctx: &PlanContext,
     pod: &PodFacts,
@@ -483,14 +503,7 @@ fn refresh_pod(
             "the {} annotation cannot be read, so the in-place update cannot be judged complete; delete the pod to replace it",
             keys::INPLACE_UPDATE_STATE_ANNOTATION
         );
-        if pod.in_place_update_reason != reason || pod.in_place_update_message != message {
-            out.actions.push(Action::ReportInPlaceStall {
-                pod: pod.name.to_owned(),
-                reason: reason.to_owned(),
-                message: message.clone(),
-            });
-        }
-        stalled.push((reason, format!("pod {}: {message}", pod.name)));
+        report_stall(pod, reason, message, out, stalled);
     }
     // No silent stall: a failing or overdue update is reported (plan::stall).
     if state_is_current
@@ -503,16 +516,7 @@ fn refresh_pod(
             earliest(&mut out.requeue_after, left);
         }
         if let Some((reason, message)) = check.report {
-            let reported =
-                pod.in_place_update_reason == reason && pod.in_place_update_message == message;
-            if pod.in_place_update_ready == Some(false) && !reported {
-                out.actions.push(Action::ReportInPlaceStall {
-                    pod: pod.name.to_owned(),
-                    reason: reason.to_owned(),
-                    message: message.clone(),
-                });
-            }
-            stalled.push((reason, format!("pod {}: {message}", pod.name)));
+            report_stall(pod, reason, message, out, stalled);
         }
     }
     // Container launch priority: the next batch starts once the containers of this one
