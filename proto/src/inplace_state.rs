@@ -48,6 +48,13 @@ pub struct InPlaceUpdateState {
     /// The batches applied so far.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub container_batches_record: Vec<ContainerBatch>,
+    /// Written by our node daemon while later batches are pending: the containers whose env
+    /// reads pod metadata run with the pod's values since batch `batch` was applied. Not
+    /// in the reference (its daemon reports container hashes instead); with it, a batch
+    /// whose only change is a label or annotation that a container's env reads holds the
+    /// next batch until that container was restarted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daemon_env_checked: Option<EnvChecked>,
     /// Keys written by other versions, preserved verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -71,6 +78,16 @@ pub struct InPlaceUpdateContainerStatus {
     pub container_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+}
+
+/// `daemonEnvChecked`: the env-from-metadata containers (name → `<runtime>://<id>`) the
+/// daemon found running with the pod's metadata values, as of the `batch`-th batch (the
+/// length of `containerBatchesRecord` then).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvChecked {
+    pub batch: usize,
+    #[serde(default)]
+    pub containers: BTreeMap<String, String>,
 }
 
 /// `preCheckBeforeNext`.

@@ -301,6 +301,41 @@ pub fn next_batch(state: &InPlaceUpdateState, statuses: &[ContainerStatus]) -> N
     }
 }
 
+/// The containers of the current batch whose only change is a label or annotation their
+/// env reads (in the batch record, not in `lastContainerStatuses`, where the reference
+/// records the containers whose image changes) that the node daemon has not yet reported
+/// running with the pod's values (`daemonEnvChecked` for this batch, naming the container
+/// the status shows now). Only the daemon restarts them, and only it can see their env:
+/// the next batch waits for its word. Empty when nothing is awaited.
+pub fn env_restarts_awaited(
+    state: &InPlaceUpdateState,
+    statuses: &[ContainerStatus],
+) -> Vec<String> {
+    let Some(batch) = state.container_batches_record.last() else {
+        return Vec::new();
+    };
+    let checked = state
+        .daemon_env_checked
+        .as_ref()
+        .filter(|c| c.batch == state.container_batches_record.len());
+    batch
+        .containers
+        .iter()
+        .filter(|name| !state.last_container_statuses.contains_key(*name))
+        .filter(|name| {
+            let running = statuses
+                .iter()
+                .find(|s| &s.name == *name)
+                .and_then(|s| s.container_id.as_deref());
+            let verified = checked
+                .and_then(|c| c.containers.get(*name))
+                .map(String::as_str);
+            running.is_none() || running != verified
+        })
+        .cloned()
+        .collect()
+}
+
 /// Running, started (postStart hook and startup probe done: the kubelet reports neither
 /// before) and Ready, as the reference's pre-check asks (`state.running` and `ready`).
 fn started_and_ready(status: &ContainerStatus) -> bool {

@@ -27,7 +27,7 @@ use inplace_proto::{
 use k8s_openapi::api::core::v1::{ContainerStatus, ResourceRequirements};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use super::container_batches::{NextBatch, next_batch};
+use super::container_batches::{NextBatch, env_restarts_awaited, next_batch};
 use super::model::{Action, PlanContext, PlanProblem, PodFacts, revision_matches};
 use super::quantity;
 use super::stall;
@@ -526,6 +526,7 @@ fn refresh_pod(
         && let Some(state) = pod.in_place_state.as_deref()
         && containers_pending(pod, state).is_none()
         && next_batch(state, pod.container_statuses) == NextBatch::Due
+        && env_restarts_awaited(state, pod.container_statuses).is_empty()
     {
         out.actions.push(Action::ApplyNextContainerBatch {
             pod: pod.name.to_owned(),

@@ -20,7 +20,7 @@ use std::time::Duration;
 use inplace_proto::{InPlaceUpdateState, keys};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use super::container_batches::{NextBatch, next_batch};
+use super::container_batches::{NextBatch, env_restarts_awaited, next_batch};
 use super::lifecycle::{InPlaceProgress, containers_pending, waiting_reason};
 use super::model::PodFacts;
 
@@ -78,11 +78,10 @@ pub fn check(
         InPlaceProgress::Waiting(reason) => reason.clone(),
         InPlaceProgress::AwaitingDaemon => format!(
             "the node daemon{} to restart the containers whose env reads changed labels or annotations",
-            pod.node_name
-                .map(|n| format!(" on node {n}"))
-                .unwrap_or_default()
+            on_node(pod)
         ),
         InPlaceProgress::NextBatchPending => {
+            let env = env_restarts_awaited(state, pod.container_statuses);
             match (
                 containers_pending(pod, state),
                 next_batch(state, pod.container_statuses),
@@ -91,6 +90,11 @@ pub fn check(
                 (None, NextBatch::Waiting(names)) => format!(
                     "container {} to be running and Ready before the next container batch",
                     names.join(", ")
+                ),
+                (None, NextBatch::Due | NextBatch::None) if !env.is_empty() => format!(
+                    "the node daemon{} to restart container {} (its env reads changed metadata) before the next container batch",
+                    on_node(pod),
+                    env.join(", ")
                 ),
                 // The next batch is applied in this plan.
                 (None, NextBatch::Due | NextBatch::None) => return StallCheck::default(),
@@ -139,6 +143,13 @@ pub fn check(
         )),
         recheck_after: None,
     }
+}
+
+/// ` on node <name>`, or nothing for an unscheduled pod.
+fn on_node(pod: &PodFacts) -> String {
+    pod.node_name
+        .map(|n| format!(" on node {n}"))
+        .unwrap_or_default()
 }
 
 /// The first container of the update (recorded in `lastContainerStatuses`, i.e. the

@@ -47,6 +47,13 @@ pub enum Decision {
     /// Every updated container runs what the spec asks: mark the pod ready and record
     /// these container ids (name → id).
     Complete(BTreeMap<String, String>),
+    /// Later container batches are pending and every container whose env reads pod
+    /// metadata runs with the pod's values: record these ids (name → id) as checked for
+    /// batch `batch` (`daemonEnvChecked`), which lets the controller go on.
+    EnvChecked {
+        batch: usize,
+        readers: BTreeMap<String, String>,
+    },
     /// The state annotation or the pod is unusable; reported, nothing done.
     Invalid(String),
 }
@@ -212,12 +219,9 @@ pub fn decide_with_resize(
     {
         return Decision::Wait("grace period: spec not patched yet".into());
     }
-    if !state.next_container_images.is_empty()
+    let later_batches = !state.next_container_images.is_empty()
         || !state.next_container_resources.is_empty()
-        || !state.next_container_ref_metadata.is_empty()
-    {
-        return Decision::Wait("later container batches pending".into());
-    }
+        || !state.next_container_ref_metadata.is_empty();
     let Some(spec) = pod.spec.as_ref() else {
         return Decision::Invalid("pod has no spec".into());
     };
@@ -287,10 +291,20 @@ pub fn decide_with_resize(
     }
 
     if state.update_env_from_metadata {
-        let updated_at = state
-            .update_timestamp
-            .as_ref()
-            .map(|t| timestamp_nanos(&t.0));
+        // For the fallback by times: when the current batch started, and its containers
+        // (with later batches pending, only they may be restarted now).
+        let current = state.container_batches_record.last();
+        let updated_at = current
+            .map(|b| timestamp_nanos(&b.timestamp.0))
+            .or_else(|| {
+                state
+                    .update_timestamp
+                    .as_ref()
+                    .map(|t| timestamp_nanos(&t.0))
+            });
+        let in_current_batch = |name: &str| {
+            !later_batches || current.is_some_and(|b| b.containers.iter().any(|c| c == name))
+        };
         for c in spec.containers.iter().filter(|c| env_from_metadata(c)) {
             let Some(rc) = newest(runtime, &c.name) else {
                 return Decision::Wait(format!("no runtime container for {} yet", c.name));
@@ -300,7 +314,7 @@ pub fn decide_with_resize(
                 // The runtime does not tell the env: a container created before the update
                 // was written is stale (compares the node's clock with the controller's).
                 None => match updated_at {
-                    Some(at) => rc.created_at < at,
+                    Some(at) => rc.created_at < at && in_current_batch(&c.name),
                     None => {
                         return Decision::Invalid(
                             "updateEnvFromMetadata without updateTimestamp, and the runtime does not report container env".into(),
@@ -325,6 +339,21 @@ pub fn decide_with_resize(
             }
             done.insert(c.name.clone(), rc.id.clone());
         }
+    }
+    if later_batches {
+        // The controller applies the next batch; what it needs from us is that the env
+        // readers of this batch run with the pod's values (it cannot see env).
+        let batch = state.container_batches_record.len();
+        let readers: BTreeMap<String, String> = spec
+            .containers
+            .iter()
+            .filter(|c| env_from_metadata(c))
+            .filter_map(|c| Some((c.name.clone(), done.get(&c.name)?.clone())))
+            .collect();
+        if !state.update_env_from_metadata || readers.is_empty() {
+            return Decision::Wait("later container batches pending".into());
+        }
+        return Decision::EnvChecked { batch, readers };
     }
     Decision::Complete(done)
 }
@@ -497,6 +526,45 @@ mod tests {
         assert!(matches!(
             decide(&unlabelled, &[empty], &resolved()),
             Decision::Complete(_)
+        ));
+    }
+
+    /// With later batches pending, the daemon restarts the env readers of the current
+    /// batch and then records them as checked for this batch; it completes nothing.
+    #[test]
+    fn between_batches_env_readers_are_restarted_then_recorded_as_checked() {
+        let state = r#"{"revision":"cs-2","updateTimestamp":"2026-01-01T00:00:10Z","updateEnvFromMetadata":true,"nextContainerImages":{"main":"reg/app:v3"},"containerBatchesRecord":[{"timestamp":"2026-01-01T00:00:10Z","containers":["side"]}]}"#;
+        let p = pod(json!({"metadata": {
+            "labels": {"x": "new"},
+            "annotations": {"apps.kruise.io/inplace-update-state": state}}}));
+        let main = rc("a0", "main", 0, true, T10 - 5, "sha256:new");
+        let stale = with_env(
+            rc("s0", "side", 0, true, T10 - 5, "sha256:side"),
+            &[("X", "old")],
+        );
+        assert_eq!(
+            decide(&p, &[main.clone(), stale], &resolved()),
+            Decision::Restart {
+                container: "side".into(),
+                id: "s0".into()
+            }
+        );
+        let fresh = with_env(
+            rc("s1", "side", 1, true, T10 + 5, "sha256:side"),
+            &[("X", "new")],
+        );
+        assert_eq!(
+            decide(&p, &[main.clone(), fresh], &resolved()),
+            Decision::EnvChecked {
+                batch: 1,
+                readers: BTreeMap::from([("side".into(), "s1".into())]),
+            }
+        );
+        // Without env from the runtime, by times: only the current batch's readers.
+        let old = rc("s0", "side", 0, true, T10 - 5, "sha256:side");
+        assert!(matches!(
+            decide(&p, &[main, old], &resolved()),
+            Decision::Restart { .. }
         ));
     }
 

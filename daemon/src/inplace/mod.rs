@@ -350,9 +350,56 @@ impl Executor {
                 self.completed
                     .insert(uid.clone(), (revision, std::time::Instant::now()));
             }
+            Decision::EnvChecked { batch, readers } => {
+                self.record_env_checked(pod, *batch, readers).await?;
+            }
             Decision::NotInUpdate | Decision::Wait(_) | Decision::Invalid(_) => {}
         }
         Ok(d)
+    }
+
+    /// Records `daemonEnvChecked` for `batch` in the state annotation (a merge patch pinned
+    /// to the pod's resourceVersion, so a concurrent controller write wins and the pod is
+    /// judged again), unless it says so already.
+    async fn record_env_checked(
+        &self,
+        pod: &Pod,
+        batch: usize,
+        readers: &BTreeMap<String, String>,
+    ) -> Result<(), ExecError> {
+        let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+        let Some(Ok(mut state)) = InPlaceUpdateState::from_annotations(&annotations) else {
+            return Ok(());
+        };
+        let checked = inplace_proto::EnvChecked {
+            batch,
+            containers: readers
+                .iter()
+                .map(|(n, id)| (n.clone(), format!("{}://{id}", self.runtime_name)))
+                .collect(),
+        };
+        if state.daemon_env_checked.as_ref() == Some(&checked) {
+            return Ok(());
+        }
+        state.daemon_env_checked = Some(checked);
+        let key = if annotations.contains_key(keys::INPLACE_UPDATE_STATE_ANNOTATION) {
+            keys::INPLACE_UPDATE_STATE_ANNOTATION
+        } else {
+            keys::INPLACE_UPDATE_STATE_ANNOTATION_LEGACY
+        };
+        let patch = serde_json::json!({
+            "metadata": {
+                "resourceVersion": pod.metadata.resource_version,
+                "annotations": { key: serde_json::to_string(&state)? }
+            }
+        });
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        Api::<Pod>::namespaced(self.client.clone(), &ns)
+            .patch(&name, &patch_params(), &Patch::Merge(&patch))
+            .await?;
+        tracing::info!(pod = %pod_name(pod), batch, "env of metadata readers checked for this container batch");
+        Ok(())
     }
 
     /// Writes the completion.

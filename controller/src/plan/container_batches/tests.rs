@@ -235,3 +235,46 @@ fn the_next_batch_waits_for_every_required_container_to_be_ready() {
     let done = InPlaceUpdateState::default();
     assert_eq!(next_batch(&done, &[]), NextBatch::None);
 }
+
+/// A batch whose only change is metadata a container's env reads (the container is in the
+/// batch record but not in `lastContainerStatuses`) holds the next batch until the daemon
+/// recorded that container, as the status shows it now, checked for this batch.
+#[test]
+fn an_env_only_batch_waits_for_the_daemons_check_of_the_running_container() {
+    let state = |checked: serde_json::Value| -> InPlaceUpdateState {
+        serde_json::from_value(json!({
+            "revision": "cs-2",
+            "lastContainerStatuses": {"main": {"imageID": "sha-1"}},
+            "nextContainerImages": {"late": "late:v2"},
+            "containerBatchesRecord": [
+                {"timestamp": "2026-01-01T00:00:00Z", "containers": ["main", "reader"]},
+            ],
+            "daemonEnvChecked": checked,
+        }))
+        .unwrap()
+    };
+    let statuses = [
+        ContainerStatus {
+            name: "main".into(),
+            container_id: Some("containerd://m1".into()),
+            ..ContainerStatus::default()
+        },
+        ContainerStatus {
+            name: "reader".into(),
+            container_id: Some("containerd://r2".into()),
+            ..ContainerStatus::default()
+        },
+    ];
+    assert_eq!(
+        env_restarts_awaited(&state(serde_json::Value::Null), &statuses),
+        ["reader"]
+    );
+    // Checked for an earlier batch, or another container than the one running now: still
+    // awaited.
+    let earlier = json!({"batch": 0, "containers": {"reader": "containerd://r2"}});
+    assert_eq!(env_restarts_awaited(&state(earlier), &statuses), ["reader"]);
+    let other = json!({"batch": 1, "containers": {"reader": "containerd://r1"}});
+    assert_eq!(env_restarts_awaited(&state(other), &statuses), ["reader"]);
+    let checked = json!({"batch": 1, "containers": {"reader": "containerd://r2"}});
+    assert!(env_restarts_awaited(&state(checked), &statuses).is_empty());
+}

@@ -135,3 +135,57 @@ fn the_deadline_is_progress_deadline_seconds_unless_unset_or_infinite() {
     assert_eq!(deadline(Some(i32::MAX)), DEFAULT_IN_PLACE_DEADLINE);
     assert_eq!(deadline(Some(-1)), DEFAULT_IN_PLACE_DEADLINE);
 }
+
+/// Between batches, a container whose only change was a label its env reads waits for the
+/// node daemon; the next batch is not applied and the wait is named.
+#[test]
+fn an_env_only_batch_waits_for_the_daemon_and_says_so() {
+    let p = pod("p", "cs-2")
+        .lifecycle("Updating")
+        .in_place_ready(false)
+        .in_place_state(&json!({
+            "revision": "cs-2",
+            "updateTimestamp": t(100).to_string(),
+            "updateEnvFromMetadata": true,
+            "nextContainerImages": {"sidecar": "busybox:2"},
+            "preCheckBeforeNext": {"containersRequiredReady": ["main"]},
+            "containerBatchesRecord": [{"timestamp": t(100).to_string(), "containers": ["main"]}],
+        }));
+    assert_eq!(
+        judge(&p, 200).report.unwrap().1,
+        "in-place update to revision cs-2 not completed within 60s; waiting for the node daemon on node node-1 to restart container main (its env reads changed metadata) before the next container batch"
+    );
+    let f = crate::plan::fixtures::Fixture::new(
+        crate::plan::fixtures::cloneset(json!({})),
+        vec![p.clone()],
+    );
+    let refresh = crate::plan::lifecycle::refresh(&f.ctx());
+    assert!(
+        !refresh
+            .actions
+            .iter()
+            .any(|a| matches!(a, crate::plan::Action::ApplyNextContainerBatch { .. })),
+        "{:?}",
+        refresh.actions
+    );
+    // Checked by the daemon for this batch, on the container running now: the next batch.
+    let checked = p.in_place_state(&json!({
+        "revision": "cs-2",
+        "updateTimestamp": t(100).to_string(),
+        "updateEnvFromMetadata": true,
+        "nextContainerImages": {"sidecar": "busybox:2"},
+        "preCheckBeforeNext": {"containersRequiredReady": ["main"]},
+        "containerBatchesRecord": [{"timestamp": t(100).to_string(), "containers": ["main"]}],
+        "daemonEnvChecked": {"batch": 1, "containers": {"main": "containerd://main-1"}},
+    }));
+    let f = crate::plan::fixtures::Fixture::new(
+        crate::plan::fixtures::cloneset(json!({})),
+        vec![checked],
+    );
+    assert!(
+        crate::plan::lifecycle::refresh(&f.ctx())
+            .actions
+            .iter()
+            .any(|a| matches!(a, crate::plan::Action::ApplyNextContainerBatch { .. }))
+    );
+}
