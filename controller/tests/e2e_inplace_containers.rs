@@ -524,3 +524,71 @@ async fn priority_env_orders_batches_and_a_failed_batch_holds_the_rest_back() ->
     );
     Ok(())
 }
+
+/// `Ordered` launch priority: `first` (highest) reads a label through its env, `second`
+/// changes image. One template change of both: `first`'s batch changes only the label, so
+/// the daemon restarts `first` and records it checked; only then does `second` go.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the test bed"]
+async fn an_env_only_batch_holds_the_next_batch_until_the_daemon_restarted_it() -> TestResult {
+    let ns = Namespace::create("envbatch")?;
+    let _daemon = Daemon::start()?;
+    let ctl = ControllerProcess::start(&ns.name)?;
+    let name = "envbatch";
+    let meta = "labels: {app: envbatch, tier: a}\n      annotations: {apps.kruise.io/container-launch-priority: Ordered}";
+    let env = ", {name: TIER, valueFrom: {fieldRef: {fieldPath: \"metadata.labels['tier']\"}}}";
+    ns.apply(&two_container_cloneset(name, &image("v1"), meta, env))?;
+    wait_rolled_out(&ns, name, 1, ROLLOUT)?;
+    let patch = json!([
+        {"op": "replace", "path": "/spec/template/spec/containers/1/image", "value": image("v2")},
+        {"op": "replace", "path": "/spec/template/metadata/labels/tier", "value": "b"},
+    ]);
+    ns.kubectl(&[
+        "patch",
+        "cloneset",
+        name,
+        "--type",
+        "json",
+        "-p",
+        &patch.to_string(),
+    ])?;
+    let mut after = Value::Null;
+    wait_for(
+        "both containers restarted and the update complete",
+        ROLLOUT,
+        || {
+            after = the_pod(&ns)?;
+            let cs = ns.cloneset(name)?;
+            Ok(restarts_of(&after, "first") == 1
+                && restarts_of(&after, "second") == 1
+                && status_i64(&cs, "updatedReadyReplicas") == 1
+                && cs["status"]["currentRevision"] == cs["status"]["updateRevision"])
+        },
+    )
+    .map_err(|e| format!("{e}; pod: {}\n{}", after["status"], ctl.log_text()))?;
+    let state = in_place_state(&after);
+    let containers: Vec<Value> = state["containerBatchesRecord"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|b| b["containers"].clone())
+        .collect();
+    assert_eq!(containers, [json!(["first"]), json!(["second"])], "{state}");
+    let started = |c: &str| -> String {
+        after["status"]["containerStatuses"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|s| s["name"] == c)
+            .and_then(|s| s["state"]["running"]["startedAt"].as_str())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert!(
+        started("first") <= started("second"),
+        "first (restarted by the daemon) before second: {} vs {}",
+        started("first"),
+        started("second")
+    );
+    Ok(())
+}
