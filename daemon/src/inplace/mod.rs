@@ -128,7 +128,13 @@ pub struct Executor {
     /// (uid, container) → (revision, env-from-metadata restarts made for it): bounds the
     /// restarts when the kubelet keeps starting the container with stale values.
     restarts: HashMap<(String, String), (String, u32)>,
+    /// Runtime container id → when it was first found running with stale metadata env.
+    stale_since: HashMap<String, std::time::Instant>,
 }
+
+/// How long a container found with stale metadata env is left running before the daemon
+/// stops it (see [`Executor::sync_pod`]).
+const ENV_SETTLE: Duration = Duration::from_secs(1);
 
 /// Env-from-metadata restarts of one container for one revision at most.
 const MAX_ENV_RESTARTS: u32 = 3;
@@ -155,6 +161,7 @@ impl Executor {
             last: HashMap::new(),
             completed: Default::default(),
             restarts: HashMap::new(),
+            stale_since: HashMap::new(),
         }
     }
 
@@ -174,6 +181,8 @@ impl Executor {
                 .retain(|uid, _| pods.iter().any(|p| p.metadata.uid.as_deref() == Some(uid)));
             self.restarts
                 .retain(|(uid, _), _| pods.iter().any(|p| p.metadata.uid.as_deref() == Some(uid)));
+            self.stale_since
+                .retain(|_, at| at.elapsed() < COMPLETION_MEMORY);
             self.completed
                 .retain(|_, (_, at)| at.elapsed() < COMPLETION_MEMORY);
             for pod in pods {
@@ -289,6 +298,21 @@ impl Executor {
         let observed = self.observe_resized(pod, &runtime).await;
         let mut d =
             decide::decide_with_resize(pod, &runtime, &resolved, &observed, self.apply_resize);
+        if let Decision::Restart { container, id } = &d {
+            // First seen stale now: give the kubelet a moment to see the new metadata
+            // before the container is stopped (the poll comes back to it). Stopped at once,
+            // the kubelet may start it again from its not yet updated copy of the pod (seen
+            // on the bed within 0.7 s), and the container has to be restarted twice.
+            let first_seen = *self
+                .stale_since
+                .entry(id.clone())
+                .or_insert_with(std::time::Instant::now);
+            if first_seen.elapsed() < ENV_SETTLE {
+                d = Decision::Wait(format!(
+                    "{container} reads changed metadata; restarting it once the kubelet has seen the change"
+                ));
+            }
+        }
         if let Decision::Restart { container, .. } = &d {
             let key = (uid.clone(), container.clone());
             let count = self
