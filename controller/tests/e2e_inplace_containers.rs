@@ -98,6 +98,49 @@ fn restarts_of(pod: &Value, container: &str) -> i64 {
         .unwrap_or(-1)
 }
 
+/// An env entry for `first` that reads the pod label `tier` (as YAML flow, after PORT).
+const TIER_ENV: &str =
+    ", {name: TIER, valueFrom: {fieldRef: {fieldPath: \"metadata.labels['tier']\"}}}";
+
+/// A namespace with the node daemon and a controller, and a rolled-out one-pod CloneSet
+/// `name` whose container `first` reads the label `tier` (= `a`) through its env, with
+/// `annotations` (a YAML flow map) on its template; returns them and the pod.
+fn env_reader(
+    name: &str,
+    annotations: &str,
+) -> TestResult<(Namespace, Daemon, ControllerProcess, Value)> {
+    let ns = Namespace::create(name)?;
+    let daemon = Daemon::start()?;
+    let ctl = ControllerProcess::start(&ns.name)?;
+    let meta = format!("labels: {{app: {name}, tier: a}}\n      annotations: {annotations}");
+    ns.apply(&two_container_cloneset(name, &image("v1"), &meta, TIER_ENV))?;
+    wait_rolled_out(&ns, name, 1, ROLLOUT)?;
+    let pod = the_pod(&ns)?;
+    Ok((ns, daemon, ctl, pod))
+}
+
+/// When container `c`'s current instance started (RFC 3339; compares as text).
+fn started_at(pod: &Value, c: &str) -> String {
+    pod["status"]["containerStatuses"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|s| s["name"] == c)
+        .and_then(|s| s["state"]["running"]["startedAt"].as_str())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// The containers of each batch in `containerBatchesRecord`, in order.
+fn batch_containers(state: &Value) -> Vec<Value> {
+    state["containerBatchesRecord"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|b| b["containers"].clone())
+        .collect()
+}
+
 fn in_place_state(pod: &Value) -> Value {
     pod["metadata"]["annotations"]["apps.kruise.io/inplace-update-state"]
         .as_str()
@@ -149,16 +192,7 @@ async fn launch_priority_updates_containers_in_batches() -> TestResult {
     );
     // The second batch started only after the first container was Ready again: its new
     // container started before the second container's new one.
-    let started = |c: &str| -> String {
-        after["status"]["containerStatuses"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|s| s["name"] == c)
-            .and_then(|s| s["state"]["running"]["startedAt"].as_str())
-            .unwrap_or_default()
-            .to_owned()
-    };
+    let started = |c: &str| started_at(&after, c);
     assert!(
         started("first") <= started("second"),
         "first restarted before second: {} vs {}",
@@ -171,15 +205,8 @@ async fn launch_priority_updates_containers_in_batches() -> TestResult {
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs the test bed"]
 async fn env_from_metadata_restarts_only_the_container_that_reads_it() -> TestResult {
-    let ns = Namespace::create("envmeta")?;
-    let _daemon = Daemon::start()?;
-    let ctl = ControllerProcess::start(&ns.name)?;
     let name = "envmeta";
-    let meta = "labels: {app: envmeta, tier: a}";
-    let env = ", {name: TIER, valueFrom: {fieldRef: {fieldPath: \"metadata.labels['tier']\"}}}";
-    ns.apply(&two_container_cloneset(name, &image("v1"), meta, env))?;
-    wait_rolled_out(&ns, name, 1, ROLLOUT)?;
-    let before = the_pod(&ns)?;
+    let (ns, _daemon, ctl, before) = env_reader(name, "{}")?;
 
     ns.patch_cloneset(
         name,
@@ -367,28 +394,13 @@ async fn a_partition_rollout_of_a_retag_reaches_partition_available() -> TestRes
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs the test bed"]
 async fn an_image_change_with_an_env_from_metadata_change_completes() -> TestResult {
-    let ns = Namespace::create("imgenv")?;
-    let _daemon = Daemon::start()?;
-    let ctl = ControllerProcess::start(&ns.name)?;
     let name = "imgenv";
-    let meta = "labels: {app: imgenv, tier: a}";
-    let env = ", {name: TIER, valueFrom: {fieldRef: {fieldPath: \"metadata.labels['tier']\"}}}";
-    ns.apply(&two_container_cloneset(name, &image("v1"), meta, env))?;
-    wait_rolled_out(&ns, name, 1, ROLLOUT)?;
-    let before = the_pod(&ns)?;
+    let (ns, _daemon, ctl, before) = env_reader(name, "{}")?;
     let patch = json!([
         {"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": image("v2")},
         {"op": "replace", "path": "/spec/template/metadata/labels/tier", "value": "b"},
     ]);
-    ns.kubectl(&[
-        "patch",
-        "cloneset",
-        name,
-        "--type",
-        "json",
-        "-p",
-        &patch.to_string(),
-    ])?;
+    ns.json_patch_cloneset(name, &patch)?;
     wait_rolled_out(&ns, name, 1, ROLLOUT).map_err(|e| format!("{e}\n{}", ctl.log_text()))?;
     let after = the_pod(&ns)?;
     assert_eq!(after["metadata"]["uid"], before["metadata"]["uid"]);
@@ -408,15 +420,8 @@ async fn an_image_change_with_an_env_from_metadata_change_completes() -> TestRes
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs the test bed"]
 async fn a_pod_that_already_carries_the_new_value_still_restarts_the_reader() -> TestResult {
-    let ns = Namespace::create("premeta")?;
-    let _daemon = Daemon::start()?;
-    let ctl = ControllerProcess::start(&ns.name)?;
     let name = "premeta";
-    let meta = "labels: {app: premeta, tier: a}";
-    let env = ", {name: TIER, valueFrom: {fieldRef: {fieldPath: \"metadata.labels['tier']\"}}}";
-    ns.apply(&two_container_cloneset(name, &image("v1"), meta, env))?;
-    wait_rolled_out(&ns, name, 1, ROLLOUT)?;
-    let before = the_pod(&ns)?;
+    let (ns, _daemon, ctl, before) = env_reader(name, "{}")?;
     let pod_name = before["metadata"]["name"].as_str().unwrap_or_default();
     ns.kubectl(&["label", "pod", pod_name, "tier=b", "--overwrite"])?;
     ns.patch_cloneset(
@@ -457,12 +462,7 @@ async fn priority_env_orders_batches_and_a_failed_batch_holds_the_rest_back() ->
     wait_rolled_out(&ns, name, 1, ROLLOUT).map_err(|e| format!("{e}\n{}", ctl.log_text()))?;
     let after = the_pod(&ns)?;
     let state = in_place_state(&after);
-    let containers: Vec<Value> = state["containerBatchesRecord"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|b| b["containers"].clone())
-        .collect();
+    let containers = batch_containers(&state);
     assert_eq!(
         containers,
         [json!(["second"]), json!(["first"])],
@@ -531,27 +531,14 @@ async fn priority_env_orders_batches_and_a_failed_batch_holds_the_rest_back() ->
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs the test bed"]
 async fn an_env_only_batch_holds_the_next_batch_until_the_daemon_restarted_it() -> TestResult {
-    let ns = Namespace::create("envbatch")?;
-    let _daemon = Daemon::start()?;
-    let ctl = ControllerProcess::start(&ns.name)?;
     let name = "envbatch";
-    let meta = "labels: {app: envbatch, tier: a}\n      annotations: {apps.kruise.io/container-launch-priority: Ordered}";
-    let env = ", {name: TIER, valueFrom: {fieldRef: {fieldPath: \"metadata.labels['tier']\"}}}";
-    ns.apply(&two_container_cloneset(name, &image("v1"), meta, env))?;
-    wait_rolled_out(&ns, name, 1, ROLLOUT)?;
+    let (ns, _daemon, ctl, _) =
+        env_reader(name, "{apps.kruise.io/container-launch-priority: Ordered}")?;
     let patch = json!([
         {"op": "replace", "path": "/spec/template/spec/containers/1/image", "value": image("v2")},
         {"op": "replace", "path": "/spec/template/metadata/labels/tier", "value": "b"},
     ]);
-    ns.kubectl(&[
-        "patch",
-        "cloneset",
-        name,
-        "--type",
-        "json",
-        "-p",
-        &patch.to_string(),
-    ])?;
+    ns.json_patch_cloneset(name, &patch)?;
     let mut after = Value::Null;
     wait_for(
         "both containers restarted and the update complete",
@@ -567,23 +554,9 @@ async fn an_env_only_batch_holds_the_next_batch_until_the_daemon_restarted_it() 
     )
     .map_err(|e| format!("{e}; pod: {}\n{}", after["status"], ctl.log_text()))?;
     let state = in_place_state(&after);
-    let containers: Vec<Value> = state["containerBatchesRecord"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|b| b["containers"].clone())
-        .collect();
+    let containers = batch_containers(&state);
     assert_eq!(containers, [json!(["first"]), json!(["second"])], "{state}");
-    let started = |c: &str| -> String {
-        after["status"]["containerStatuses"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|s| s["name"] == c)
-            .and_then(|s| s["state"]["running"]["startedAt"].as_str())
-            .unwrap_or_default()
-            .to_owned()
-    };
+    let started = |c: &str| started_at(&after, c);
     assert!(
         started("first") <= started("second"),
         "first (restarted by the daemon) before second: {} vs {}",

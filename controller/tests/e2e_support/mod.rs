@@ -138,7 +138,12 @@ impl Namespace {
                 })
             })
             .collect();
-        let patch = Value::Array(patch);
+        self.json_patch_cloneset(name, &Value::Array(patch))
+    }
+
+    /// `kubectl patch --type json` of a CloneSet: several fields in one write (one new
+    /// revision).
+    pub fn json_patch_cloneset(&self, name: &str, patch: &Value) -> TestResult<String> {
         self.kubectl(&[
             "patch",
             "cloneset",

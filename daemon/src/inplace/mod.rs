@@ -382,9 +382,8 @@ impl Executor {
         Ok(d)
     }
 
-    /// Records `daemonEnvChecked` for `batch` in the state annotation (a merge patch pinned
-    /// to the pod's resourceVersion, so a concurrent controller write wins and the pod is
-    /// judged again), unless it says so already.
+    /// Records `daemonEnvChecked` for `batch` in the state annotation, unless it says so
+    /// already.
     async fn record_env_checked(
         &self,
         pod: &Pod,
@@ -397,24 +396,40 @@ impl Executor {
         };
         let checked = inplace_proto::EnvChecked {
             batch,
-            containers: readers
-                .iter()
-                .map(|(n, id)| (n.clone(), format!("{}://{id}", self.runtime_name)))
-                .collect(),
+            containers: self.full_ids(readers),
         };
         if state.daemon_env_checked.as_ref() == Some(&checked) {
             return Ok(());
         }
         state.daemon_env_checked = Some(checked);
-        let key = if annotations.contains_key(keys::INPLACE_UPDATE_STATE_ANNOTATION) {
-            keys::INPLACE_UPDATE_STATE_ANNOTATION
-        } else {
-            keys::INPLACE_UPDATE_STATE_ANNOTATION_LEGACY
-        };
+        self.write_state(pod, serde_json::to_string(&state)?)
+            .await?;
+        tracing::info!(pod = %pod_name(pod), batch, "env of metadata readers checked for this container batch");
+        Ok(())
+    }
+
+    /// `<runtime>://<id>` for each container (name → id), as the pod status writes ids.
+    fn full_ids(&self, ids: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+        ids.iter()
+            .map(|(n, id)| (n.clone(), format!("{}://{id}", self.runtime_name)))
+            .collect()
+    }
+
+    /// Writes `state` (JSON) into the pod's in-place state annotation, under the key the
+    /// pod has: a merge patch pinned to the pod's resourceVersion, so that a concurrent
+    /// controller write wins and the pod is judged again.
+    async fn write_state(&self, pod: &Pod, state: String) -> Result<(), ExecError> {
+        let annotations = pod.metadata.annotations.as_ref();
+        let key =
+            if annotations.is_some_and(|a| a.contains_key(keys::INPLACE_UPDATE_STATE_ANNOTATION)) {
+                keys::INPLACE_UPDATE_STATE_ANNOTATION
+            } else {
+                keys::INPLACE_UPDATE_STATE_ANNOTATION_LEGACY
+            };
         let patch = serde_json::json!({
             "metadata": {
                 "resourceVersion": pod.metadata.resource_version,
-                "annotations": { key: serde_json::to_string(&state)? }
+                "annotations": { key: state }
             }
         });
         let ns = pod.metadata.namespace.clone().unwrap_or_default();
@@ -422,7 +437,6 @@ impl Executor {
         Api::<Pod>::namespaced(self.client.clone(), &ns)
             .patch(&name, &patch_params(), &Patch::Merge(&patch))
             .await?;
-        tracing::info!(pod = %pod_name(pod), batch, "env of metadata readers checked for this container batch");
         Ok(())
     }
 
@@ -432,25 +446,11 @@ impl Executor {
         let name = pod.metadata.name.clone().unwrap_or_default();
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
         let annotations = pod.metadata.annotations.clone().unwrap_or_default();
-        let full: BTreeMap<String, String> = ids
-            .iter()
-            .map(|(n, id)| (n.clone(), format!("{}://{id}", self.runtime_name)))
-            .collect();
+        let full = self.full_ids(ids);
         if let Some(Ok(state)) = InPlaceUpdateState::from_annotations(&annotations) {
             let recorded = state.extra.get(decide::STATE_CONTAINER_IDS_KEY);
             if recorded != Some(&serde_json::to_value(&full)?) {
-                let key = if annotations.contains_key(keys::INPLACE_UPDATE_STATE_ANNOTATION) {
-                    keys::INPLACE_UPDATE_STATE_ANNOTATION
-                } else {
-                    keys::INPLACE_UPDATE_STATE_ANNOTATION_LEGACY
-                };
-                let patch = serde_json::json!({
-                    "metadata": {
-                        "resourceVersion": pod.metadata.resource_version,
-                        "annotations": { key: decide::state_with_container_ids(&state, &full)? }
-                    }
-                });
-                api.patch(&name, &patch_params(), &Patch::Merge(&patch))
+                self.write_state(pod, decide::state_with_container_ids(&state, &full)?)
                     .await?;
             }
         }

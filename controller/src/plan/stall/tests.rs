@@ -140,17 +140,22 @@ fn the_deadline_is_progress_deadline_seconds_unless_unset_or_infinite() {
 /// node daemon; the next batch is not applied and the wait is named.
 #[test]
 fn an_env_only_batch_waits_for_the_daemon_and_says_so() {
-    let p = pod("p", "cs-2")
-        .lifecycle("Updating")
-        .in_place_ready(false)
-        .in_place_state(&json!({
+    // `main`'s batch changed only a label its env reads (it is not in lastContainerStatuses).
+    let state = |checked: serde_json::Value| {
+        json!({
             "revision": "cs-2",
             "updateTimestamp": t(100).to_string(),
             "updateEnvFromMetadata": true,
             "nextContainerImages": {"sidecar": "busybox:2"},
             "preCheckBeforeNext": {"containersRequiredReady": ["main"]},
             "containerBatchesRecord": [{"timestamp": t(100).to_string(), "containers": ["main"]}],
-        }));
+            "daemonEnvChecked": checked,
+        })
+    };
+    let p = pod("p", "cs-2")
+        .lifecycle("Updating")
+        .in_place_ready(false)
+        .in_place_state(&state(serde_json::Value::Null));
     assert_eq!(
         judge(&p, 200).report.unwrap().1,
         "in-place update to revision cs-2 not completed within 60s; waiting for the node daemon on node node-1 to restart container main (its env reads changed metadata) before the next container batch"
@@ -169,15 +174,9 @@ fn an_env_only_batch_waits_for_the_daemon_and_says_so() {
         refresh.actions
     );
     // Checked by the daemon for this batch, on the container running now: the next batch.
-    let checked = p.in_place_state(&json!({
-        "revision": "cs-2",
-        "updateTimestamp": t(100).to_string(),
-        "updateEnvFromMetadata": true,
-        "nextContainerImages": {"sidecar": "busybox:2"},
-        "preCheckBeforeNext": {"containersRequiredReady": ["main"]},
-        "containerBatchesRecord": [{"timestamp": t(100).to_string(), "containers": ["main"]}],
-        "daemonEnvChecked": {"batch": 1, "containers": {"main": "containerd://main-1"}},
-    }));
+    let checked = p.in_place_state(&state(
+        json!({"batch": 1, "containers": {"main": "containerd://main-1"}}),
+    ));
     let f = crate::plan::fixtures::Fixture::new(
         crate::plan::fixtures::cloneset(json!({})),
         vec![checked],
