@@ -11,7 +11,9 @@
 //! [`decide::STATE_CONTAINER_IDS_KEY`] (`<runtime>://<id>` per container name; a merge
 //! patch carrying the pod's resourceVersion, so a concurrent controller write wins and
 //! the daemon re-evaluates), then the condition, as a strategic merge patch of pod
-//! status (conditions merge by type).
+//! status (conditions merge by type) pinned to the resourceVersion of the pod judged (or
+//! of our own state write), so that a stale cache never marks a pod ready in the middle
+//! of a newer update (OpenKruise issue 2276).
 
 pub mod decide;
 
@@ -418,7 +420,7 @@ impl Executor {
     /// Writes `state` (JSON) into the pod's in-place state annotation, under the key the
     /// pod has: a merge patch pinned to the pod's resourceVersion, so that a concurrent
     /// controller write wins and the pod is judged again.
-    async fn write_state(&self, pod: &Pod, state: String) -> Result<(), ExecError> {
+    async fn write_state(&self, pod: &Pod, state: String) -> Result<Pod, ExecError> {
         let annotations = pod.metadata.annotations.as_ref();
         let key =
             if annotations.is_some_and(|a| a.contains_key(keys::INPLACE_UPDATE_STATE_ANNOTATION)) {
@@ -434,10 +436,9 @@ impl Executor {
         });
         let ns = pod.metadata.namespace.clone().unwrap_or_default();
         let name = pod.metadata.name.clone().unwrap_or_default();
-        Api::<Pod>::namespaced(self.client.clone(), &ns)
+        Ok(Api::<Pod>::namespaced(self.client.clone(), &ns)
             .patch(&name, &patch_params(), &Patch::Merge(&patch))
-            .await?;
-        Ok(())
+            .await?)
     }
 
     /// Writes the completion.
@@ -447,14 +448,21 @@ impl Executor {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
         let annotations = pod.metadata.annotations.clone().unwrap_or_default();
         let full = self.full_ids(ids);
+        // The condition goes only onto the pod version judged here (or the one our own
+        // state write made of it): on a conflict the pod is judged again from the watch,
+        // so a stale cache never marks a pod ready in the middle of a newer update.
+        let mut resource_version = pod.metadata.resource_version.clone();
         if let Some(Ok(state)) = InPlaceUpdateState::from_annotations(&annotations) {
             let recorded = state.extra.get(decide::STATE_CONTAINER_IDS_KEY);
             if recorded != Some(&serde_json::to_value(&full)?) {
-                self.write_state(pod, decide::state_with_container_ids(&state, &full)?)
+                let written = self
+                    .write_state(pod, decide::state_with_container_ids(&state, &full)?)
                     .await?;
+                resource_version = written.metadata.resource_version;
             }
         }
-        let patch = decide::ready_patch(k8s_openapi::jiff::Timestamp::now());
+        let mut patch = decide::ready_patch(k8s_openapi::jiff::Timestamp::now());
+        patch["metadata"] = serde_json::json!({ "resourceVersion": resource_version });
         api.patch_status(&name, &patch_params(), &Patch::Strategic(&patch))
             .await?;
         self.metrics.inplace_completed.inc();
