@@ -188,3 +188,25 @@ fn an_env_only_batch_waits_for_the_daemon_and_says_so() {
             .any(|a| matches!(a, crate::plan::Action::ApplyNextContainerBatch { .. }))
     );
 }
+
+proptest::proptest! {
+    /// For any deadline and any time since the update: before the deadline the pod is
+    /// judged again exactly when it runs out and nothing is reported; from the deadline on
+    /// it is reported and not rechecked.
+    #[test]
+    fn reported_exactly_from_the_deadline_on(deadline_s in 0u64..100_000, elapsed in 0i64..200_000) {
+        let p = updating();
+        let facts = p.facts();
+        let state = facts.in_place_state.clone().unwrap();
+        let deadline = Duration::from_secs(deadline_s);
+        let c = check(&facts, &state, &in_place_progress(&facts), deadline, t(100 + elapsed));
+        let elapsed = elapsed.unsigned_abs();
+        if elapsed < deadline_s {
+            proptest::prop_assert_eq!(c.report, None);
+            proptest::prop_assert_eq!(c.recheck_after, Some(Duration::from_secs(deadline_s - elapsed)));
+        } else {
+            proptest::prop_assert_eq!(c.report.map(|r| r.0), Some(keys::INPLACE_UPDATE_STALLED_REASON));
+            proptest::prop_assert_eq!(c.recheck_after, None);
+        }
+    }
+}
