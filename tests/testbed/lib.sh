@@ -136,7 +136,11 @@ LOGS="$BED/logs"
 start_bg() {
   local name=$1; shift
   mkdir -p "$PIDS" "$LOGS"
-  setsid "$@" </dev/null >>"$LOGS/$name.log" 2>&1 8>&- 9>&- &
+  # Every descriptor above 2 is closed first: a bed process must not keep a caller's file
+  # open, e.g. the lock of `flock LOCK tests/testbed/up`, which it would hold for as long
+  # as the bed runs (ours are 8 and 9).
+  setsid bash -c 'for fd in /proc/self/fd/*; do fd=${fd##*/}; [ "$fd" -gt 2 ] && eval "exec $fd>&-"; done; exec "$@"' \
+    start_bg "$@" </dev/null >>"$LOGS/$name.log" 2>&1 &
   echo $! >"$PIDS/$name.pid"
   echo "$name" >>"$BED/started"
 }
