@@ -471,7 +471,8 @@ async fn crr_recreates_exactly_the_named_containers() {
     pods.create(
         &PostParams::default(),
         &pod_json("crr", json!([
-            {"name": "a", "image": v1, "volumeMounts": [{"name": "shared", "mountPath": "/shared"}]},
+            {"name": "a", "image": v1, "volumeMounts": [{"name": "shared", "mountPath": "/shared"}],
+             "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "echo bye from $(cat /etc/version) > /shared/prestop"]}}}},
             {"name": "b", "image": v1, "env": [{"name": "PORT", "value": "8081"}],
              "volumeMounts": [{"name": "shared", "mountPath": "/shared"}]},
             {"name": "c", "image": v1, "env": [{"name": "PORT", "value": "8082"}]}
@@ -498,8 +499,9 @@ async fn crr_recreates_exactly_the_named_containers() {
             "crr.apps.kruise.io/node-name": NODE, "crr.apps.kruise.io/active": "true", "crr.apps.kruise.io/pod-uid": uid}},
         "spec": {"podName": "crr",
             "containers": [
+                // A hook in the request is never run: only the pod's own (above).
                 {"name": "a", "statusContext": ctx("a"),
-                 "preStop": {"exec": {"command": ["/bin/sh", "-c", "echo bye from $(cat /etc/version) > /shared/prestop"]}}},
+                 "preStop": {"exec": {"command": ["/bin/sh", "-c", "touch /shared/from-request"]}}},
                 {"name": "c", "statusContext": ctx("c")}],
             "strategy": {"orderedRecreate": true, "minStartedSeconds": 1},
             "activeDeadlineSeconds": 120}
@@ -560,6 +562,19 @@ async fn crr_recreates_exactly_the_named_containers() {
         .await
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "bye from v1");
+    let from_request = cri
+        .exec_sync(
+            &b_id,
+            vec!["ls".into(), "/shared".into()],
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&from_request.stdout).trim(),
+        "prestop",
+        "only the pod's preStop ran"
+    );
     // orderedRecreate: c's new instance was created only after a's had run minStartedSeconds
     let rc = runtime_containers(&cri, &uid).await.unwrap();
     let newest = |n: &str| {

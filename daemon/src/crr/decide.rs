@@ -63,11 +63,19 @@ fn completed(mut status: ContainerRecreateRequestStatus, now: Timestamp, message
 }
 
 /// One step for an active CRR. `instances(name)` is the newest runtime instance of a
-/// container of the pod; `pod_grace` the pod's termination grace period.
+/// container of the pod; `pod_pre_stop(name)` the preStop hook of that container in the
+/// pod's own spec; `pod_grace` the pod's termination grace period.
+///
+/// A request runs only what the pod itself declares: the preStop hook comes from the pod's
+/// spec, never from the request (OpenKruise's webhook copies it from the pod, so the two
+/// agree for any request it admitted; a request written directly could otherwise run any
+/// command in the container, or reach any host from the node). The request's
+/// `terminationGracePeriodSeconds` may shorten the pod's own grace period, not lengthen it.
 pub fn step(
     crr: &ContainerRecreateRequest,
     pod_uid: Option<&str>,
     instances: &dyn Fn(&str) -> Option<Instance>,
+    pod_pre_stop: &dyn Fn(&str) -> Option<ProbeHandler>,
     pod_grace: i64,
     now: Timestamp,
 ) -> Step {
@@ -123,10 +131,11 @@ pub fn step(
         .and_then(Result::ok)
         .unwrap_or_default();
     let min_started = SignedDuration::from_secs(i64::from(strategy.min_started_seconds.max(0)));
+    let pod_grace = pod_grace.max(2);
     let grace = strategy
         .termination_grace_period_seconds
         .unwrap_or(pod_grace)
-        .max(2);
+        .clamp(2, pod_grace);
     let policy = crr.failure_policy();
 
     let mut states: Vec<ContainerState> = Vec::new();
@@ -190,7 +199,7 @@ pub fn step(
                     kill = Some(Kill {
                         container: c.name.clone(),
                         id: inst.id.clone(),
-                        pre_stop: c.pre_stop.clone(),
+                        pre_stop: pod_pre_stop(&c.name),
                         grace_seconds: grace,
                     });
                 }
@@ -298,7 +307,7 @@ mod tests {
     }
 
     fn run(c: &ContainerRecreateRequest, rt: &BTreeMap<&str, Instance>) -> Step {
-        step(c, Some("u1"), &|n| rt.get(n).cloned(), 30, now())
+        step(c, Some("u1"), &|n| rt.get(n).cloned(), &|_| None, 30, now())
     }
 
     fn phases(s: &Step) -> Vec<(String, CrrPhase, bool)> {
@@ -316,6 +325,43 @@ mod tests {
         assert_eq!(s.status.phase, CrrPhase::Recreating);
         assert_eq!(s.kill.as_ref().map(|k| k.id.as_str()), Some("a0"));
         assert_eq!(s.kill.as_ref().map(|k| k.grace_seconds), Some(30));
+    }
+
+    /// The hook that runs is the pod's own; one the request carries is never run. The
+    /// request may shorten the pod's grace period, not lengthen it.
+    #[test]
+    fn the_pre_stop_hook_is_the_pods_and_the_grace_period_at_most_the_pods() {
+        let rt = BTreeMap::from([("a", inst("a0", true, 100)), ("b", inst("b0", true, 100))]);
+        let c = crr(json!({"spec": {
+            "containers": [
+                {"name": "a", "statusContext": {"containerID": "containerd://a0", "restartCount": 0},
+                 "preStop": {"exec": {"command": ["/bin/sh", "-c", "cat /secrets/*"]}}}],
+            "strategy": {"terminationGracePeriodSeconds": 3600}}}));
+        let pods_hook = ProbeHandler {
+            exec: Some(k8s_openapi::api::core::v1::ExecAction {
+                command: Some(vec!["/bin/drain".into()]),
+            }),
+            ..ProbeHandler::default()
+        };
+        let s = step(
+            &c,
+            Some("u1"),
+            &|n| rt.get(n).cloned(),
+            &|n| (n == "a").then(|| pods_hook.clone()),
+            30,
+            now(),
+        );
+        let kill = s.kill.unwrap_or_else(|| panic!("a kill"));
+        assert_eq!(kill.pre_stop, Some(pods_hook));
+        assert_eq!(kill.grace_seconds, 30, "clamped to the pod's 30 s");
+        // No hook in the pod: none runs, whatever the request says.
+        let s = run(&c, &rt);
+        assert_eq!(s.kill.and_then(|k| k.pre_stop), None);
+        // A shorter grace period is taken; never below 2 s.
+        let short = crr(json!({"spec": {"strategy": {"terminationGracePeriodSeconds": 0}}}));
+        assert_eq!(run(&short, &rt).kill.map(|k| k.grace_seconds), Some(2));
+        let five = crr(json!({"spec": {"strategy": {"terminationGracePeriodSeconds": 5}}}));
+        assert_eq!(run(&five, &rt).kill.map(|k| k.grace_seconds), Some(5));
     }
 
     #[test]
@@ -401,12 +447,19 @@ mod tests {
     fn pod_gone_or_replaced_completes() {
         let c = crr(json!({}));
         let rt: BTreeMap<&str, Instance> = BTreeMap::new();
-        let s = step(&c, None, &|n| rt.get(n).cloned(), 30, now());
+        let s = step(&c, None, &|n| rt.get(n).cloned(), &|_| None, 30, now());
         assert_eq!(
             (s.status.phase, s.status.message.as_str()),
             (CrrPhase::Completed, "pod has gone")
         );
-        let s = step(&c, Some("other"), &|n| rt.get(n).cloned(), 30, now());
+        let s = step(
+            &c,
+            Some("other"),
+            &|n| rt.get(n).cloned(),
+            &|_| None,
+            30,
+            now(),
+        );
         assert_eq!(s.status.phase, CrrPhase::Completed);
     }
 

@@ -178,10 +178,26 @@ impl CrrHandler {
             .and_then(|s| s.termination_grace_period_seconds)
             .unwrap_or(30);
         let now = k8s_openapi::jiff::Timestamp::now();
+        let pod_pre_stop = |name: &str| {
+            let c = pod
+                .as_ref()?
+                .spec
+                .as_ref()?
+                .containers
+                .iter()
+                .find(|c| c.name == name)?;
+            let h = c.lifecycle.as_ref()?.pre_stop.as_ref()?;
+            Some(crate::api::ProbeHandler {
+                exec: h.exec.clone(),
+                http_get: h.http_get.clone(),
+                tcp_socket: h.tcp_socket.clone(),
+            })
+        };
         let mut step = decide::step(
             crr,
             uid.as_deref(),
             &|n| instances.get(n).cloned(),
+            &pod_pre_stop,
             pod_grace,
             now,
         );
@@ -261,8 +277,10 @@ fn port_of(p: &IntOrString, pod: Option<&Pod>) -> Option<u16> {
     }
 }
 
-/// Runs a preStop hook within `limit`: exec through CRI ExecSync, httpGet and tcpSocket
-/// against the pod IP (or the hook's host).
+/// Runs a preStop hook of the pod's spec within `limit`: exec through CRI ExecSync,
+/// httpGet and tcpSocket against the pod IP (or the hook's host, as the kubelet does: it is
+/// the pod's own spec). A pod without an IP fails the hook rather than have the node's own
+/// loopback reached.
 pub async fn run_pre_stop(
     cri: &CriClient,
     pod: Option<&Pod>,
@@ -273,7 +291,7 @@ pub async fn run_pre_stop(
     let pod_ip = pod
         .and_then(|p| p.status.as_ref())
         .and_then(|s| s.pod_ip.clone())
-        .unwrap_or_else(|| "127.0.0.1".into());
+        .filter(|ip| !ip.is_empty());
     if let Some(e) = &h.exec {
         let r = cri
             .exec_sync(id, e.command.clone().unwrap_or_default(), limit)
@@ -291,7 +309,11 @@ pub async fn run_pre_stop(
     let fut = async {
         if let Some(g) = &h.http_get {
             let port = port_of(&g.port, pod).ok_or("preStop httpGet: unknown port")?;
-            let host = g.host.clone().unwrap_or(pod_ip.clone());
+            let host = g
+                .host
+                .clone()
+                .or(pod_ip.clone())
+                .ok_or("preStop httpGet: the pod has no IP")?;
             let mut s = tokio::net::TcpStream::connect((host.as_str(), port))
                 .await
                 .map_err(|e| format!("preStop httpGet: {e}"))?;
@@ -317,7 +339,11 @@ pub async fn run_pre_stop(
         }
         if let Some(t) = &h.tcp_socket {
             let port = port_of(&t.port, pod).ok_or("preStop tcpSocket: unknown port")?;
-            let host = t.host.clone().unwrap_or(pod_ip.clone());
+            let host = t
+                .host
+                .clone()
+                .or(pod_ip.clone())
+                .ok_or("preStop tcpSocket: the pod has no IP")?;
             tokio::net::TcpStream::connect((host.as_str(), port))
                 .await
                 .map_err(|e| format!("preStop tcpSocket: {e}"))?;
