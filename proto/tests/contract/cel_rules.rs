@@ -250,10 +250,19 @@ pub fn cel_failures(schema: &Value, value: &Value, old: Option<&Value>) -> Vec<(
     out
 }
 
+/// Validates `case` as the API server does: the CRD's defaults applied first (to the old
+/// object too: the server defaults what it reads from etcd).
 fn evaluate(kind: &str, case: &Case) -> Outcome {
     let schema = super::schema(kind);
-    let new = super::merge(base(kind), &case.new);
-    let old = case.old.as_ref().map(|o| super::merge(base(kind), o));
+    let defaulted = |mut v: Value| {
+        inplace_proto::defaults::apply(schema, &mut v);
+        v
+    };
+    let new = defaulted(super::merge(base(kind), &case.new));
+    let old = case
+        .old
+        .as_ref()
+        .map(|o| defaulted(super::merge(base(kind), o)));
     let cel = cel_failures(schema, &new, old.as_ref());
     let mut schema_found = schema_check::violations(schema, &new);
     if let Some(old) = &old {

@@ -1,0 +1,189 @@
+//! End-to-end, on the test bed's v1.20 API server: what OpenKruise's webhooks do that
+//! inplace does with CRD defaults and the controller instead.
+//!
+//! - A CloneSet applied without `replicas` (or strategies) is stored with the reference's
+//!   defaults, shows DESIRED, and scales with `kubectl scale` (the scale subresource reads
+//!   `.spec.replicas`); ImagePullJob, NodeImage and ContainerRecreateRequest get theirs.
+//!
+//! ```text
+//! tests/testbed/up     # applies deploy/crds, also to a bed that is already up
+//! cargo test -p inplace-controller --test e2e_parity -- --ignored
+//! ```
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod e2e_support;
+
+use std::time::Duration;
+
+use e2e_support::*;
+use serde_json::{Value, json};
+
+const ROLLOUT: Duration = Duration::from_secs(120);
+
+/// The bed must serve the CRDs of this tree (`tests/testbed/up` applies them): fail with
+/// that instruction rather than with a confusing assertion.
+fn require_current_crds() -> TestResult {
+    let crd = kubectl_json(&["get", "crd", "clonesets.apps.kruise.io"])?;
+    let replicas = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        ["replicas"];
+    if replicas["default"] != json!(1) {
+        return Err(
+            "the bed's CloneSet CRD has no default for spec.replicas: it predates deploy/crds; run tests/testbed/up (it re-applies the CRDs)"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
+fn cloneset_without_defaults(name: &str) -> String {
+    format!(
+        r#"apiVersion: apps.kruise.io/v1alpha1
+kind: CloneSet
+metadata:
+  name: {name}
+spec:
+  selector:
+    matchLabels:
+      app: {name}
+  template:
+    metadata:
+      labels:
+        app: {name}
+    spec:
+      nodeSelector:
+        inplace.testbed/real: "true"
+      terminationGracePeriodSeconds: 2
+      containers:
+      - name: app
+        image: {image}
+"#,
+        image = image("v1")
+    )
+}
+
+/// The DESIRED column of `kubectl get cloneset <name>`.
+fn desired_column(ns: &Namespace, name: &str) -> TestResult<String> {
+    let table = ns.kubectl(&["get", "cloneset", name])?;
+    let mut lines = table.lines();
+    let header: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    let row: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    let at = header
+        .iter()
+        .position(|h| *h == "DESIRED")
+        .ok_or_else(|| format!("no DESIRED column in {table}"))?;
+    Ok(row.get(at).copied().unwrap_or_default().to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the test bed"]
+async fn a_cloneset_without_replicas_is_defaulted_shows_desired_and_scales() -> TestResult {
+    require_current_crds()?;
+    let ns = Namespace::create("defaults")?;
+    let _ctl = ControllerProcess::start_with(&ns.name, &["--imagepulljob-controller=false"])?;
+    ns.apply(&cloneset_without_defaults("plain"))?;
+
+    // Stored with the reference webhook's defaults.
+    let cs = ns.cloneset("plain")?;
+    assert_eq!(cs["spec"]["replicas"], 1, "{}", cs["spec"]);
+    assert_eq!(cs["spec"]["revisionHistoryLimit"], 10);
+    assert_eq!(cs["spec"]["scaleStrategy"], json!({}));
+    assert_eq!(
+        cs["spec"]["updateStrategy"],
+        json!({"type": "ReCreate", "partition": 0, "maxUnavailable": "20%", "maxSurge": 0})
+    );
+    // The template is stored as written.
+    assert!(cs["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"].is_null());
+    assert_eq!(desired_column(&ns, "plain")?, "1");
+
+    wait_rolled_out(&ns, "plain", 1, ROLLOUT)?;
+    ns.kubectl(&["scale", "cloneset", "plain", "--replicas", "2"])?;
+    let cs = wait_rolled_out(&ns, "plain", 2, ROLLOUT)?;
+    assert_eq!(cs["spec"]["replicas"], 2);
+    assert_eq!(desired_column(&ns, "plain")?, "2");
+    let scale: Value = serde_json::from_str(&kubectl(
+        &[
+            "get",
+            "--raw",
+            &format!(
+                "/apis/apps.kruise.io/v1alpha1/namespaces/{}/clonesets/plain/scale",
+                ns.name
+            ),
+        ],
+        None,
+    )?)?;
+    assert_eq!(scale["spec"]["replicas"], 2, "{scale}");
+    assert_eq!(scale["status"]["replicas"], 2, "{scale}");
+    assert_eq!(scale["status"]["selector"], "app=plain", "{scale}");
+
+    // The other kinds. Nothing acts on these objects here (no ImagePullJob controller, no
+    // daemon, no such pod or node); only what the API server stored is read.
+    ns.apply(
+        r#"apiVersion: apps.kruise.io/v1alpha1
+kind: ImagePullJob
+metadata:
+  name: pull
+spec:
+  image: 127.0.0.1:5000/inplace-test/app:v1
+  parallelism: 0
+  selector:
+    names: [no-such-node]
+"#,
+    )?;
+    let job = ns.json(&["get", "imagepulljob", "pull"])?;
+    assert_eq!(job["spec"]["completionPolicy"], json!({"type": "Always"}));
+    assert_eq!(
+        job["spec"]["pullPolicy"],
+        json!({"timeoutSeconds": 600, "backoffLimit": 3})
+    );
+    assert_eq!(job["spec"]["imagePullPolicy"], "IfNotPresent");
+
+    ns.apply(
+        r#"apiVersion: apps.kruise.io/v1alpha1
+kind: ContainerRecreateRequest
+metadata:
+  name: restart
+spec:
+  podName: no-such-pod
+  containers:
+  - name: app
+"#,
+    )?;
+    let crr = ns.json(&["get", "containerrecreaterequest", "restart"])?;
+    assert_eq!(crr["spec"]["strategy"], json!({"failurePolicy": "Fail"}));
+
+    let node_image = format!("{}-no-such-node", ns.name);
+    kubectl(
+        &["apply", "-f", "-"],
+        Some(&format!(
+            r#"apiVersion: apps.kruise.io/v1alpha1
+kind: NodeImage
+metadata:
+  name: {node_image}
+  labels:
+    apps.kruise.io/fake-nodeimage: "true"
+spec:
+  images:
+    127.0.0.1:5000/inplace-test/app:
+      tags:
+      - tag: v1
+"#
+        )),
+    )?;
+    let ni = kubectl_json(&["get", "nodeimage", &node_image]);
+    let _ = kubectl(&["delete", "nodeimage", &node_image, "--wait=false"], None);
+    let ni = ni?;
+    assert_eq!(
+        ni["spec"]["images"]["127.0.0.1:5000/inplace-test/app"]["tags"][0]["pullPolicy"],
+        json!({"timeoutSeconds": 600, "backoffLimit": 3})
+    );
+    Ok(())
+}
