@@ -177,6 +177,7 @@ async fn run_controller() -> anyhow::Result<()> {
     tracing_subscriber::fmt().with_env_filter(filter).init();
 
     let gates = feature_gates(&args)?;
+    gates.log_notes();
     let mut options = gates.plan;
     let client = client(&args)
         .await
