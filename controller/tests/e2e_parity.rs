@@ -4,6 +4,9 @@
 //! - A CloneSet applied without `replicas` (or strategies) is stored with the reference's
 //!   defaults, shows DESIRED, and scales with `kubectl scale` (the scale subresource reads
 //!   `.spec.replicas`); ImagePullJob, NodeImage and ContainerRecreateRequest get theirs.
+//! - A CloneSet that the CRD's CEL rules or the reference's webhook would refuse (v1.20 has
+//!   no CEL) is reported with a `FailedScale` condition and a Warning event naming the
+//!   fields, and no pod is made until it is fixed.
 //!
 //! ```text
 //! tests/testbed/up     # applies deploy/crds, also to a bed that is already up
@@ -185,5 +188,80 @@ spec:
         ni["spec"]["images"]["127.0.0.1:5000/inplace-test/app"]["tags"][0]["pullPolicy"],
         json!({"timeoutSeconds": 600, "backoffLimit": 3})
     );
+    Ok(())
+}
+
+fn failed_scale(cs: &Value) -> Option<Value> {
+    cs["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "FailedScale" && c["status"] == "True")
+        .cloned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the test bed"]
+async fn a_cloneset_the_webhook_would_refuse_is_reported_and_gets_no_pods() -> TestResult {
+    let ns = Namespace::create("refused")?;
+    let _ctl = ControllerProcess::start(&ns.name)?;
+    // Accepted by a v1.20 API server (the template is an open object, CEL rules are
+    // dropped); OpenKruise's webhook refuses all three.
+    let bad = sample_cloneset("bad", 2, &image("v1"), "ReCreate")
+        .replace(
+            "      terminationGracePeriodSeconds: 2\n",
+            "      terminationGracePeriodSeconds: 2\n      restartPolicy: OnFailure\n      activeDeadlineSeconds: 600\n",
+        )
+        .replace(
+            "  updateStrategy:\n    type: ReCreate\n",
+            "  updateStrategy:\n    type: ReCreate\n    maxUnavailable: 0\n    maxSurge: 0\n",
+        );
+    ns.apply(&bad)?;
+
+    let mut condition = Value::Null;
+    wait_for("FailedScale on the refused CloneSet", ROLLOUT, || {
+        condition = failed_scale(&ns.cloneset("bad")?).unwrap_or(Value::Null);
+        Ok(!condition.is_null())
+    })?;
+    assert_eq!(condition["reason"], "InvalidSpec", "{condition}");
+    let message = condition["message"].as_str().unwrap_or_default().to_owned();
+    for field in [
+        "spec.template.spec.restartPolicy",
+        "spec.template.spec.activeDeadlineSeconds",
+        "spec.updateStrategy.maxUnavailable",
+    ] {
+        assert!(message.contains(field), "{field} not named in {message}");
+    }
+    wait_for("a Warning event naming the fields", ROLLOUT, || {
+        Ok(ns.events()?.iter().any(|e| {
+            e["type"] == "Warning"
+                && e["reason"] == "InvalidSpec"
+                && (e["involvedObject"]["name"] == "bad" || e["regarding"]["name"] == "bad")
+                && e["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("spec.template.spec.restartPolicy"))
+        }))
+    })?;
+    // The condition was written by a reconcile that planned nothing: no pod, no revision.
+    assert!(
+        ns.pods()?.is_empty(),
+        "pods were made for a refused CloneSet"
+    );
+    let revisions = ns.json(&["get", "controllerrevisions"])?;
+    assert_eq!(revisions["items"].as_array().map(Vec::len), Some(0));
+
+    // Fixed, it is acted on and the condition goes.
+    ns.kubectl(&[
+        "patch",
+        "cloneset",
+        "bad",
+        "--type",
+        "json",
+        "-p",
+        r#"[{"op": "remove", "path": "/spec/template/spec/restartPolicy"},
+            {"op": "remove", "path": "/spec/template/spec/activeDeadlineSeconds"},
+            {"op": "replace", "path": "/spec/updateStrategy/maxUnavailable", "value": 1}]"#,
+    ])?;
+    let cs = wait_rolled_out(&ns, "bad", 2, ROLLOUT)?;
+    assert!(failed_scale(&cs).is_none(), "{}", cs["status"]);
     Ok(())
 }

@@ -35,6 +35,7 @@ pub mod selector;
 pub mod status;
 pub mod update;
 pub mod update_order;
+pub mod validate;
 pub mod victims;
 
 pub use model::*;
