@@ -17,7 +17,7 @@ use inplace_proto::CloneSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::watcher;
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::discovery::ServerCapabilities;
@@ -46,6 +46,9 @@ pub struct Settings {
     /// `CloneSetEventHandlerOptimization`: only pod updates that matter trigger a
     /// reconcile ([`crate::pod_events`]).
     pub event_handler_optimization: bool,
+    /// `ResourcesDeletionProtection`: protected CloneSets carry a finalizer
+    /// ([`crate::plan::protection`]).
+    pub deletion_protection: bool,
 }
 
 impl Default for Settings {
@@ -59,6 +62,7 @@ impl Default for Settings {
             field_manager: "inplace-controller".into(),
             plan_options: PlanOptions::default(),
             event_handler_optimization: false,
+            deletion_protection: false,
         }
     }
 }
@@ -133,6 +137,10 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context, key: &str) -> Result<Acti
         .set(i64::try_from(ctx.stores.pods.len()).unwrap_or(i64::MAX));
 
     let ns = cs.namespace().unwrap_or_default();
+    if deletion_protection(cs, ctx).await? {
+        // The finalizer changed: plan on the object that carries the change.
+        return Ok(Action::requeue(Duration::from_millis(200)));
+    }
     if cs.metadata.deletion_timestamp.is_some() {
         // Pods, PVCs and revisions carry owner references: the garbage collector removes them.
         ctx.expectations.forget(key);
@@ -231,6 +239,44 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context, key: &str) -> Result<Acti
         next = next.min(after.max(Duration::from_millis(100)));
     }
     Ok(Action::requeue(next))
+}
+
+/// Applies the deletion-protection step of `cs` ([`crate::plan::protection`]): adds or
+/// removes the finalizer (true when it did), or reports a held deletion.
+async fn deletion_protection(cs: &CloneSet, ctx: &Context) -> Result<bool, Error> {
+    use crate::plan::protection::{self, Step};
+    let step = protection::decide(cs, ctx.settings.deletion_protection);
+    if let Step::Held { message } = &step {
+        ctx.events.send(crate::events::Note {
+            regarding: cs.object_ref(&()),
+            related: None,
+            warning: true,
+            reason: protection::REASON_HELD.to_owned(),
+            action: "Delete".to_owned(),
+            message: message.clone(),
+        });
+        info!(%message, "deletion held");
+        return Ok(false);
+    }
+    let Some(finalizers) = protection::finalizers_after(cs, &step) else {
+        return Ok(false);
+    };
+    // resourceVersion makes the merge patch conditional: the list is written whole.
+    let body = serde_json::json!({"metadata": {
+        "finalizers": finalizers,
+        "resourceVersion": cs.resource_version(),
+    }});
+    let api: kube::Api<CloneSet> =
+        kube::Api::namespaced(ctx.client.clone(), &cs.namespace().unwrap_or_default());
+    let pp = kube::api::PatchParams {
+        field_manager: Some(ctx.settings.field_manager.clone()),
+        ..kube::api::PatchParams::default()
+    };
+    api.patch(&cs.name_any(), &pp, &kube::api::Patch::Merge(&body))
+        .await
+        .map_err(|e| Error::kube("write CloneSet finalizers", e))?;
+    info!(?step, "deletion-protection finalizer updated");
+    Ok(true)
 }
 
 /// Pods of `cs`'s namespace that it may adopt (no controller) or must release (controlled

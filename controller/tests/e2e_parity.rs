@@ -7,6 +7,9 @@
 //! - A CloneSet that the CRD's CEL rules or the reference's webhook would refuse (v1.20 has
 //!   no CEL) is reported with a `FailedScale` condition and a Warning event naming the
 //!   fields, and no pod is made until it is fixed.
+//! - With `ResourcesDeletionProtection`, a CloneSet labelled
+//!   `policy.kruise.io/delete-protection: Always` survives `kubectl delete` (held by a
+//!   finalizer, its pods untouched) until the label is removed.
 //!
 //! ```text
 //! tests/testbed/up     # applies deploy/crds, also to a bed that is already up
@@ -264,4 +267,102 @@ async fn a_cloneset_the_webhook_would_refuse_is_reported_and_gets_no_pods() -> T
     let cs = wait_rolled_out(&ns, "bad", 2, ROLLOUT)?;
     assert!(failed_scale(&cs).is_none(), "{}", cs["status"]);
     Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the test bed"]
+async fn a_protected_cloneset_is_held_on_delete_until_its_label_is_removed() -> TestResult {
+    let ns = Namespace::create("protect")?;
+    // Dropped before the namespace: a failed run must not leave a finalizer that keeps
+    // the namespace Terminating.
+    let _unprotect = ClearFinalizers {
+        ns: ns.name.clone(),
+        cloneset: "kept",
+    };
+    let _ctl = ControllerProcess::start_with(
+        &ns.name,
+        &["--feature-gates=ResourcesDeletionProtection=true"],
+    )?;
+    let manifest = sample_cloneset("kept", 1, &image("v1"), "ReCreate").replace(
+        "  labels:\n    app: kept\n  name: kept\n",
+        "  labels:\n    app: kept\n    policy.kruise.io/delete-protection: Always\n  name: kept\n",
+    );
+    ns.apply(&manifest)?;
+    wait_for("the protection finalizer", ROLLOUT, || {
+        let cs = ns.cloneset("kept")?;
+        Ok(cs["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|x| x == "policy.kruise.io/delete-protection")))
+    })?;
+    wait_rolled_out(&ns, "kept", 1, ROLLOUT)?;
+    let pod_uid = |ns: &Namespace| -> TestResult<Vec<String>> {
+        Ok(ns
+            .pods()?
+            .values()
+            .filter(|p| !pod_terminating(p))
+            .map(|p| p["metadata"]["uid"].as_str().unwrap_or_default().to_owned())
+            .collect())
+    };
+    let before = pod_uid(&ns)?;
+    assert_eq!(before.len(), 1);
+
+    // A v1.20 server accepts the DELETE (no ValidatingAdmissionPolicy); the finalizer holds
+    // the CloneSet, and background propagation leaves its pods alone meanwhile.
+    ns.kubectl(&["delete", "cloneset", "kept", "--wait=false"])?;
+    wait_for("a DeletionProtected Warning event", ROLLOUT, || {
+        Ok(ns.events()?.iter().any(|e| {
+            e["type"] == "Warning"
+                && e["reason"] == "DeletionProtected"
+                && e["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("policy.kruise.io/delete-protection=Always"))
+        }))
+    })?;
+    let cs = ns.cloneset("kept")?;
+    assert!(!cs["metadata"]["deletionTimestamp"].is_null());
+    assert_eq!(
+        pod_uid(&ns)?,
+        before,
+        "the pod stays while the deletion is held"
+    );
+
+    // Without the label the finalizer goes, and so do the CloneSet and its pod.
+    ns.kubectl(&[
+        "label",
+        "cloneset",
+        "kept",
+        "policy.kruise.io/delete-protection-",
+    ])?;
+    wait_for("the CloneSet to be gone", ROLLOUT, || {
+        Ok(ns.kubectl(&["get", "cloneset", "kept"]).is_err())
+    })?;
+    wait_for("its pod to be deleted", ROLLOUT, || {
+        Ok(pod_uid(&ns)?.is_empty())
+    })?;
+    Ok(())
+}
+
+/// Removes every finalizer of a CloneSet on drop (test cleanup).
+struct ClearFinalizers {
+    ns: String,
+    cloneset: &'static str,
+}
+
+impl Drop for ClearFinalizers {
+    fn drop(&mut self) {
+        let _ = kubectl(
+            &[
+                "-n",
+                &self.ns,
+                "patch",
+                "cloneset",
+                self.cloneset,
+                "--type",
+                "merge",
+                "-p",
+                r#"{"metadata":{"finalizers":null}}"#,
+            ],
+            None,
+        );
+    }
 }

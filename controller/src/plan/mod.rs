@@ -27,6 +27,7 @@ pub mod instance_ids;
 pub mod lifecycle;
 pub mod model;
 pub mod predownload;
+pub mod protection;
 pub mod quantity;
 pub mod revision;
 mod run;

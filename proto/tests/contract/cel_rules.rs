@@ -103,7 +103,7 @@ struct Outcome {
 /// The CEL value of `value` as the API server builds it for a node of `schema`: objects
 /// with declared properties expose only those (unknown fields are pruned or, under
 /// `x-kubernetes-preserve-unknown-fields`, invisible to CEL), maps expose every entry.
-fn to_cel(value: &Value, schema: &Value) -> cel::Value {
+pub fn to_cel(value: &Value, schema: &Value) -> cel::Value {
     match value {
         Value::Null => cel::Value::Null,
         Value::Bool(b) => cel::Value::Bool(*b),
@@ -160,7 +160,7 @@ fn type_of(value: cel::Value) -> Result<cel::Value, cel::ExecutionError> {
     Ok(type_token(name))
 }
 
-fn base_context() -> Context<'static> {
+pub fn base_context() -> Context<'static> {
     let mut ctx = Context::default().with_all();
     ctx.add_function("type", type_of);
     for name in [

@@ -8,6 +8,7 @@
 mod cel_rules;
 mod crd_files;
 mod defaults;
+mod delete_protection;
 mod docs_yaml;
 mod schema_check;
 mod serde_types;
