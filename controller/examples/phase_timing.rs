@@ -48,7 +48,7 @@ fn main() {
             current_revision: revisions.current_revision.clone(),
             resolved: diffs::resolve(snapshot.cloneset),
         };
-        let d = diffs::calculate(&ctx);
+        let d = diffs::calculate(&ctx, false);
         let t3 = Instant::now();
         let _ = black_box(housekeeping::pvc_cleanup(&ctx));
         let scaled = scale::plan_scale(&ctx, &d);

@@ -17,7 +17,7 @@ use inplace_proto::CloneSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::watcher;
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::discovery::ServerCapabilities;
@@ -46,6 +46,9 @@ pub struct Settings {
     /// `CloneSetEventHandlerOptimization`: only pod updates that matter trigger a
     /// reconcile ([`crate::pod_events`]).
     pub event_handler_optimization: bool,
+    /// `ResourcesDeletionProtection`: protected CloneSets carry a finalizer
+    /// ([`crate::plan::protection`]).
+    pub deletion_protection: bool,
 }
 
 impl Default for Settings {
@@ -59,6 +62,7 @@ impl Default for Settings {
             field_manager: "inplace-controller".into(),
             plan_options: PlanOptions::default(),
             event_handler_optimization: false,
+            deletion_protection: false,
         }
     }
 }
@@ -133,6 +137,10 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context, key: &str) -> Result<Acti
         .set(i64::try_from(ctx.stores.pods.len()).unwrap_or(i64::MAX));
 
     let ns = cs.namespace().unwrap_or_default();
+    if deletion_protection(cs, ctx).await? {
+        // The finalizer changed: plan on the object that carries the change.
+        return Ok(Action::requeue(Duration::from_millis(200)));
+    }
     if cs.metadata.deletion_timestamp.is_some() {
         // Pods, PVCs and revisions carry owner references: the garbage collector removes them.
         ctx.expectations.forget(key);
@@ -170,9 +178,12 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context, key: &str) -> Result<Acti
         return Ok(Action::requeue(wait.max(Duration::from_millis(200))));
     }
 
-    if let Some(message) = selector_template_mismatch(cs) {
-        // Every pod made would fall outside the selector and be made again, forever (the
-        // reference's webhook refuses such a CloneSet; v1.20 has no CEL to do it here).
+    let violations = crate::plan::validate::cloneset(cs);
+    if !violations.is_empty() {
+        // What the CRD's CEL rules (dropped by servers before 1.25) or the reference's
+        // webhook refuse is reported, and nothing is done for this CloneSet: e.g. a
+        // template outside its own selector would make pods that never belong to it.
+        let message = crate::plan::validate::summary(&violations);
         crate::status_writer::write_invalid(ctx, cs, &message).await?;
         return Ok(Action::requeue(ctx.settings.resync));
     }
@@ -230,13 +241,42 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context, key: &str) -> Result<Acti
     Ok(Action::requeue(next))
 }
 
-/// Why the pods `cs` makes would not match its own selector, if they would not.
-fn selector_template_mismatch(cs: &CloneSet) -> Option<String> {
-    let selector = crate::plan::selector::Selector::parse(&cs.spec.selector).ok()?;
-    let requirement = selector.first_mismatch(&cs.spec.template.labels())?;
-    Some(format!(
-        "spec.selector does not match the template's labels ({requirement} is not satisfied): pods made from the template would not belong to the CloneSet"
-    ))
+/// Applies the deletion-protection step of `cs` ([`crate::plan::protection`]): adds or
+/// removes the finalizer (true when it did), or reports a held deletion.
+async fn deletion_protection(cs: &CloneSet, ctx: &Context) -> Result<bool, Error> {
+    use crate::plan::protection::{self, Step};
+    let step = protection::decide(cs, ctx.settings.deletion_protection);
+    if let Step::Held { message } = &step {
+        ctx.events.send(crate::events::Note {
+            regarding: cs.object_ref(&()),
+            related: None,
+            warning: true,
+            reason: protection::REASON_HELD.to_owned(),
+            action: "Delete".to_owned(),
+            message: message.clone(),
+        });
+        info!(%message, "deletion held");
+        return Ok(false);
+    }
+    let Some(finalizers) = protection::finalizers_after(cs, &step) else {
+        return Ok(false);
+    };
+    // resourceVersion makes the merge patch conditional: the list is written whole.
+    let body = serde_json::json!({"metadata": {
+        "finalizers": finalizers,
+        "resourceVersion": cs.resource_version(),
+    }});
+    let api: kube::Api<CloneSet> =
+        kube::Api::namespaced(ctx.client.clone(), &cs.namespace().unwrap_or_default());
+    let pp = kube::api::PatchParams {
+        field_manager: Some(ctx.settings.field_manager.clone()),
+        ..kube::api::PatchParams::default()
+    };
+    api.patch(&cs.name_any(), &pp, &kube::api::Patch::Merge(&body))
+        .await
+        .map_err(|e| Error::kube("write CloneSet finalizers", e))?;
+    info!(?step, "deletion-protection finalizer updated");
+    Ok(true)
 }
 
 /// Pods of `cs`'s namespace that it may adopt (no controller) or must release (controlled
@@ -377,23 +417,6 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_template_outside_its_own_selector_is_named() -> Result<(), serde_json::Error> {
-        let cs = |selector_app: &str| -> Result<CloneSet, serde_json::Error> {
-            serde_json::from_value(serde_json::json!({
-                "apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet",
-                "metadata": {"name": "demo", "namespace": "ns"},
-                "spec": {"replicas": 1, "selector": {"matchLabels": {"app": selector_app}},
-                         "template": {"metadata": {"labels": {"app": "demo"}},
-                                      "spec": {"containers": [{"name": "m", "image": "i"}]}}},
-            }))
-        };
-        assert_eq!(selector_template_mismatch(&cs("demo")?), None);
-        let message = selector_template_mismatch(&cs("other")?).unwrap_or_default();
-        assert!(message.contains("app=other"), "{message}");
-        Ok(())
-    }
 
     #[test]
     fn backoff_grows_and_caps() {

@@ -158,7 +158,7 @@ pub async fn write_invalid(ctx: &Context, cs: &CloneSet, message: &str) -> Resul
         status,
         problems: vec![PlanProblem {
             condition: keys::CONDITION_FAILED_SCALE,
-            reason: "InvalidSpec".into(),
+            reason: crate::plan::validate::REASON.into(),
             message: message.to_owned(),
         }],
         ..Plan::default()

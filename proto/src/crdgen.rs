@@ -9,10 +9,12 @@
 //!    object in an annotation limited to 256 KiB), as are `nullable` (the reference CRDs
 //!    have none; without it the API server prunes `null`s, so "absent" is the only way to
 //!    be unset and CEL `has()` guards suffice; the `null` that `Option<enum>` adds to
-//!    `enum` goes too) and `default` (the reference's CRDs carry no defaults either;
-//!    readers apply them, see the accessor methods);
+//!    `enum` goes too) and the `default`s the derive takes from Rust's `Default` (they are
+//!    not the reference's);
 //! 3. whole-number `minimum`/`maximum` floats become integers (cosmetic);
-//! 4. keys are sorted, and the result is written as YAML by serde-saphyr.
+//! 4. the reference's defaults of [`crate::defaults`] are placed at their paths (an
+//!    unknown path is an error here too);
+//! 5. keys are sorted, and the result is written as YAML by serde-saphyr.
 //!
 //! The CRDs stay acceptable to a v1.20 API server: structural schemas, nothing newer than
 //! 1.20 except `x-kubernetes-validations` (which 1.20 drops). Note that a v1.20-era
@@ -25,6 +27,7 @@ use std::fmt::Write as _;
 use kube::CustomResourceExt;
 use serde_json::{Map, Value};
 
+use crate::defaults::{self, SchemaDefault};
 use crate::validation::{self, CelRule, KeywordValue, SchemaKeyword};
 use crate::{CloneSet, ContainerRecreateRequest, ImagePullJob, NodeImage};
 
@@ -95,6 +98,7 @@ struct Source {
     crd: Value,
     rules: &'static [CelRule],
     keywords: &'static [SchemaKeyword],
+    defaults: &'static [SchemaDefault],
 }
 
 fn sources() -> Result<Vec<Source>, CrdGenError> {
@@ -103,21 +107,25 @@ fn sources() -> Result<Vec<Source>, CrdGenError> {
             crd: serde_json::to_value(CloneSet::crd())?,
             rules: validation::CLONESET_RULES,
             keywords: validation::CLONESET_KEYWORDS,
+            defaults: defaults::CLONESET_DEFAULTS,
         },
         Source {
             crd: serde_json::to_value(ImagePullJob::crd())?,
             rules: validation::IMAGEPULLJOB_RULES,
             keywords: validation::IMAGEPULLJOB_KEYWORDS,
+            defaults: defaults::IMAGEPULLJOB_DEFAULTS,
         },
         Source {
             crd: serde_json::to_value(NodeImage::crd())?,
             rules: validation::NODEIMAGE_RULES,
             keywords: validation::NODEIMAGE_KEYWORDS,
+            defaults: defaults::NODEIMAGE_DEFAULTS,
         },
         Source {
             crd: serde_json::to_value(ContainerRecreateRequest::crd())?,
             rules: validation::CRR_RULES,
             keywords: validation::CRR_KEYWORDS,
+            defaults: defaults::CRR_DEFAULTS,
         },
     ])
 }
@@ -141,6 +149,7 @@ fn process(source: Source) -> Result<GeneratedCrd, CrdGenError> {
         mut crd,
         rules,
         keywords,
+        defaults,
     } = source;
     let kind = crd
         .pointer("/spec/names/kind")
@@ -196,6 +205,11 @@ fn process(source: Source) -> Result<GeneratedCrd, CrdGenError> {
         }
     }
     clean_schema(schema);
+    for d in defaults {
+        if let Value::Object(map) = resolve(schema, &kind, d.path)? {
+            map.insert("default".to_owned(), d.value.to_json());
+        }
+    }
 
     Ok(GeneratedCrd {
         file_name: format!("{group}_{plural}.yaml"),

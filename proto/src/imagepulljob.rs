@@ -5,10 +5,10 @@
 //! in JSON `matchLabels`/`matchExpressions` sit directly under those keys; the structs
 //! here flatten them the same way.
 //!
-//! Defaults are not written into the object (the reference defaults them in a mutating
-//! webhook, which inplace does not have): the accessor methods on [`ImagePullJob`] apply
-//! them when read. Constraints that the schema cannot express as keywords are CEL rules in
-//! [`crate::validation`].
+//! The reference's webhook defaults are CRD `default:`s ([`crate::defaults`]); the
+//! accessor methods on [`ImagePullJob`] apply the same values when a field is absent (an
+//! object read from a file, or stored before the CRD had them). Constraints that the
+//! schema cannot express as keywords are CEL rules in [`crate::validation`].
 
 use std::collections::BTreeMap;
 

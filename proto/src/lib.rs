@@ -5,6 +5,7 @@
 pub mod cloneset;
 pub mod crdgen;
 pub mod crr;
+pub mod defaults;
 pub mod downward;
 pub mod imagepulljob;
 pub mod inplace_state;

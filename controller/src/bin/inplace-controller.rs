@@ -177,6 +177,7 @@ async fn run_controller() -> anyhow::Result<()> {
     tracing_subscriber::fmt().with_env_filter(filter).init();
 
     let gates = feature_gates(&args)?;
+    gates.log_notes();
     let mut options = gates.plan;
     let client = client(&args)
         .await
@@ -271,6 +272,7 @@ async fn run_controller() -> anyhow::Result<()> {
         api_parallelism: args.api_parallelism.max(1),
         plan_options: options,
         event_handler_optimization: gates.event_handler_optimization,
+        deletion_protection: gates.deletion_protection,
         ..Settings::default()
     };
 

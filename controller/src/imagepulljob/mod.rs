@@ -11,6 +11,7 @@
 //! [`POD_SELECTOR_RESYNC`], so pods that land on new nodes are picked up within that
 //! bound (node changes and the job's own NodeImages still wake it at once).
 
+pub mod lifecycle;
 pub mod plan;
 
 use std::collections::BTreeMap;

@@ -193,7 +193,11 @@ struct Counts {
 /// (e.g. replicas 4, partition 3, maxSurge 1, one specified-delete pod on the update
 /// revision: 3 old pods and 1 new replacement are created, 2 new pods exist until the
 /// specified one is deleted). This is the reference's arithmetic, kept as is.
-pub fn calculate(ctx: &PlanContext<'_>) -> Diffs {
+///
+/// `scaling` selects how a pod is judged new: by [`PlanContext::is_updated_for_scale`]
+/// for the scale step, by [`PlanContext::is_updated`] for the update step (they differ
+/// only with `PreparingUpdateAsUpdate`, as in the reference).
+pub fn calculate(ctx: &PlanContext<'_>, scaling: bool) -> Diffs {
     let resolved = ctx.resolved;
     let replicas = i64::from(resolved.replicas);
     let partition = i64::from(resolved.partition);
@@ -205,11 +209,12 @@ pub fn calculate(ctx: &PlanContext<'_>) -> Diffs {
 
     let (mut new, mut old) = (Counts::default(), Counts::default());
     for pod in ctx.active_pods() {
-        let side = if ctx.is_updated(pod) {
-            &mut new
+        let new_side = if scaling {
+            ctx.is_updated_for_scale(pod)
         } else {
-            &mut old
+            ctx.is_updated(pod)
         };
+        let side = if new_side { &mut new } else { &mut old };
         side.total += 1;
         if pod.lifecycle == Some(LifecycleState::PreparingDelete) {
             side.preparing_delete += 1;
@@ -453,7 +458,7 @@ mod tests {
     }
 
     fn diffs(f: &Fixture) -> Diffs {
-        calculate(&f.ctx())
+        calculate(&f.ctx(), false)
     }
 
     fn olds(n: usize) -> Vec<PodBuilder> {
@@ -524,6 +529,59 @@ mod tests {
         assert_eq!(d.scale_down, 2);
         // maxUnavailable 20% of 3 → 1, plus 2 extra pods, none unavailable.
         assert_eq!(d.delete_ready_limit, 3);
+    }
+
+    /// `PreparingUpdateAsUpdate` (reference `IsPodUpdate`): a PreparingUpdate pod of the
+    /// old revision counts as updated when scaling, not when updating.
+    #[test]
+    fn preparing_update_as_update_table() {
+        // (partition, gate, scaling) -> (scale_up, scale_up_old_revision, update)
+        let cases = [
+            // Gate off: 3 old pods fill partition 3, the missing pod is new.
+            (3, false, true, (1, 0, 0)),
+            // Gate on: the PreparingUpdate pod is about to be new, so only 2 old pods
+            // count against partition 3: the missing pod is created on the old revision.
+            (3, true, true, (1, 1, 0)),
+            // The update step counts by label either way.
+            (3, true, false, (1, 0, 0)),
+            // Partition 2: one of the 3 old pods is to move; with the gate the
+            // PreparingUpdate pod already counts as that one.
+            (2, false, true, (1, 0, 1)),
+            (2, true, true, (1, 0, 0)),
+            (2, true, false, (1, 0, 1)),
+        ];
+        for (partition, gate, scaling, want) in cases {
+            let mut pods = olds(3);
+            pods[0] = pod("demo-o0", "demo-old").lifecycle("PreparingUpdate");
+            let mut f = fixture(
+                json!({"replicas": 4, "updateStrategy": {"partition": partition}}),
+                pods,
+            );
+            f.options.preparing_update_as_update = gate;
+            let d = calculate(&f.ctx(), scaling);
+            assert_eq!(
+                (d.scale_up, d.scale_up_old_revision, d.update),
+                want,
+                "partition {partition}, gate {gate}, scaling {scaling}"
+            );
+        }
+        // Scale down: with the gate the PreparingUpdate pod is on the new side, so fewer
+        // old pods are to go.
+        for (gate, want) in [(false, (1, 1)), (true, (1, 0))] {
+            let mut pods = olds(3);
+            pods[0] = pod("demo-o0", "demo-old").lifecycle("PreparingUpdate");
+            let mut f = fixture(
+                json!({"replicas": 2, "updateStrategy": {"partition": 2}}),
+                pods,
+            );
+            f.options.preparing_update_as_update = gate;
+            let d = calculate(&f.ctx(), true);
+            assert_eq!(
+                (d.scale_down, d.scale_down_old_revision),
+                want,
+                "gate {gate}"
+            );
+        }
     }
 
     #[test]

@@ -27,6 +27,7 @@ pub mod instance_ids;
 pub mod lifecycle;
 pub mod model;
 pub mod predownload;
+pub mod protection;
 pub mod quantity;
 pub mod revision;
 mod run;
@@ -36,6 +37,7 @@ pub mod stall;
 pub mod status;
 pub mod update;
 pub mod update_order;
+pub mod validate;
 pub mod victims;
 
 pub use model::*;

@@ -33,6 +33,10 @@ pub struct PlanOptions {
     /// `PreDownloadImageForInPlaceUpdate`: pre-pull the new images of an in-place update
     /// on the nodes of old pods through ImagePullJobs ([`super::predownload`]).
     pub pre_download_image: bool,
+    /// `PreparingUpdateAsUpdate`: while scaling, a pod in lifecycle state PreparingUpdate
+    /// counts as on the update revision (it is about to be updated); the update step
+    /// still counts it by its revision label ([`PlanContext::is_updated_for_scale`]).
+    pub preparing_update_as_update: bool,
     /// Use this revision name as the update revision instead of computing it.
     pub update_revision_override: Option<String>,
     /// Use this revision name as the current revision instead of `status.currentRevision`.
@@ -560,6 +564,15 @@ impl<'a> PlanContext<'a> {
     pub fn is_updated(&self, pod: &PodFacts) -> bool {
         pod.revision
             .is_some_and(|label| revision_matches(label, &self.update_revision))
+    }
+
+    /// [`Self::is_updated`] as the scale step sees it: with `PreparingUpdateAsUpdate`, a
+    /// pod in PreparingUpdate counts as updated too (the reference's `IsPodUpdate`, used
+    /// for the scale arithmetic and for splitting scale-down victims by revision).
+    pub fn is_updated_for_scale(&self, pod: &PodFacts) -> bool {
+        (self.options().preparing_update_as_update
+            && pod.lifecycle == Some(LifecycleState::PreparingUpdate))
+            || self.is_updated(pod)
     }
 }
 

@@ -50,19 +50,28 @@ pub fn plan(snapshot: Snapshot<'_>) -> Result<Plan, PlanError> {
         current_revision: revisions.current_revision.clone(),
         resolved,
     };
-    let diffs = diffs::calculate(&ctx);
+    // The scale step and the update step judge "updated" differently only with
+    // `PreparingUpdateAsUpdate`; the diffs reported are those of the step that ran.
+    let update_diffs = diffs::calculate(&ctx, false);
+    let scale_diffs = if ctx.options().preparing_update_as_update {
+        diffs::calculate(&ctx, true)
+    } else {
+        update_diffs
+    };
+    let mut reported = update_diffs;
 
     let mut actions = housekeeping::pvc_cleanup(&ctx);
     let mut problems = Vec::new();
     let mut requeue_after = None;
     if cloneset.metadata.deletion_timestamp.is_none() {
-        let scale_actions = scale::plan_scale(&ctx, &diffs);
+        let scale_actions = scale::plan_scale(&ctx, &scale_diffs);
         if scale_actions.is_empty() {
-            let step = update::plan_update(&ctx, &diffs);
+            let step = update::plan_update(&ctx, &update_diffs);
             actions.extend(step.actions);
             problems.extend(step.problems);
             requeue_after = step.requeue_after;
         } else {
+            reported = scale_diffs;
             actions.extend(scale_actions);
         }
     }
@@ -74,7 +83,7 @@ pub fn plan(snapshot: Snapshot<'_>) -> Result<Plan, PlanError> {
 
     Ok(Plan {
         resolved,
-        diffs,
+        diffs: reported,
         revisions,
         actions,
         status,

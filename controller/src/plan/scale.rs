@@ -109,8 +109,9 @@ pub fn plan_scale(ctx: &PlanContext<'_>, diffs: &Diffs) -> Vec<Action> {
 
     // 5. scale in
     if diffs.scale_down > 0 && planned_deletions == 0 {
-        let (updated, not_updated): (Vec<usize>, Vec<usize>) =
-            active.iter().partition(|&&i| ctx.is_updated(&ctx.pods[i]));
+        let (updated, not_updated): (Vec<usize>, Vec<usize>) = active
+            .iter()
+            .partition(|&&i| ctx.is_updated_for_scale(&ctx.pods[i]));
         let total = usize::try_from(diffs.scale_down).unwrap_or(0);
         let old_first = usize::try_from(diffs.scale_down_old_revision).unwrap_or(0);
         let chosen = victims::choose(ctx, total, old_first, &not_updated, &updated);
@@ -222,7 +223,7 @@ mod tests {
 
     fn run(f: &Fixture) -> Vec<Action> {
         let ctx = f.ctx();
-        plan_scale(&ctx, &calculate(&ctx))
+        plan_scale(&ctx, &calculate(&ctx, true))
     }
 
     fn news(n: usize) -> Vec<PodBuilder> {
@@ -312,6 +313,27 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    /// `PreparingUpdateAsUpdate`: scale-in splits victims by revision with PreparingUpdate
+    /// pods on the updated side, so the partition's old pods are kept and the pod about
+    /// to be updated goes.
+    #[test]
+    fn preparing_update_as_update_moves_the_pod_to_the_updated_side_for_scale_in() {
+        for (gate, victim) in [(false, "demo-o1"), (true, "demo-o0")] {
+            let pods = vec![
+                pod("demo-o0", "demo-old").lifecycle("PreparingUpdate"),
+                pod("demo-o1", "demo-old").not_ready(),
+                pod("demo-o2", "demo-old"),
+            ];
+            let mut f = fixture(
+                json!({"replicas": 2, "updateStrategy": {"partition": 2, "maxUnavailable": 2}}),
+                pods,
+            );
+            f.current_revision = "demo-old".into();
+            f.options.preparing_update_as_update = gate;
+            assert_eq!(deleted(&run(&f)), [victim], "gate {gate}");
+        }
     }
 
     #[test]

@@ -103,7 +103,7 @@ struct Outcome {
 /// The CEL value of `value` as the API server builds it for a node of `schema`: objects
 /// with declared properties expose only those (unknown fields are pruned or, under
 /// `x-kubernetes-preserve-unknown-fields`, invisible to CEL), maps expose every entry.
-fn to_cel(value: &Value, schema: &Value) -> cel::Value {
+pub fn to_cel(value: &Value, schema: &Value) -> cel::Value {
     match value {
         Value::Null => cel::Value::Null,
         Value::Bool(b) => cel::Value::Bool(*b),
@@ -160,7 +160,7 @@ fn type_of(value: cel::Value) -> Result<cel::Value, cel::ExecutionError> {
     Ok(type_token(name))
 }
 
-fn base_context() -> Context<'static> {
+pub fn base_context() -> Context<'static> {
     let mut ctx = Context::default().with_all();
     ctx.add_function("type", type_of);
     for name in [
@@ -250,10 +250,19 @@ pub fn cel_failures(schema: &Value, value: &Value, old: Option<&Value>) -> Vec<(
     out
 }
 
+/// Validates `case` as the API server does: the CRD's defaults applied first (to the old
+/// object too: the server defaults what it reads from etcd).
 fn evaluate(kind: &str, case: &Case) -> Outcome {
     let schema = super::schema(kind);
-    let new = super::merge(base(kind), &case.new);
-    let old = case.old.as_ref().map(|o| super::merge(base(kind), o));
+    let defaulted = |mut v: Value| {
+        inplace_proto::defaults::apply(schema, &mut v);
+        v
+    };
+    let new = defaulted(super::merge(base(kind), &case.new));
+    let old = case
+        .old
+        .as_ref()
+        .map(|o| defaulted(super::merge(base(kind), o)));
     let cel = cel_failures(schema, &new, old.as_ref());
     let mut schema_found = schema_check::violations(schema, &new);
     if let Some(old) = &old {

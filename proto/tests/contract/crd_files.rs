@@ -71,11 +71,12 @@ fn crds_fit_the_last_applied_annotation() {
     }
 }
 
+/// `default` is allowed, but only the reference's (tested in `defaults`).
 #[test]
 fn no_descriptions_in_schemas() {
     for crd in super::generated() {
         for node in super::schema_nodes(crd.schema().expect("schema")) {
-            for key in ["description", "title", "nullable", "default"] {
+            for key in ["description", "title", "nullable"] {
                 assert!(
                     node.node.get(key).is_none(),
                     "{}: `{key}` left at {}",

@@ -1,12 +1,14 @@
 //! Tests of the API contract: the generated CRDs (committed files, structure for a v1.20
 //! API server, every CEL rule evaluated offline), the reference documentation's YAML
-//! round-tripping through the types, and the serde of the types.
+//! round-tripping through the types, the defaults the CRDs carry, and the serde of the types.
 //!
 //! One test binary with modules, to link the dependencies once.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod cel_rules;
 mod crd_files;
+mod defaults;
+mod delete_protection;
 mod docs_yaml;
 mod schema_check;
 mod serde_types;

@@ -16,6 +16,8 @@ const NEUTRAL: &[&str] = &[
     "x-kubernetes-int-or-string",
     "x-kubernetes-list-map-keys",
     "x-kubernetes-validations",
+    // Applied before validation (`inplace_proto::defaults::apply`), validates nothing.
+    "default",
 ];
 
 /// Validating keywords this checker implements.
