@@ -100,6 +100,11 @@ impl Metrics {
             "Status writes to the API server",
             m.status_writes.clone(),
         );
+        r.register(
+            "runtime_events",
+            "containerd events received (they wake the image puller and the in-place executor)",
+            m.runtime_events.clone(),
+        );
         m
     }
 
@@ -110,5 +115,53 @@ impl Metrics {
 
     pub fn result(r: &str) -> ResultLabel {
         ResultLabel { result: r.into() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every metric the daemon updates is exported (one was once incremented and never
+    /// registered).
+    #[test]
+    fn every_metric_is_exported() -> Result<(), std::fmt::Error> {
+        let mut registry = Registry::default();
+        let m = Metrics::new(&mut registry);
+        m.pulls_in_flight.set(1);
+        m.pulls.get_or_create(&Metrics::result("ok")).inc();
+        m.pull_duration
+            .get_or_create(&Metrics::result("ok"))
+            .observe(1.0);
+        m.pull_retries.inc();
+        m.restarts
+            .get_or_create(&ReasonLabel {
+                reason: "crr".into(),
+            })
+            .inc();
+        m.inplace_completed.inc();
+        m.crr_phases
+            .get_or_create(&PhaseLabel {
+                phase: "Completed".into(),
+            })
+            .inc();
+        m.status_writes.get_or_create(&Metrics::result("ok")).inc();
+        m.runtime_events.inc();
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry)?;
+        for name in [
+            "inplace_daemon_image_pulls_in_flight 1",
+            "inplace_daemon_image_pulls_total{result=\"ok\"} 1",
+            "inplace_daemon_image_pull_duration_seconds_count{result=\"ok\"} 1",
+            "inplace_daemon_image_pull_retries_total 1",
+            "inplace_daemon_container_restarts_total{reason=\"crr\"} 1",
+            "inplace_daemon_inplace_updates_completed_total 1",
+            "inplace_daemon_crr_phase_transitions_total{phase=\"Completed\"} 1",
+            "inplace_daemon_status_writes_total{result=\"ok\"} 1",
+            "inplace_daemon_runtime_events_total 1",
+        ] {
+            assert!(text.contains(name), "{name} missing from:\n{text}");
+        }
+        Ok(())
     }
 }
