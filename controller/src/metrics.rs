@@ -199,8 +199,19 @@ impl Metrics {
             ));
     }
 
-    /// Drops the per-CloneSet series of a deleted CloneSet.
+    /// Drops every per-CloneSet series of a deleted CloneSet (counters too: a CloneSet
+    /// created again under the same name starts from zero, as a restarted process would).
     pub fn forget(&self, labels: &CloneSetLabels) {
+        for counters in [
+            &self.reconciles,
+            &self.reconciles_skipped_expectations,
+            &self.pods_created,
+            &self.pods_deleted,
+            &self.pods_updated_in_place,
+            &self.pods_recreated,
+        ] {
+            counters.remove(labels);
+        }
         self.rollout_replicas.remove(labels);
         self.rollout_updated_replicas.remove(labels);
         self.rollout_updated_ready_replicas.remove(labels);
@@ -309,6 +320,33 @@ mod tests {
         assert!(text.contains("inplace_pods_created_total{namespace=\"ns\",cloneset=\"demo\"} 1"));
         assert!(text.contains("inplace_expectation_timeouts_total{kind=\"pod_create\"} 1"));
         assert!(text.contains("inplace_reconcile_duration_seconds_bucket"));
+        Ok(())
+    }
+
+    #[test]
+    fn a_deleted_clonesets_series_are_all_removed() -> Result<(), std::fmt::Error> {
+        let m = Metrics::new();
+        let gone = CloneSetLabels::new("ns", "gone");
+        let kept = CloneSetLabels::new("ns", "kept");
+        for l in [&gone, &kept] {
+            for counters in [
+                &m.reconciles,
+                &m.reconciles_skipped_expectations,
+                &m.pods_created,
+                &m.pods_deleted,
+                &m.pods_updated_in_place,
+                &m.pods_recreated,
+            ] {
+                counters.get_or_create(l).inc();
+            }
+            m.rollout_replicas.get_or_create(l).set(1);
+        }
+        m.forget(&gone);
+        let text = m.encode()?;
+        assert!(!text.contains("cloneset=\"gone\""), "{text}");
+        assert!(
+            text.contains("inplace_pods_recreated_total{namespace=\"ns\",cloneset=\"kept\"} 1")
+        );
         Ok(())
     }
 }
