@@ -444,7 +444,9 @@ fn report_stall(
     out: &mut Refresh,
     stalled: &mut Vec<(&'static str, String)>,
 ) {
-    let reported = pod.in_place_update_reason == reason && pod.in_place_update_message == message;
+    let reported = pod.in_place_condition.is_some_and(|c| {
+        c.reason.as_deref() == Some(reason) && c.message.as_deref() == Some(message.as_str())
+    });
     if pod.in_place_update_ready == Some(false) && !reported {
         out.actions.push(Action::ReportInPlaceStall {
             pod: pod.name.to_owned(),

@@ -11,7 +11,9 @@ use inplace_proto::{
     CloneSet, CloneSetStatus, InPlaceUpdateGrace, InPlaceUpdateState, LifecycleState,
 };
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::{Container, ContainerStatus, Node, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerStatus, Node, PersistentVolumeClaim, Pod, PodCondition,
+};
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
@@ -113,10 +115,10 @@ pub struct PodFacts<'a> {
     pub in_place_grace: Option<Box<InPlaceUpdateGrace>>,
     /// Status of the `InPlaceUpdateReady` condition: None when the pod has no such condition.
     pub in_place_update_ready: Option<bool>,
-    /// Reason and message of the `InPlaceUpdateReady` condition (empty when absent): a
-    /// stalled update is reported there once, not on every plan.
-    pub in_place_update_reason: &'a str,
-    pub in_place_update_message: &'a str,
+    /// The `InPlaceUpdateReady` condition itself (a stalled update is reported in its
+    /// reason and message once, not on every plan). A pointer, not the two strings: every
+    /// step of a plan re-reads the facts of every pod, so their size is its speed.
+    pub in_place_condition: Option<&'a PodCondition>,
     /// Raw `lifecycle.apps.kruise.io/timestamp`; see [`PodFacts::lifecycle_since`].
     pub lifecycle_timestamp: Option<&'a str>,
     /// `spec.containers`.
@@ -257,12 +259,7 @@ impl<'a> PodFacts<'a> {
                 .and_then(|raw| serde_json::from_str(raw).ok())
                 .map(Box::new),
             in_place_update_ready: in_place_condition.map(|c| c.status == "True"),
-            in_place_update_reason: in_place_condition
-                .and_then(|c| c.reason.as_deref())
-                .unwrap_or_default(),
-            in_place_update_message: in_place_condition
-                .and_then(|c| c.message.as_deref())
-                .unwrap_or_default(),
+            in_place_condition,
             lifecycle_timestamp,
             container_specs: pod.spec.as_ref().map_or(&[], |s| s.containers.as_slice()),
             container_statuses,
