@@ -86,8 +86,11 @@ fn strings(v: &Value) -> Vec<String> {
 fn kustomizations_list_every_object_file() {
     let top = parse_one(&deploy_dir().join("kustomization.yaml"));
     let bases: BTreeSet<String> = strings(&top["bases"]).into_iter().collect();
-    for dir in ["crds", "controller", "daemon", "pdb"] {
-        assert!(bases.contains(dir), "deploy/kustomization.yaml lacks {dir}");
+    for dir in ["crds", "controller", "daemon", "pdb", "pdb-v1beta1"] {
+        assert!(
+            dir == "pdb-v1beta1" || bases.contains(dir),
+            "deploy/kustomization.yaml lacks {dir}"
+        );
         let kust = ["Kustomization", "kustomization.yaml"]
             .iter()
             .map(|n| deploy_dir().join(dir).join(n))
@@ -108,16 +111,28 @@ fn kustomizations_list_every_object_file() {
             kust.display()
         );
     }
-    // The 1.20 variant takes the same bases.
+    // The 1.20 variant takes the same bases but for the PodDisruptionBudget's.
     let old = parse_one(&deploy_dir().join("k8s-1.20/kustomization.yaml"));
     let old_bases: BTreeSet<String> = strings(&old["bases"])
         .into_iter()
-        .map(|b| b.trim_start_matches("../").to_string())
+        .map(|b| b.trim_start_matches("../").replace("pdb-v1beta1", "pdb"))
         .collect();
     assert_eq!(
         old_bases, bases,
         "deploy/k8s-1.20 takes other bases than deploy/"
     );
+}
+
+/// deploy/pdb-v1beta1 (Kubernetes 1.20) is deploy/pdb in another API version, nothing else.
+#[test]
+fn the_1_20_pod_disruption_budget_differs_only_in_its_version() {
+    let mut current = parse_one(&deploy_dir().join("pdb/pdb.yaml"));
+    let mut old = parse_one(&deploy_dir().join("pdb-v1beta1/pdb.yaml"));
+    assert_eq!(current["apiVersion"], "policy/v1");
+    assert_eq!(old["apiVersion"], "policy/v1beta1");
+    current["apiVersion"] = Value::Null;
+    old["apiVersion"] = Value::Null;
+    assert_eq!(current, old);
 }
 
 fn workload(file: &str, kind: &str) -> Value {
