@@ -1,11 +1,13 @@
 //! The manifests under `deploy/`: every plain YAML document parses and names a kind and an
-//! apiVersion, the Helm chart's `crds/` equals `deploy/crds/` byte for byte, and the
-//! ClusterRoles grant what each binary calls (tables below, read from the code).
+//! apiVersion, the kustomizations take every object file, the Helm chart's `crds/` equals
+//! `deploy/crds/` byte for byte, the ClusterRoles grant what each binary calls (tables below,
+//! read from the code), and the controller Deployment and daemon DaemonSet keep their HA and
+//! least-privilege settings.
 //!
-//! Helm templates (`deploy/chart/*/templates/`) are not parsed and not rendered: no `helm`
-//! binary is available to the test suite.
+//! Helm templates (`deploy/chart/*/templates/`) are not parsed here: `tests/chart/check`
+//! renders them (no `helm` binary is available) and compares them with the kustomize output.
 //!
-//! The server-side dry run needs the test bed:
+//! The server-side dry run (of `kubectl kustomize deploy/k8s-1.20`) needs the test bed:
 //!
 //! ```text
 //! INPLACE_TESTBED_KUBECONFIG=/var/tmp/inplace-testbed/kubeconfig \
