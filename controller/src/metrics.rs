@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::Duration;
 
 use axum::Router;
@@ -219,6 +219,44 @@ impl Metrics {
     }
 }
 
+/// Where a replica is in its life, for `/readyz`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Phase {
+    /// Not yet talking to the API server / not yet in the leader election.
+    #[default]
+    Starting = 0,
+    /// In the election, waiting for the lease: it serves (it can take over at once).
+    Standby = 1,
+    /// Holds the lease (or runs without an election) and reconciles.
+    Leading = 2,
+}
+
+impl Phase {
+    fn from_u8(v: u8) -> Self {
+        match v {
+            1 => Self::Standby,
+            2 => Self::Leading,
+            _ => Self::Starting,
+        }
+    }
+}
+
+/// What `/readyz` answers: `(ready, reason)`.
+///
+/// Every replica that serves is ready, a standby included: a Deployment of N replicas
+/// becomes Available, a rolling update proceeds and a PodDisruptionBudget counts the
+/// standbys. Only the leader reconciles, and it is ready once its caches are synced.
+pub fn readiness(phase: Phase, caches_synced: bool, stopping: bool) -> (bool, &'static str) {
+    match (stopping, phase, caches_synced) {
+        (true, _, _) => (false, "stopping"),
+        (false, Phase::Starting, _) => (false, "starting: not in the leader election yet"),
+        (false, Phase::Standby, _) => (true, "ok: standby, waiting for the leader lease"),
+        (false, Phase::Leading, false) => (false, "leader: caches not synced"),
+        (false, Phase::Leading, true) => (true, "ok: leader"),
+    }
+}
+
 /// Liveness and readiness flags served on `/healthz` and `/readyz`.
 #[derive(Debug, Default)]
 pub struct Health {
@@ -226,6 +264,26 @@ pub struct Health {
     pub caches_synced: AtomicBool,
     /// The process is shutting down.
     pub stopping: AtomicBool,
+    phase: AtomicU8,
+}
+
+impl Health {
+    pub fn set_phase(&self, phase: Phase) {
+        self.phase.store(phase as u8, Ordering::Relaxed);
+    }
+
+    pub fn phase(&self) -> Phase {
+        Phase::from_u8(self.phase.load(Ordering::Relaxed))
+    }
+
+    /// [`readiness`] of the current flags.
+    pub fn readiness(&self) -> (bool, &'static str) {
+        readiness(
+            self.phase(),
+            self.caches_synced.load(Ordering::Relaxed),
+            self.stopping.load(Ordering::Relaxed),
+        )
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -261,12 +319,9 @@ async fn healthz(State(state): State<HttpState>) -> impl IntoResponse {
 }
 
 async fn readyz(State(state): State<HttpState>) -> impl IntoResponse {
-    if state.health.stopping.load(Ordering::Relaxed) {
-        (StatusCode::SERVICE_UNAVAILABLE, "stopping")
-    } else if state.health.caches_synced.load(Ordering::Relaxed) {
-        (StatusCode::OK, "ok")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "caches not synced")
+    match state.health.readiness() {
+        (true, reason) => (StatusCode::OK, reason),
+        (false, reason) => (StatusCode::SERVICE_UNAVAILABLE, reason),
     }
 }
 
@@ -347,6 +402,78 @@ mod tests {
         assert!(
             text.contains("inplace_pods_recreated_total{namespace=\"ns\",cloneset=\"kept\"} 1")
         );
+        Ok(())
+    }
+
+    #[test]
+    fn readiness_table() {
+        use Phase::*;
+        // (phase, caches synced, stopping) -> ready
+        let table = [
+            (Starting, false, false, false),
+            (Starting, true, false, false),
+            (Standby, false, false, true),
+            (Standby, true, false, true),
+            (Leading, false, false, false),
+            (Leading, true, false, true),
+            (Starting, false, true, false),
+            (Standby, false, true, false),
+            (Leading, true, true, false),
+        ];
+        for (phase, synced, stopping, want) in table {
+            assert_eq!(
+                readiness(phase, synced, stopping).0,
+                want,
+                "{phase:?} synced={synced} stopping={stopping}"
+            );
+        }
+    }
+
+    #[test]
+    fn health_round_trips_the_phase() {
+        let h = Health::default();
+        assert_eq!(h.phase(), Phase::Starting);
+        assert!(!h.readiness().0);
+        h.set_phase(Phase::Standby);
+        assert_eq!(
+            h.readiness(),
+            (true, "ok: standby, waiting for the leader lease")
+        );
+        h.set_phase(Phase::Leading);
+        assert_eq!(h.readiness(), (false, "leader: caches not synced"));
+        h.caches_synced.store(true, Ordering::Relaxed);
+        assert_eq!(h.readiness(), (true, "ok: leader"));
+        h.stopping.store(true, Ordering::Relaxed);
+        assert_eq!(h.readiness(), (false, "stopping"));
+    }
+
+    #[tokio::test]
+    async fn readyz_serves_the_phase() -> Result<(), Box<dyn std::error::Error>> {
+        let health = Arc::new(Health::default());
+        let (addr, server) = serve(
+            "127.0.0.1:0".parse()?,
+            Arc::new(Metrics::new()),
+            health.clone(),
+        )
+        .await?;
+        let get = |path: &'static str| async move {
+            use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+            let mut conn = tokio::net::TcpStream::connect(addr).await?;
+            conn.write_all(
+                format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+            )
+            .await?;
+            let mut raw = String::new();
+            conn.read_to_string(&mut raw).await?;
+            Ok::<_, std::io::Error>(raw)
+        };
+        assert!(get("/readyz").await?.starts_with("HTTP/1.1 503"));
+        health.set_phase(Phase::Standby);
+        let standby = get("/readyz").await?;
+        assert!(standby.starts_with("HTTP/1.1 200"), "{standby}");
+        assert!(standby.contains("standby"), "{standby}");
+        assert!(get("/healthz").await?.starts_with("HTTP/1.1 200"));
+        server.abort();
         Ok(())
     }
 }

@@ -1,11 +1,13 @@
 //! The manifests under `deploy/`: every plain YAML document parses and names a kind and an
-//! apiVersion, the Helm chart's `crds/` equals `deploy/crds/` byte for byte, and the
-//! ClusterRoles grant what each binary calls (tables below, read from the code).
+//! apiVersion, the kustomizations take every object file, the Helm chart's `crds/` equals
+//! `deploy/crds/` byte for byte, the ClusterRoles grant what each binary calls (tables below,
+//! read from the code), and the controller Deployment and daemon DaemonSet keep their HA and
+//! least-privilege settings.
 //!
-//! Helm templates (`deploy/chart/*/templates/`) are not parsed and not rendered: no `helm`
-//! binary is available to the test suite.
+//! Helm templates (`deploy/chart/*/templates/`) are not parsed here: `tests/chart/check`
+//! renders them (no `helm` binary is available) and compares them with the kustomize output.
 //!
-//! The server-side dry run needs the test bed:
+//! The server-side dry run (of `kubectl kustomize deploy/k8s-1.20`) needs the test bed:
 //!
 //! ```text
 //! INPLACE_TESTBED_KUBECONFIG=/var/tmp/inplace-testbed/kubeconfig \
@@ -45,7 +47,8 @@ fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// Kubernetes objects: files under `deploy/` except the chart's `Chart.yaml`/`values.yaml`.
+/// Kubernetes objects: files under `deploy/` except the chart's `Chart.yaml`/`values.yaml`,
+/// kustomizations and kustomize patches (`*.patch.yaml`).
 fn object_files() -> Vec<PathBuf> {
     let mut files = Vec::new();
     yaml_files(&deploy_dir(), &mut files);
@@ -53,9 +56,122 @@ fn object_files() -> Vec<PathBuf> {
         .into_iter()
         .filter(|p| {
             let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            !(name == "Chart.yaml" || name == "values.yaml")
+            !(name == "Chart.yaml"
+                || name == "values.yaml"
+                || name == "kustomization.yaml"
+                || name.ends_with(".patch.yaml"))
         })
         .collect()
+}
+
+fn parse_one(path: &Path) -> Value {
+    let mut docs = parse_docs(path);
+    assert_eq!(docs.len(), 1, "{}: one document expected", path.display());
+    docs.remove(0)
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Every object directory is a kustomize base (`Kustomization`, no `.yaml`, so that
+/// `kubectl apply -f DIR/` and the CRD generator see only objects) that lists exactly its
+/// YAML files, and `deploy/kustomization.yaml` takes every such directory: a new file or
+/// CRD cannot be left out of `kubectl apply -k deploy/`.
+#[test]
+fn kustomizations_list_every_object_file() {
+    let top = parse_one(&deploy_dir().join("kustomization.yaml"));
+    let bases: BTreeSet<String> = strings(&top["bases"]).into_iter().collect();
+    for dir in ["crds", "controller", "daemon", "pdb", "pdb-v1beta1"] {
+        assert!(
+            dir == "pdb-v1beta1" || bases.contains(dir),
+            "deploy/kustomization.yaml lacks {dir}"
+        );
+        let kust = ["Kustomization", "kustomization.yaml"]
+            .iter()
+            .map(|n| deploy_dir().join(dir).join(n))
+            .find(|p| p.exists())
+            .unwrap_or_else(|| panic!("no kustomization in deploy/{dir}"));
+        let listed: BTreeSet<String> = strings(&parse_one(&kust)["resources"])
+            .into_iter()
+            .collect();
+        let on_disk: BTreeSet<String> = std::fs::read_dir(deploy_dir().join(dir))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".yaml") && n != "kustomization.yaml")
+            .collect();
+        assert_eq!(
+            listed,
+            on_disk,
+            "{} vs the files in deploy/{dir}",
+            kust.display()
+        );
+    }
+    // The 1.20 variant takes the same bases but for the PodDisruptionBudget's.
+    let old = parse_one(&deploy_dir().join("k8s-1.20/kustomization.yaml"));
+    let old_bases: BTreeSet<String> = strings(&old["bases"])
+        .into_iter()
+        .map(|b| b.trim_start_matches("../").replace("pdb-v1beta1", "pdb"))
+        .collect();
+    assert_eq!(
+        old_bases, bases,
+        "deploy/k8s-1.20 takes other bases than deploy/"
+    );
+}
+
+/// deploy/pdb-v1beta1 (Kubernetes 1.20) is deploy/pdb in another API version, nothing else.
+#[test]
+fn the_1_20_pod_disruption_budget_differs_only_in_its_version() {
+    let mut current = parse_one(&deploy_dir().join("pdb/pdb.yaml"));
+    let mut old = parse_one(&deploy_dir().join("pdb-v1beta1/pdb.yaml"));
+    assert_eq!(current["apiVersion"], "policy/v1");
+    assert_eq!(old["apiVersion"], "policy/v1beta1");
+    current["apiVersion"] = Value::Null;
+    old["apiVersion"] = Value::Null;
+    assert_eq!(current, old);
+}
+
+fn workload(file: &str, kind: &str) -> Value {
+    parse_docs(&deploy_dir().join(file))
+        .into_iter()
+        .find(|d| d["kind"] == kind)
+        .unwrap_or_else(|| panic!("no {kind} in deploy/{file}"))
+}
+
+/// HA: two replicas that are all Ready when they serve (the probe is /readyz, which a
+/// standby answers with 200), a surge-first rolling update, spread over nodes, and a
+/// PodDisruptionBudget over the same pods.
+#[test]
+fn controller_deployment_is_highly_available() {
+    let deploy = workload("controller/deployment.yaml", "Deployment");
+    let spec = &deploy["spec"];
+    assert!(spec["replicas"].as_i64().unwrap_or(0) >= 2);
+    assert_eq!(spec["strategy"]["rollingUpdate"]["maxUnavailable"], 0);
+    let pod = &spec["template"]["spec"];
+    let c = &pod["containers"][0];
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+    let labels = &spec["selector"]["matchLabels"];
+    let anti = &pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+        [0]["podAffinityTerm"];
+    assert_eq!(anti["topologyKey"], "kubernetes.io/hostname");
+    assert_eq!(&anti["labelSelector"]["matchLabels"], labels);
+    let pdb = workload("pdb/pdb.yaml", "PodDisruptionBudget");
+    assert_eq!(pdb["apiVersion"], "policy/v1");
+    assert_eq!(&pdb["spec"]["selector"]["matchLabels"], labels);
+    assert_eq!(
+        pdb["metadata"]["namespace"],
+        deploy["metadata"]["namespace"]
+    );
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
 }
 
 fn parse_docs(path: &Path) -> Vec<Value> {
@@ -306,13 +422,11 @@ fn daemon_cluster_role_grants_what_the_daemon_calls_and_no_more() {
 
 #[test]
 fn daemon_set_matches_the_daemon_binary() {
-    let ds = parse_docs(&deploy_dir().join("daemon/daemonset.yaml"))
-        .into_iter()
-        .find(|d| d["kind"] == "DaemonSet")
-        .expect("a DaemonSet");
+    let ds = workload("daemon/daemonset.yaml", "DaemonSet");
     let pod = &ds["spec"]["template"]["spec"];
     assert_eq!(pod["hostNetwork"], true);
     assert_eq!(pod["serviceAccountName"], "inplace-daemon");
+    assert_eq!(pod["priorityClassName"], "system-node-critical");
     assert!(
         pod["tolerations"].as_array().is_some_and(|t| t
             .iter()
@@ -326,36 +440,82 @@ fn daemon_set_matches_the_daemon_binary() {
             && e["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"),
         "NODE_NAME from the downward API"
     );
-    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
-    assert_eq!(c["livenessProbe"]["httpGet"]["port"], 10221);
-    // The socket must be reachable: either --cri-endpoint under a mounted path, or a mount
-    // of one of the daemon's auto-detection dirs (daemon/src/cri.rs DEFAULT_SOCKET_DIRS)
-    // at the same path.
-    let mounts: Vec<&str> = c["volumeMounts"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|m| m["mountPath"].as_str())
-        .collect();
-    let endpoint = c["args"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|a| a.as_str())
-        .find_map(|a| a.strip_prefix("--cri-endpoint="));
-    match endpoint {
-        Some(ep) => {
-            let path = ep.trim_start_matches("unix://");
-            assert!(
-                mounts.iter().any(|m| path.starts_with(m)),
-                "--cri-endpoint={ep} is not under a mounted path ({mounts:?})"
-            );
-        }
-        None => assert!(
-            mounts.iter().any(|m| *m == "/run" || *m == "/var/run"),
-            "no --cri-endpoint and neither /run nor /var/run is mounted ({mounts:?})"
-        ),
+    let args = strings(&c["args"]);
+    // Health and metrics on a host port of their own: kruise-daemon has 10221 and 10222.
+    let port = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--addr=0.0.0.0:"))
+        .and_then(|p| p.parse::<u16>().ok())
+        .expect("--addr=0.0.0.0:PORT");
+    assert!(
+        port != 10221 && port != 10222,
+        "port {port} clashes with kruise-daemon"
+    );
+    assert_eq!(c["ports"][0]["containerPort"], port);
+    assert_eq!(c["ports"][0]["hostPort"], port);
+    for probe in ["livenessProbe", "readinessProbe"] {
+        assert_eq!(c[probe]["httpGet"]["path"], "/healthz", "{probe}");
+        assert_eq!(c[probe]["httpGet"]["port"], port, "{probe}");
     }
+    for r in ["cpu", "memory"] {
+        assert!(
+            c["resources"]["requests"][r]
+                .as_str()
+                .is_some_and(|q| !q.starts_with('0')),
+            "a {r} request keeps the daemon from being evicted first"
+        );
+    }
+    // Least privilege: no privileged mode, no capability, non-root.
+    let sc = &c["securityContext"];
+    assert_ne!(sc["privileged"], true);
+    assert_eq!(sc["allowPrivilegeEscalation"], false);
+    assert_eq!(sc["readOnlyRootFilesystem"], true);
+    assert_eq!(
+        strings(&sc["capabilities"]["drop"]),
+        vec!["ALL".to_string()]
+    );
+    assert!(sc["capabilities"]["add"].is_null());
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_ne!(pod["securityContext"]["runAsUser"], 0);
+    // The CRI socket: --cri-endpoint under a mount of its own, read-only, that does not
+    // cover /run or /var/run (where the service-account token is mounted).
+    let endpoint = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--cri-endpoint="))
+        .expect("--cri-endpoint");
+    let path = endpoint.trim_start_matches("unix://");
+    let mounts = c["volumeMounts"].as_array().expect("volumeMounts");
+    let covers = |at: &str, p: &str| {
+        let at = at.trim_end_matches('/');
+        p == at || p.starts_with(&format!("{at}/"))
+    };
+    for m in mounts {
+        let at = m["mountPath"].as_str().unwrap_or_default();
+        assert_eq!(m["readOnly"], true, "{at} must be read-only");
+        // /var/run is a symlink to /run in distroless-style images.
+        for token in [
+            "/var/run/secrets/kubernetes.io/serviceaccount",
+            "/run/secrets/kubernetes.io/serviceaccount",
+        ] {
+            assert!(!covers(at, token), "{at} covers the service-account token");
+        }
+    }
+    let socket_mount = mounts
+        .iter()
+        .find(|m| {
+            m["mountPath"]
+                .as_str()
+                .is_some_and(|at| path.starts_with(&format!("{at}/")))
+        })
+        .unwrap_or_else(|| panic!("--cri-endpoint={endpoint} is not under a mount"));
+    let volume = pod["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|v| v["name"] == socket_mount["name"])
+        .expect("the socket's volume");
+    assert_eq!(volume["hostPath"]["path"], "/run/containerd");
+    assert_eq!(volume["hostPath"]["type"], "Directory");
 }
 
 fn kubectl_path() -> String {
@@ -411,51 +571,46 @@ fn kubectl(args: &[&str], stdin: Option<&str>) -> Result<String, String> {
     }
 }
 
-/// `kubectl apply --dry-run=server` of deploy/crds/, deploy/controller/ and deploy/daemon/.
-/// The namespaced objects go to a scratch namespace (the text `inplace-system` is replaced),
-/// so the shared bed is left as it was; the scratch namespace is deleted at the end.
+/// `kubectl apply --dry-run=server` of what `kubectl apply -k deploy/k8s-1.20` applies (the
+/// bed is a 1.20 server), after checking that it is deploy/'s output but for the
+/// PodDisruptionBudget's API version. The namespaced objects go to a scratch namespace
+/// (the text `inplace-system` is replaced), so the shared bed is left as it was; the scratch
+/// namespace is deleted at the end.
 #[test]
 #[ignore = "needs the test bed"]
 fn manifests_pass_a_server_side_dry_run() {
+    let render = |dir: &str| {
+        kubectl(
+            &["kustomize", &deploy_dir().join(dir).to_string_lossy()],
+            None,
+        )
+        .unwrap()
+    };
+    let current = render(".");
+    let old = render("k8s-1.20");
+    assert_eq!(
+        old,
+        current.replace("apiVersion: policy/v1\n", "apiVersion: policy/v1beta1\n"),
+        "deploy/k8s-1.20 differs from deploy/ in more than the PodDisruptionBudget's version"
+    );
+    assert!(old.contains("apiVersion: policy/v1beta1\nkind: PodDisruptionBudget"));
     let ns = format!("e2e-deploy-{:06x}", rand::random::<u32>() & 0xff_ffff);
     kubectl(&["create", "namespace", &ns], None).unwrap();
-    let result = (|| -> Result<Vec<String>, String> {
-        let mut outputs = Vec::new();
-        // CRDs first (they exist on the bed already; the dry run validates them anyway).
-        // kubectl 1.20's client-side schema does not know `x-kubernetes-validations`: the
-        // server (which does) validates instead.
-        let crds = deploy_dir().join("crds");
-        outputs.push(kubectl(
-            &[
-                "apply",
-                "--dry-run=server",
-                "--validate=false",
-                "-f",
-                &crds.to_string_lossy(),
-            ],
-            None,
-        )?);
-        for dir in ["controller", "daemon"] {
-            let mut files = Vec::new();
-            yaml_files(&deploy_dir().join(dir), &mut files);
-            for f in files {
-                let text = std::fs::read_to_string(&f).map_err(|e| e.to_string())?;
-                // namespace.yaml would create the real namespace: dry-run it as is.
-                let text = text.replace("inplace-system", &ns);
-                let out = kubectl(&["apply", "--dry-run=server", "-f", "-"], Some(&text))
-                    .map_err(|e| format!("{}: {e}", f.display()))?;
-                outputs.push(out);
-            }
-        }
-        Ok(outputs)
-    })();
+    // kubectl 1.20's client-side schema does not know `x-kubernetes-validations`: the
+    // server (which does) validates instead.
+    let result = kubectl(
+        &["apply", "--dry-run=server", "--validate=false", "-f", "-"],
+        Some(&old.replace("inplace-system", &ns)),
+    );
     let _ = kubectl(&["delete", "namespace", &ns, "--wait=false"], None);
-    let outputs = result.unwrap();
-    let all = outputs.concat();
+    let all = result.unwrap();
     eprintln!("{all}");
     for expected in [
+        "customresourcedefinition.apiextensions.k8s.io/clonesets.apps.kruise.io",
         "deployment.apps/inplace-controller",
         "daemonset.apps/inplace-daemon",
+        "poddisruptionbudget.policy/inplace-controller",
+        "service/inplace-controller-metrics",
         "clusterrole.rbac.authorization.k8s.io/inplace-daemon",
         "serviceaccount/inplace-daemon",
     ] {

@@ -37,7 +37,7 @@ struct Args {
     #[arg(long, default_value_t = 2)]
     max_concurrent_pulls: usize,
     /// Address of /healthz and /metrics.
-    #[arg(long, default_value = "0.0.0.0:10221")]
+    #[arg(long, default_value = "0.0.0.0:10231")]
     addr: SocketAddr,
     /// Timeout of every CRI call but PullImage (seconds).
     #[arg(long, default_value_t = 5)]

@@ -223,6 +223,45 @@ bed_leftovers() {
   veths=$(ip -o link show master "$BRIDGE" 2>/dev/null | awk -F': ' '{print $2}')
   [ -n "$veths" ] && out+="veths $veths"$'\n'
   [ -S "$BED/containerd/containerd.sock" ] && out+="socket $BED/containerd/containerd.sock"$'\n'
+  if command -v iptables >/dev/null && iptables -t nat -S 2>/dev/null | grep -q "inplace-testbed kubernetes service"; then
+    out+="iptables nat rules \"inplace-testbed kubernetes service\""$'\n'
+  fi
   for hp in ${1:-}; do [ -e "$hp" ] && out+="host path $hp"$'\n'; done
   printf '%s' "$out"
+}
+
+# ---------- the "kubernetes" Service for pods (used by tests/testbed/install) ----------
+# The bed runs no kube-proxy and its apiserver listens on 127.0.0.1 only. Pods that use the
+# in-cluster config (KUBERNETES_SERVICE_HOST=$SERVICE_IP, port 443), i.e. the installed
+# controller and daemon, reach it through two DNAT rules: from the pod network (the bed
+# bridge, which needs route_localnet to deliver to 127.0.0.1) and from the host's own
+# network namespace (hostNetwork pods). The service range is routed onto the bed bridge, so
+# a packet to it never leaves the machine even without the rules.
+SERVICE_SHIM_COMMENT="inplace-testbed kubernetes service"
+service_shim_rules() { # prints "CHAIN RULE..." lines
+  echo "PREROUTING -i $BRIDGE -d $SERVICE_IP/32 -p tcp --dport 443 -m comment --comment \"$SERVICE_SHIM_COMMENT\" -j DNAT --to-destination 127.0.0.1:$APISERVER_PORT"
+  echo "OUTPUT -d $SERVICE_IP/32 -p tcp --dport 443 -m comment --comment \"$SERVICE_SHIM_COMMENT\" -j DNAT --to-destination 127.0.0.1:$APISERVER_PORT"
+}
+service_shim_up() {
+  command -v iptables >/dev/null || apt_install iptables
+  ip link show "$BRIDGE" >/dev/null 2>&1 || die "bed bridge $BRIDGE not found: is the bed up with its real node?"
+  ip route replace "$SERVICE_CIDR" dev "$BRIDGE"
+  sysctl -qw "net.ipv4.conf.$BRIDGE.route_localnet=1"
+  local chain rule
+  while read -r chain rule; do
+    eval "set -- $rule"
+    iptables -t nat -C "$chain" "$@" 2>/dev/null || iptables -t nat -A "$chain" "$@"
+  done < <(service_shim_rules)
+}
+service_shim_down() {
+  command -v iptables >/dev/null || return 0
+  local chain rule
+  while read -r chain rule; do
+    eval "set -- $rule"
+    while iptables -t nat -C "$chain" "$@" 2>/dev/null; do iptables -t nat -D "$chain" "$@"; done
+  done < <(service_shim_rules)
+  if ip link show "$BRIDGE" >/dev/null 2>&1; then
+    ip route del "$SERVICE_CIDR" dev "$BRIDGE" 2>/dev/null || true
+    sysctl -qw "net.ipv4.conf.$BRIDGE.route_localnet=0" || true
+  fi
 }

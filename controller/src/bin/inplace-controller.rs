@@ -13,7 +13,7 @@ use inplace_controller::events::EventSink;
 use inplace_controller::feature_gates::FeatureGates;
 use inplace_controller::imagepulljob;
 use inplace_controller::leader::{Election, LeaseConfig};
-use inplace_controller::metrics::{Health, Metrics};
+use inplace_controller::metrics::{Health, Metrics, Phase};
 use inplace_controller::plan::PlanOptions;
 use inplace_controller::runtime::{self, Settings};
 use inplace_controller::watch::Scope;
@@ -247,6 +247,8 @@ async fn run_controller() -> anyhow::Result<()> {
         let mut e = Election::start(client.clone(), &config)
             .await
             .context("starting leader election")?;
+        // In the election: this replica serves (and is Ready) as a standby.
+        health.set_phase(Phase::Standby);
         tokio::select! {
             r = e.acquired() => r.context("leader election stopped")?,
             () = shutdown_signal() => {
@@ -258,6 +260,8 @@ async fn run_controller() -> anyhow::Result<()> {
         election = Some(e);
     }
     metrics.leader.set(1);
+    // Ready again once the caches are synced (runtime::run).
+    health.set_phase(Phase::Leading);
 
     let events = if caps.events_v1 {
         EventSink::start(client.clone(), Some(identity.clone()), 4096)
