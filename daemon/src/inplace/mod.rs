@@ -132,11 +132,36 @@ pub struct Executor {
     restarts: HashMap<(String, String), (String, u32)>,
     /// Runtime container id → when it was first found running with stale metadata env.
     stale_since: HashMap<String, std::time::Instant>,
+    /// uid → back-off of a pod whose last sync failed.
+    retry_after: HashMap<String, Retry>,
 }
 
 /// How long a container found with stale metadata env is left running before the daemon
 /// stops it (see [`Executor::sync_pod`]).
 const ENV_SETTLE: Duration = Duration::from_secs(1);
+
+/// When a pod whose sync failed is tried again: exponential back-off with jitter, from
+/// half a second up to [`RETRY_MAX`], per pod.
+#[derive(Debug)]
+struct Retry {
+    backoff: backon::ExponentialBackoff,
+    /// The pod version that failed; a newer one is tried at once.
+    version: String,
+    not_before: std::time::Instant,
+}
+
+/// The longest wait between two tries of a failing pod.
+const RETRY_MAX: Duration = Duration::from_secs(30);
+
+fn retry_backoff() -> backon::ExponentialBackoff {
+    use backon::BackoffBuilder;
+    backon::ExponentialBuilder::default()
+        .with_jitter()
+        .with_min_delay(Duration::from_millis(500))
+        .with_max_delay(RETRY_MAX)
+        .without_max_times()
+        .build()
+}
 
 /// Env-from-metadata restarts of one container for one revision at most.
 const MAX_ENV_RESTARTS: u32 = 3;
@@ -164,6 +189,7 @@ impl Executor {
             completed: Default::default(),
             restarts: HashMap::new(),
             stale_since: HashMap::new(),
+            retry_after: HashMap::new(),
         }
     }
 
@@ -187,9 +213,33 @@ impl Executor {
                 .retain(|_, at| at.elapsed() < COMPLETION_MEMORY);
             self.completed
                 .retain(|_, (_, at)| at.elapsed() < COMPLETION_MEMORY);
+            self.retry_after
+                .retain(|uid, _| pods.iter().any(|p| p.metadata.uid.as_deref() == Some(uid)));
             for pod in pods {
-                if let Err(e) = self.sync_pod(&pod).await {
-                    tracing::warn!(pod = %pod_name(&pod), error = %e, "in-place sync failed");
+                let uid = pod.metadata.uid.clone().unwrap_or_default();
+                let version = pod.metadata.resource_version.clone().unwrap_or_default();
+                // A pod whose last sync failed waits out its back-off, unless it changed
+                // meanwhile (a conflict is answered by the newer version at once).
+                if self.retry_after.get(&uid).is_some_and(|r| {
+                    r.version == version && std::time::Instant::now() < r.not_before
+                }) {
+                    continue;
+                }
+                match self.sync_pod(&pod).await {
+                    Ok(_) => {
+                        self.retry_after.remove(&uid);
+                    }
+                    Err(e) => {
+                        let retry = self.retry_after.entry(uid).or_insert_with(|| Retry {
+                            backoff: retry_backoff(),
+                            version: version.clone(),
+                            not_before: std::time::Instant::now(),
+                        });
+                        let delay = retry.backoff.next().unwrap_or(RETRY_MAX);
+                        retry.version = version;
+                        retry.not_before = std::time::Instant::now() + delay;
+                        tracing::warn!(pod = %pod_name(&pod), error = %e, retry_in = ?delay, "in-place sync failed");
+                    }
                 }
             }
         }
@@ -484,5 +534,22 @@ impl std::fmt::Debug for Executor {
         f.debug_struct("Executor")
             .field("cri", &self.cri)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A failing pod is tried again after half a second at first, backing off to about
+    /// half a minute (with jitter), and never given up on.
+    #[test]
+    fn retries_back_off_from_half_a_second_to_half_a_minute_and_never_stop() {
+        let delays: Vec<Duration> = retry_backoff().take(100).collect();
+        assert_eq!(delays.len(), 100, "never gives up");
+        assert!(delays[0] >= Duration::from_millis(500) && delays[0] <= Duration::from_secs(1));
+        assert!(delays.iter().all(|d| *d >= Duration::from_millis(500)));
+        assert!(delays.iter().all(|d| *d <= 2 * RETRY_MAX), "{delays:?}");
+        assert!(delays[99] >= RETRY_MAX, "{:?}", delays[99]);
     }
 }
