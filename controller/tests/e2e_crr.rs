@@ -8,7 +8,10 @@
 //!   `unreadyGracePeriodSeconds`) makes the pod not-ready through `KruisePodReady` before
 //!   its container restarts, and readiness comes back once it is Completed;
 //! - without a node daemon, a request past its `activeDeadlineSeconds` is completed by
-//!   the controller and deleted after `ttlSecondsAfterFinished`.
+//!   the controller (its long `unreadyGracePeriodSeconds` would hold back a daemon, were
+//!   one running for a parallel test), the pod's readiness is given back, and the request
+//!   is deleted after `ttlSecondsAfterFinished`; a request naming a container the pod
+//!   lacks is refused (Completed, Warning event).
 //!
 //! ```text
 //! INPLACE_TESTBED_KUBECONFIG=/var/tmp/inplace-testbed/kubeconfig \
@@ -252,6 +255,7 @@ async fn requests_as_the_docs_write_them_restart_exactly_the_named_containers() 
             ("third".to_owned(), "Succeeded".to_owned()),
         ])
     );
+    // Succeeded once the snapshot (from the pod status) shows the new instances ready.
     let after = the_pod(&ns)?;
     assert_eq!(after["metadata"]["uid"], uid, "same pod");
     let now = restarts(&after);
@@ -321,7 +325,9 @@ async fn without_a_daemon_the_deadline_completes_and_the_ttl_deletes() -> TestRe
         "late",
         &pod,
         &["app"],
-        "  activeDeadlineSeconds: 5\n  ttlSecondsAfterFinished: 5\n",
+        // the long unready grace holds a daemon back, should one run on the node
+        // (tests of this binary may run in parallel)
+        "  strategy:\n    unreadyGracePeriodSeconds: 60\n  activeDeadlineSeconds: 5\n  ttlSecondsAfterFinished: 5\n",
     ))?;
     let done = wait_completed(&ns, "late", &ctl)?;
     assert_eq!(
@@ -337,6 +343,12 @@ async fn without_a_daemon_the_deadline_completes_and_the_ttl_deletes() -> TestRe
         restarts(&before),
         "nothing restarted"
     );
+    // the pod was made not-ready meanwhile (CloneSet pods have the KruisePodReady gate)
+    // and is released with the completion; the finalizer goes, so the TTL can delete
+    wait_for("readiness back", Duration::from_secs(30), || {
+        let p = the_pod(&ns)?;
+        Ok(kruise_pod_ready(&p).is_some_and(|(s, _)| s == "True") && pod_ready(&p))
+    })?;
     wait_for("deleted after the TTL", Duration::from_secs(30), || {
         Ok(ns
             .kubectl(&[
