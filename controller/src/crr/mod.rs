@@ -18,7 +18,8 @@
 //!   after `ttlSecondsAfterFinished`.
 //!
 //! Pods are watched for metadata only (no cache): a pod event wakes the requests that
-//! name it, whose reconcile then reads the pod.
+//! name it, whose reconcile then reads the pod. A request's change wakes the other
+//! requests of its pod (the next in line becomes active when one completes).
 
 pub mod plan;
 
@@ -85,6 +86,23 @@ where
     )
     .default_backoff()
     .touched_objects();
+    // a request's change (its completion above all) wakes the other requests of its pod:
+    // the next one in line becomes active
+    let for_siblings = crrs.clone();
+    let controller = controller.watches(
+        scope.api::<ContainerRecreateRequest>(&client),
+        watcher::Config::default(),
+        move |c: ContainerRecreateRequest| {
+            let ns = c.metadata.namespace.clone();
+            for_siblings
+                .state()
+                .iter()
+                .filter(|o| o.metadata.namespace == ns && o.spec.pod_name == c.spec.pod_name)
+                .filter(|o| o.metadata.uid != c.metadata.uid)
+                .map(|o| ObjectRef::from_obj(o.as_ref()))
+                .collect::<Vec<_>>()
+        },
+    );
     let controller = controller.watches_stream(pods, move |pod| {
         let ns = pod.metadata.namespace.clone().unwrap_or_default();
         let name = pod.metadata.name.clone().unwrap_or_default();

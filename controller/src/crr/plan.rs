@@ -24,6 +24,10 @@ use crate::act::{NOT_READY_USER_AGENT, NotReadyMessage};
 /// (no status at all) within this long after creation.
 pub const DAEMON_RESPONSE_TIMEOUT_SECONDS: i64 = 60;
 
+/// A request waiting behind another of its pod looks again this often (it is also woken
+/// when another request of its pod changes; this covers a wake-up that raced the cache).
+pub const QUEUED_RESYNC_SECONDS: i64 = 5;
+
 /// Message of a request completed because its deadline passed (the reference's).
 pub const DEADLINE_MESSAGE: &str = "recreating has exceeded the activeDeadlineSeconds";
 /// Message of a request completed because its pod went away (the reference's).
@@ -362,6 +366,7 @@ pub fn plan(
                 set_active(&mut p, crr, active);
                 if !active {
                     queue(&mut p, crr, all, pod_uid);
+                    p.requeue_after_seconds = Some(QUEUED_RESYNC_SECONDS);
                 }
                 p.fill = Some(f);
             }
@@ -396,7 +401,8 @@ pub fn plan(
     set_active(&mut p, crr, active);
     if !active {
         queue(&mut p, crr, all, pod_uid);
-        p.requeue_after_seconds = next;
+        p.requeue_after_seconds =
+            Some(next.map_or(QUEUED_RESYNC_SECONDS, |n| n.min(QUEUED_RESYNC_SECONDS)));
         return p;
     }
     if status.is_none()
@@ -717,6 +723,7 @@ mod tests {
         assert_eq!(active_name(&all, Some("u1")).as_deref(), Some("r1"));
         let p2 = plan(&r2, Some(&pd), &all, now());
         assert!(p2.fill.is_some(), "filled in while queued");
+        assert_eq!(p2.requeue_after_seconds, Some(QUEUED_RESYNC_SECONDS));
         assert!(!p2.labels.contains_key(keys::CRR_ACTIVE_LABEL));
         let st = p2.status.expect("pending status");
         assert_eq!(st.phase, CrrPhase::Pending);
@@ -738,6 +745,7 @@ mod tests {
         assert_eq!(active_name(&all, Some("u1")).as_deref(), Some("r0"));
         let p1 = plan(&r1, Some(&pd), &all, now());
         assert_eq!(labels_set(&p1), vec![("crr.apps.kruise.io/active", None)]);
+        assert_eq!(p1.requeue_after_seconds, Some(QUEUED_RESYNC_SECONDS));
         assert_eq!(p1.status.map(|s| s.phase), Some(CrrPhase::Pending));
 
         // once r1 has completed, r2 (filled, queued) becomes active
