@@ -12,6 +12,7 @@ pub mod cli;
 pub mod act;
 pub mod alloc_trim;
 pub mod claim;
+pub mod crr;
 pub mod discovery;
 pub mod error;
 pub mod events;

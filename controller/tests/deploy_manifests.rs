@@ -316,6 +316,17 @@ const CONTROLLER_USES: &[(&str, &str, &[&str])] = &[
         "nodeimages",
         &["list", "watch", "create", "patch"],
     ),
+    // crr/mod.rs: watch, fill in (patch), finalizer (patch), TTL (delete), status
+    (
+        "apps.kruise.io",
+        "containerrecreaterequests",
+        &["get", "list", "watch", "patch", "delete"],
+    ),
+    (
+        "apps.kruise.io",
+        "containerrecreaterequests/status",
+        &["patch"],
+    ),
 ];
 
 /// What `inplace-daemon` calls, read from daemon/src: main.rs + kube_io.rs (watcher on

@@ -9,8 +9,9 @@
 //!
 //! The reference fills `preStop`, `ports` and `statusContext` of each container in its
 //! mutating webhook and then keeps the whole spec immutable. inplace has no webhook: the
-//! creator fills them, and the spec is immutable from then on (a CEL transition rule in
-//! [`crate::validation`]).
+//! controller fills `statusContext` (and the labels) right after creation; `preStop` and
+//! `ports` are not copied (the daemon takes the hook from the pod's spec). The spec is
+//! immutable once `statusContext` is set (a CEL transition rule in [`crate::validation`]).
 
 use k8s_openapi::api::core::v1::{ContainerPort, ExecAction, HTTPGetAction, TCPSocketAction};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;

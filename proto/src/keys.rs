@@ -103,6 +103,8 @@ pub const REASON_PROGRESS_DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
 pub const CRR_POD_UID_LABEL: &str = "crr.apps.kruise.io/pod-uid";
 pub const CRR_NODE_NAME_LABEL: &str = "crr.apps.kruise.io/node-name";
 pub const CRR_ACTIVE_LABEL: &str = "crr.apps.kruise.io/active";
+/// CRR label: the pod's name (the reference's webhook copies `spec.podName` here).
+pub const CRR_POD_NAME_LABEL: &str = "crr.apps.kruise.io/pod-name";
 pub const CRR_UNREADY_ACQUIRED_FINALIZER: &str = "crr.apps.kruise.io/unready-acquired";
 /// CRR annotation (v1alpha1): JSON list of [`crate::CrrSyncContainerStatus`], the manager's
 /// snapshot of the pod's running containers while the CRR is Recreating (v1beta1 keeps it

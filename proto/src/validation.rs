@@ -250,11 +250,17 @@ pub const NODEIMAGE_RULES: &[CelRule] = &[];
 pub const NODEIMAGE_KEYWORDS: &[SchemaKeyword] = &[];
 
 /// CEL rules of ContainerRecreateRequest (kruise-behaviour d).
+///
+/// The spec is immutable once it has been filled in: the controller writes every
+/// container's `statusContext` (and `strategy.terminationGracePeriodSeconds` from the pod)
+/// in one update, as the reference's mutating webhook does on create; from then on nothing
+/// may change. The first container stands for all (`containers` has at least one item), so
+/// the rule does not iterate the list (see the cost notes above).
 pub const CRR_RULES: &[CelRule] = &[CelRule {
     id: "spec_immutable",
     path: "spec",
-    rule: "self == oldSelf",
-    message: "spec is immutable",
+    rule: "!has(oldSelf.containers) || size(oldSelf.containers) == 0 || !has(oldSelf.containers[0].statusContext) || self == oldSelf",
+    message: "spec is immutable once filled in (statusContext set)",
 }];
 /// Schema keywords of ContainerRecreateRequest beyond the derived ones (containers
 /// non-empty and keyed by name, activeDeadlineSeconds ≥ 3, failurePolicy enum).

@@ -71,6 +71,11 @@ struct Args {
     /// ImagePullJobs reconciled concurrently.
     #[arg(long, default_value_t = 2)]
     imagepulljob_workers: u16,
+    /// Run the ContainerRecreateRequest controller (what OpenKruise's CRR webhook and
+    /// manager do: labels, statusContext, one active request per pod, not-ready, deadline,
+    /// TTL) next to the CloneSet one.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "INPLACE_CRR_CONTROLLER")]
+    crr_controller: bool,
 }
 
 fn feature_gates(args: &Args) -> anyhow::Result<FeatureGates> {
@@ -313,6 +318,16 @@ async fn run_controller() -> anyhow::Result<()> {
             stop.clone(),
         ))
     });
+    let crr = args.crr_controller.then(|| {
+        tokio::spawn(inplace_controller::crr::run(
+            client.clone(),
+            Scope {
+                namespace: args.namespace.clone(),
+            },
+            events.clone(),
+            stop.clone(),
+        ))
+    });
     health.stopping.store(false, Ordering::Relaxed);
     runtime::run(
         client,
@@ -328,6 +343,11 @@ async fn run_controller() -> anyhow::Result<()> {
         && let Err(e) = task.await
     {
         warn!(error = %e, "ImagePullJob controller task failed");
+    }
+    if let Some(task) = crr
+        && let Err(e) = task.await
+    {
+        warn!(error = %e, "ContainerRecreateRequest controller task failed");
     }
     health.stopping.store(true, Ordering::Relaxed);
     metrics.leader.set(0);

@@ -126,10 +126,9 @@ pub fn step(
     }
     status.phase = CrrPhase::Recreating;
     status.message.clear();
-    let snapshot = crr
-        .sync_container_statuses()
-        .and_then(Result::ok)
-        .unwrap_or_default();
+    // The manager's snapshot of the pod status (`None`: no manager writes one, as with
+    // a request whose controller is off; then the runtime alone decides).
+    let snapshot = crr.sync_container_statuses().and_then(Result::ok);
     let min_started = SignedDuration::from_secs(i64::from(strategy.min_started_seconds.max(0)));
     let pod_grace = pod_grace.max(2);
     let grace = strategy
@@ -181,10 +180,13 @@ pub fn step(
                     && now.duration_since(
                         Timestamp::from_nanosecond(i128::from(inst.started_at)).unwrap_or(now),
                     ) >= min_started;
-                let ready = snapshot
-                    .iter()
-                    .find(|s| s.name == c.name && strip_runtime(&s.container_id) == inst.id)
-                    .is_none_or(|s| s.ready);
+                // as the reference: the snapshot must show this very instance ready, so
+                // the pod status the kubelet reports has caught up too
+                let ready = snapshot.as_ref().is_none_or(|snap| {
+                    snap.iter()
+                        .find(|s| s.name == c.name && strip_runtime(&s.container_id) == inst.id)
+                        .is_some_and(|s| s.ready)
+                });
                 if started && ready {
                     st.phase = CrrPhase::Succeeded;
                     st.message.clear();
@@ -420,6 +422,36 @@ mod tests {
         );
         let s = run(&c, &rt);
         assert_eq!(phases(&s)[0].1, CrrPhase::Recreating);
+    }
+
+    /// Once the manager writes a snapshot, a new instance succeeds only when the snapshot
+    /// shows it, ready (the pod status has caught up with the runtime).
+    #[test]
+    fn with_a_snapshot_the_new_instance_must_be_in_it_and_ready() {
+        let rt = BTreeMap::from([("a", inst("a1", true, 100)), ("b", inst("b1", true, 100))]);
+        let snap = |v: &str| {
+            crr(
+                json!({"metadata": {"annotations": {"crr.apps.kruise.io/sync-container-statuses": v}}}),
+            )
+        };
+        let cases = [
+            ("[]", CrrPhase::Recreating),
+            (
+                r#"[{"name":"a","ready":true,"restartCount":0,"containerID":"containerd://a0"}]"#,
+                CrrPhase::Recreating,
+            ),
+            (
+                r#"[{"name":"a","ready":true,"restartCount":1,"containerID":"containerd://a1"}]"#,
+                CrrPhase::Succeeded,
+            ),
+        ];
+        for (annotation, want) in cases {
+            assert_eq!(
+                phases(&run(&snap(annotation), &rt))[0].1,
+                want,
+                "{annotation}"
+            );
+        }
     }
 
     #[test]

@@ -1213,6 +1213,15 @@ fn node_image_tags_unique_and_progress_bounded() {
 
 // ----- ContainerRecreateRequest -----
 
+fn filled() -> Value {
+    json!({"containerID": "containerd://0123", "restartCount": 0})
+}
+
+/// A CRR as the controller leaves it after filling it in.
+fn filled_in() -> Value {
+    json!({"spec": {"containers": [{"name": "main", "statusContext": filled()}]}})
+}
+
 #[test]
 fn spec_immutable() {
     check_rule(
@@ -1224,15 +1233,34 @@ fn spec_immutable() {
                 json!({"metadata": {"labels": {"crr.apps.kruise.io/active": "true"}}}),
             ),
             update(json!({}), json!({"status": {"phase": "Recreating"}})),
-        ],
-        &[
+            // the controller fills the spec in once, as the reference's webhook does
+            update(
+                json!({}),
+                json!({"spec": {"containers": [{"name": "main", "statusContext": filled()}],
+                    "strategy": {"terminationGracePeriodSeconds": 30}}}),
+            ),
+            // before it is filled in, the request is still the user's
             update(json!({}), json!({"spec": {"podName": "demo-fghij"}})),
             update(
-                json!({}),
-                json!({"spec": {"containers": [{"name": "main"}, {"name": "sidecar"}]}}),
+                filled_in(),
+                json!({"spec": {"containers": [{"name": "main", "statusContext": filled()}]},
+                    "metadata": {"labels": {"crr.apps.kruise.io/active": "true"}}}),
+            ),
+        ],
+        &[
+            update(filled_in(), json!({"spec": {"podName": "demo-fghij"}})),
+            update(
+                filled_in(),
+                json!({"spec": {"containers": [{"name": "main", "statusContext": filled()},
+                    {"name": "sidecar"}]}}),
             ),
             update(
-                json!({}),
+                filled_in(),
+                json!({"spec": {"containers": [{"name": "main", "statusContext":
+                    {"containerID": "containerd://other", "restartCount": 1}}]}}),
+            ),
+            update(
+                filled_in(),
                 json!({"spec": {"strategy": {"orderedRecreate": true}}}),
             ),
         ],
