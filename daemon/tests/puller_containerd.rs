@@ -165,7 +165,14 @@ async fn failures_land_in_status_with_the_runtime_message() {
     let fx = Fixture::start().unwrap();
     let hole = BlackHole::start().await.unwrap();
     fx.allow_http(&hole.addr).unwrap();
-    let dead = format!("127.0.0.1:{}", free_port().unwrap());
+    // A port nothing listens on. Seen once: the port freed by free_port() was the black
+    // hole's own (both on 127.0.0.1), so the "dead" registry timed out instead of refusing.
+    let dead = loop {
+        let candidate = format!("127.0.0.1:{}", free_port().unwrap());
+        if candidate != hole.addr {
+            break candidate;
+        }
+    };
     fx.allow_http(&dead).unwrap();
     let missing = format!("{}/inplace-test/app", fx.registry);
     let good = format!("{}/inplace-test/pause", fx.registry);
