@@ -124,8 +124,13 @@ fn config() -> impl Strategy<Value = Config> {
                     c.max_surge = Quantity::Unset;
                     c.env_change = false;
                 }
+                // (A surge of 0% is 0 too: the validation now refuses it like the
+                // reference's webhook, and such a CloneSet never moves.)
                 if c.max_unavailable == Quantity::Number(0)
-                    && matches!(c.max_surge, Quantity::Unset | Quantity::Number(0))
+                    && matches!(
+                        c.max_surge,
+                        Quantity::Unset | Quantity::Number(0) | Quantity::Percent(0)
+                    )
                 {
                     c.max_unavailable = Quantity::Number(1);
                 }
