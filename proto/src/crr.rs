@@ -212,6 +212,23 @@ impl ContainerRecreateRequest {
         self.status.as_ref().map(|s| s.phase).unwrap_or_default()
     }
 
+    /// The order in which one pod's requests are looked at (the reference's, used by the
+    /// controller to pick the active request and by the daemon to run it): Completed,
+    /// Recreating, Pending, then anything else; ties by creation time, then name.
+    pub fn run_order_key(&self) -> (u8, Option<k8s_openapi::jiff::Timestamp>, String) {
+        let rank = match self.phase() {
+            CrrPhase::Completed => 0,
+            CrrPhase::Recreating => 1,
+            CrrPhase::Pending => 2,
+            _ => 3,
+        };
+        (
+            rank,
+            self.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            self.metadata.name.clone().unwrap_or_default(),
+        )
+    }
+
     /// Completed (the terminal phase of the whole request).
     pub fn is_completed(&self) -> bool {
         self.phase() == CrrPhase::Completed

@@ -84,22 +84,6 @@ pub fn is_filled(crr: &ContainerRecreateRequest) -> bool {
             .all(|c| c.status_context.is_some())
 }
 
-/// The order in which one pod's requests run (the reference's, the daemon's
-/// `sort_key`): Recreating before Pending, then by creation time, then by name.
-fn sort_key(c: &ContainerRecreateRequest) -> (u8, Option<Timestamp>, String) {
-    let rank = match c.phase() {
-        CrrPhase::Completed => 0,
-        CrrPhase::Recreating => 1,
-        CrrPhase::Pending => 2,
-        _ => 3,
-    };
-    (
-        rank,
-        c.metadata.creation_timestamp.as_ref().map(|t| t.0),
-        c.metadata.name.clone().unwrap_or_default(),
-    )
-}
-
 fn label<'a>(crr: &'a ContainerRecreateRequest, key: &str) -> Option<&'a str> {
     crr.metadata
         .labels
@@ -136,7 +120,7 @@ pub fn active_name(all: &[&ContainerRecreateRequest], pod_uid: Option<&str>) -> 
             _ => true,
         })
         .collect();
-    open.sort_by_key(|c| sort_key(c));
+    open.sort_by_key(|c| c.run_order_key());
     open.first().and_then(|c| c.metadata.name.clone())
 }
 

@@ -19,22 +19,6 @@ pub struct Instance {
     pub started_at: i64,
 }
 
-/// Order in which one pod's CRRs are looked at (the reference's): Completed, Recreating,
-/// Pending, then anything else; ties by creation time then name.
-pub fn sort_key(c: &ContainerRecreateRequest) -> (u8, Option<Timestamp>, String) {
-    let rank = match c.phase() {
-        CrrPhase::Completed => 0,
-        CrrPhase::Recreating => 1,
-        CrrPhase::Pending => 2,
-        _ => 3,
-    };
-    (
-        rank,
-        c.metadata.creation_timestamp.as_ref().map(|t| t.0),
-        c.metadata.name.clone().unwrap_or_default(),
-    )
-}
-
 /// A container to kill, with its preStop hook.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Kill {
@@ -542,7 +526,7 @@ mod tests {
             crr(json!({"metadata": {"name": "c"}, "status": {"phase": "Completed"}})),
             crr(json!({"metadata": {"name": "r"}, "status": {"phase": "Recreating"}})),
         ];
-        v.sort_by_key(sort_key);
+        v.sort_by_key(ContainerRecreateRequest::run_order_key);
         let names: Vec<_> = v.iter().filter_map(|c| c.metadata.name.clone()).collect();
         assert_eq!(names, vec!["c", "r", "p"]);
     }

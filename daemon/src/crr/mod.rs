@@ -116,7 +116,7 @@ impl CrrHandler {
                 .collect();
             self.written.retain(|uid, _| live.contains(uid));
             for ((ns, pod), mut list) in by_pod {
-                list.sort_by_key(|c| decide::sort_key(c));
+                list.sort_by_key(|c| c.run_order_key());
                 let Some(active) = list.iter().find(|c| !c.is_completed()) else {
                     continue;
                 };
