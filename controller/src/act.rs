@@ -34,6 +34,7 @@ use crate::error::{Error, is_already_exists, is_conflict, is_not_found};
 use crate::events::Note;
 use crate::expectations::Expectation;
 use crate::metrics::CloneSetLabels;
+use crate::plan::not_ready::{NOT_READY_USER_AGENT, NotReadyMessage, kruise_pod_ready};
 use crate::plan::{Action, DeleteReason, Plan, UpdateMethod, container_batches};
 use crate::runtime::{Context, key_of};
 use crate::watch::Owned;
@@ -1471,37 +1472,12 @@ impl Actor<'_> {
         if !has_gate(pod, keys::KRUISE_POD_READY_CONDITION) {
             return Ok(());
         }
-        let current = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|c| {
-                c.iter()
-                    .find(|c| c.type_ == keys::KRUISE_POD_READY_CONDITION)
-            });
-        let mut messages: Vec<NotReadyMessage> = current
-            .and_then(|c| c.message.as_deref())
-            .filter(|m| !m.is_empty())
-            .and_then(|m| serde_json::from_str(m).ok())
-            .unwrap_or_default();
         let ours = NotReadyMessage {
             user_agent: NOT_READY_USER_AGENT.into(),
             key: key.into(),
         };
-        let present = messages.contains(&ours);
-        if add == present {
+        let Some((status, message)) = kruise_pod_ready(pod, &ours, add) else {
             return Ok(());
-        }
-        if add {
-            messages.push(ours);
-        } else {
-            messages.retain(|m| m != &ours);
-        }
-        let status = if messages.is_empty() { "True" } else { "False" };
-        let message = if messages.is_empty() {
-            String::new()
-        } else {
-            encode(&messages, "KruisePodReady message")?
         };
         self.patch_pod_status(
             pod,
@@ -1515,18 +1491,6 @@ impl Actor<'_> {
         )
         .await
     }
-}
-
-/// The `userAgent` of our entries in the `KruisePodReady` message (the reference uses this
-/// one for lifecycle keys too).
-pub const NOT_READY_USER_AGENT: &str = "ContainerRecreateRequest";
-
-/// One entry of the `KruisePodReady` condition message.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct NotReadyMessage {
-    pub user_agent: String,
-    pub key: String,
 }
 
 /// The reference's `UpdateSpec` for a planner [`InPlaceChange`](crate::plan::inplace::InPlaceChange):

@@ -291,7 +291,7 @@ async fn reconcile(crr: Arc<ContainerRecreateRequest>, ctx: Arc<Ctx>) -> Result<
 async fn set_not_ready(
     pods: &Api<Pod>,
     pod: &Pod,
-    key: &crate::act::NotReadyMessage,
+    key: &crate::plan::not_ready::NotReadyMessage,
     add: bool,
 ) -> Result<(), Error> {
     if !crate::act::has_gate(pod, keys::KRUISE_POD_READY_CONDITION) {

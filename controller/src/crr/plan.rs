@@ -18,7 +18,8 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use crate::act::{NOT_READY_USER_AGENT, NotReadyMessage};
+pub use crate::plan::not_ready::kruise_pod_ready;
+use crate::plan::not_ready::{NOT_READY_USER_AGENT, NotReadyMessage};
 
 /// The reference's manager completes a request the node's daemon has not answered
 /// (no status at all) within this long after creation.
@@ -463,40 +464,6 @@ pub fn not_ready_key(crr: &ContainerRecreateRequest) -> NotReadyMessage {
             crr.metadata.namespace.as_deref().unwrap_or_default(),
             crr.metadata.name.as_deref().unwrap_or_default()
         ),
-    }
-}
-
-/// The `KruisePodReady` condition (status, message) after adding (`add`) or removing
-/// `key` from the not-ready keys in `pod`'s; `None` when nothing changes. An unreadable
-/// message counts as no keys.
-pub fn kruise_pod_ready(pod: &Pod, key: &NotReadyMessage, add: bool) -> Option<(String, String)> {
-    let current = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| {
-            c.iter()
-                .find(|c| c.type_ == keys::KRUISE_POD_READY_CONDITION)
-        });
-    let mut keys_now: Vec<NotReadyMessage> = current
-        .and_then(|c| c.message.as_deref())
-        .filter(|m| !m.is_empty())
-        .and_then(|m| serde_json::from_str(m).ok())
-        .unwrap_or_default();
-    let present = keys_now.contains(key);
-    if add == present {
-        return None;
-    }
-    if add {
-        keys_now.push(key.clone());
-    } else {
-        keys_now.retain(|k| k != key);
-    }
-    if keys_now.is_empty() {
-        Some(("True".into(), String::new()))
-    } else {
-        let text = serde_json::to_string(&keys_now).ok()?;
-        Some(("False".into(), text))
     }
 }
 

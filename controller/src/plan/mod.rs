@@ -26,6 +26,7 @@ pub mod inplace;
 pub mod instance_ids;
 pub mod lifecycle;
 pub mod model;
+pub mod not_ready;
 pub mod predownload;
 pub mod protection;
 pub mod quantity;

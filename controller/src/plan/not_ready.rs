@@ -1,0 +1,54 @@
+//! The multi-writer `KruisePodReady` condition: each writer keeps its own key in the
+//! condition's message (a JSON list of `{userAgent, key}`), and the condition is False while
+//! any key is there (reference `pub.KruisePodReadyConditionType` and its message format).
+//! Written by the lifecycle hooks' `markPodNotReady` and by ContainerRecreateRequests'
+//! `unreadyGracePeriodSeconds`.
+
+use inplace_proto::keys;
+use k8s_openapi::api::core::v1::Pod;
+
+/// The `userAgent` of our entries in the `KruisePodReady` message (the reference uses this
+/// one for lifecycle keys too).
+pub const NOT_READY_USER_AGENT: &str = "ContainerRecreateRequest";
+
+/// One entry of the `KruisePodReady` condition message.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NotReadyMessage {
+    pub user_agent: String,
+    pub key: String,
+}
+
+/// The `KruisePodReady` condition (status, message) after adding (`add`) or removing
+/// `key` from the not-ready keys in `pod`'s; `None` when nothing changes. An unreadable
+/// message counts as no keys.
+pub fn kruise_pod_ready(pod: &Pod, key: &NotReadyMessage, add: bool) -> Option<(String, String)> {
+    let current = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| {
+            c.iter()
+                .find(|c| c.type_ == keys::KRUISE_POD_READY_CONDITION)
+        });
+    let mut keys_now: Vec<NotReadyMessage> = current
+        .and_then(|c| c.message.as_deref())
+        .filter(|m| !m.is_empty())
+        .and_then(|m| serde_json::from_str(m).ok())
+        .unwrap_or_default();
+    let present = keys_now.contains(key);
+    if add == present {
+        return None;
+    }
+    if add {
+        keys_now.push(key.clone());
+    } else {
+        keys_now.retain(|k| k != key);
+    }
+    if keys_now.is_empty() {
+        Some(("True".into(), String::new()))
+    } else {
+        let text = serde_json::to_string(&keys_now).ok()?;
+        Some(("False".into(), text))
+    }
+}
