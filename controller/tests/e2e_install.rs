@@ -21,7 +21,6 @@
 mod e2e_support;
 
 use std::collections::BTreeMap;
-use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio::sync::Mutex;
@@ -146,28 +145,6 @@ fn wait_installed() -> TestResult {
         "--timeout=180s",
     ])?;
     Ok(())
-}
-
-/// A plain HTTP GET: (status code, body).
-fn http_get(addr: &str, path: &str) -> TestResult<(u16, String)> {
-    let mut conn = std::net::TcpStream::connect(addr)?;
-    conn.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        conn,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut raw = String::new();
-    conn.read_to_string(&mut raw)?;
-    let code = raw
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = raw
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Ok((code, body))
 }
 
 /// A CloneSet of `replicas` pods on the real node, in place, `max_unavailable` at a time,

@@ -726,6 +726,14 @@ mod tests {
         );
     }
 
+    /// Each container's (name, phase).
+    fn phases(st: &ContainerRecreateRequestStatus) -> Vec<(&str, CrrPhase)> {
+        st.container_recreate_states
+            .iter()
+            .map(|s| (s.name.as_str(), s.phase))
+            .collect()
+    }
+
     #[test]
     fn the_manager_completes_on_deadline_pod_gone_and_silent_daemon() {
         let pd = pod(json!({}));
@@ -736,13 +744,8 @@ mod tests {
             (st.phase, st.message.as_str()),
             (CrrPhase::Completed, DEADLINE_MESSAGE)
         );
-        let states: Vec<_> = st
-            .container_recreate_states
-            .iter()
-            .map(|s| (s.name.as_str(), s.phase))
-            .collect();
         assert_eq!(
-            states,
+            phases(&st),
             vec![("app", CrrPhase::Failed), ("side", CrrPhase::Failed)]
         );
         // a succeeded container stays succeeded
@@ -751,13 +754,8 @@ mod tests {
             "containerRecreateStates": [{"name": "app", "phase": "Succeeded"}, {"name": "side", "phase": "Recreating"}]}}),
         );
         let st = run(&c, Some(&pd)).status.expect("completed");
-        let states: Vec<_> = st
-            .container_recreate_states
-            .iter()
-            .map(|s| (s.name.as_str(), s.phase))
-            .collect();
         assert_eq!(
-            states,
+            phases(&st),
             vec![("app", CrrPhase::Succeeded), ("side", CrrPhase::Failed)]
         );
         // not yet: look again when it passes

@@ -268,28 +268,10 @@ impl ControllerProcess {
 
     /// GET `path` from the metrics server: (status code, body).
     pub fn http_get(&self, path: &str) -> TestResult<(u16, String)> {
-        use std::io::Read;
         let addr = self
             .metrics_addr()
             .ok_or("metrics address not logged yet")?;
-        let mut conn = std::net::TcpStream::connect(&addr)?;
-        conn.set_read_timeout(Some(Duration::from_secs(5)))?;
-        write!(
-            conn,
-            "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-        )?;
-        let mut raw = String::new();
-        conn.read_to_string(&mut raw)?;
-        let code = raw
-            .split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0);
-        let body = raw
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_owned())
-            .unwrap_or_default();
-        Ok((code, body))
+        http_get(&addr, path)
     }
 
     pub fn log_text(&self) -> String {
@@ -315,6 +297,29 @@ impl Drop for ControllerProcess {
             }
         }
     }
+}
+
+/// A plain HTTP/1.1 GET of `path` from `addr`: (status code, body).
+pub fn http_get(addr: &str, path: &str) -> TestResult<(u16, String)> {
+    use std::io::Read;
+    let mut conn = std::net::TcpStream::connect(addr)?;
+    conn.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        conn,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut raw = String::new();
+    conn.read_to_string(&mut raw)?;
+    let code = raw
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = raw
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Ok((code, body))
 }
 
 /// Polls `check` every 500 ms until it is true or `timeout` passes.
