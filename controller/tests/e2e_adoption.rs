@@ -61,7 +61,7 @@ async fn orphans_are_adopted_and_strays_released() -> TestResult {
         Ok(ns.pods()?.values().all(|p| controller_uid(p).is_none()))
     })?;
     ns.apply(&yaml)?;
-    wait_rolled_out(&ns, name, 2, ROLLOUT).map_err(|e| format!("{e}\n{}", ctl.log_text()))?;
+    wait_rolled_out(&ns, name, 2, ROLLOUT).map_err(|e| format!("{e}\n{}", ctl.log_excerpt()))?;
     let cs_uid = ns.cloneset(name)?["metadata"]["uid"]
         .as_str()
         .unwrap_or_default()
@@ -89,7 +89,7 @@ async fn orphans_are_adopted_and_strays_released() -> TestResult {
             .count();
         Ok(released && ours == 2)
     })
-    .map_err(|e| format!("{e}\n{}", ctl.log_text()))?;
+    .map_err(|e| format!("{e}\n{}", ctl.log_excerpt()))?;
     Ok(())
 }
 

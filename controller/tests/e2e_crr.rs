@@ -149,7 +149,7 @@ fn wait_completed(ns: &Namespace, name: &str, ctl: &ControllerProcess) -> TestRe
         last = crr(ns, name)?;
         Ok(phase(&last) == "Completed")
     })
-    .map_err(|e| format!("{e}; last: {last}\n{}", ctl.log_text()))?;
+    .map_err(|e| format!("{e}; last: {last}\n{}", ctl.log_excerpt()))?;
     Ok(last)
 }
 
@@ -187,7 +187,7 @@ async fn requests_as_the_docs_write_them_restart_exactly_the_named_containers() 
         filled = crr(&ns, "crr-1")?;
         Ok(!filled["spec"]["containers"][0]["statusContext"].is_null())
     })
-    .map_err(|e| format!("{e}; {filled}\n{}", ctl.log_text()))?;
+    .map_err(|e| format!("{e}; {filled}\n{}", ctl.log_excerpt()))?;
     assert_eq!(label(&filled, "crr.apps.kruise.io/pod-uid"), uid.as_str());
     assert_eq!(
         label(&filled, "crr.apps.kruise.io/node-name"),
@@ -277,7 +277,7 @@ async fn requests_as_the_docs_write_them_restart_exactly_the_named_containers() 
             .is_some_and(|(s, m)| s == "False" && m.contains(&format!("{}/crr-2", ns.name)))
             && restarts(&p)["second"] == counts["second"])
     })
-    .map_err(|e| format!("{e}; last {seen:?}\n{}", ctl.log_text()))?;
+    .map_err(|e| format!("{e}; last {seen:?}\n{}", ctl.log_excerpt()))?;
     let running = crr(&ns, "crr-2")?;
     assert!(
         running["metadata"]["annotations"]["crr.apps.kruise.io/unready-acquired"].is_string(),

@@ -73,7 +73,7 @@ async fn job_pulls_on_node_and_missing_tag_fails() -> TestResult {
     ns.apply(&job_yaml("fresh", &format!("{REPO}:{fresh}")))?;
     ns.apply(&job_yaml("missing", &format!("{REPO}:{missing}")))?;
 
-    let ok = wait_job_done(&ns, "fresh").map_err(|e| format!("{e}\n{}", ctl.log_text()))?;
+    let ok = wait_job_done(&ns, "fresh").map_err(|e| format!("{e}\n{}", ctl.log_excerpt()))?;
     eprintln!("fresh: {ok}");
     assert_eq!(ok["desired"], 1);
     assert_eq!(ok["succeeded"], 1);

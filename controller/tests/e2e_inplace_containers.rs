@@ -162,7 +162,7 @@ async fn launch_priority_updates_containers_in_batches() -> TestResult {
     // Both containers change image at once.
     let v2 = image("v2");
     ns.set_images(name, &[(0, &v2), (1, &v2)])?;
-    wait_rolled_out(&ns, name, 1, ROLLOUT).map_err(|e| format!("{e}\n{}", ctl.log_text()))?;
+    wait_rolled_out(&ns, name, 1, ROLLOUT).map_err(|e| format!("{e}\n{}", ctl.log_excerpt()))?;
     let after = the_pod(&ns)?;
     assert_eq!(
         after["metadata"]["uid"], before["metadata"]["uid"],
@@ -212,7 +212,7 @@ async fn env_from_metadata_restarts_only_the_container_that_reads_it() -> TestRe
         name,
         &json!({"spec": {"template": {"metadata": {"labels": {"tier": "b"}}}}}),
     )?;
-    wait_rolled_out(&ns, name, 1, ROLLOUT).map_err(|e| format!("{e}\n{}", ctl.log_text()))?;
+    wait_rolled_out(&ns, name, 1, ROLLOUT).map_err(|e| format!("{e}\n{}", ctl.log_excerpt()))?;
     let mut after = Value::Null;
     wait_for("first restarted by the daemon", ROLLOUT, || {
         after = the_pod(&ns)?;
@@ -247,7 +247,7 @@ async fn event_handler_optimization_still_rolls_out_and_scales() -> TestResult {
         .map(|p| p["metadata"]["uid"].as_str().unwrap_or_default().to_owned())
         .collect();
     ns.set_image(name, &image("v2"))?;
-    wait_rolled_out(&ns, name, 3, ROLLOUT).map_err(|e| format!("{e}\n{}", ctl.log_text()))?;
+    wait_rolled_out(&ns, name, 3, ROLLOUT).map_err(|e| format!("{e}\n{}", ctl.log_excerpt()))?;
     let pods = ns.pods()?;
     for pod in pods.values() {
         let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();
@@ -261,7 +261,7 @@ async fn event_handler_optimization_still_rolls_out_and_scales() -> TestResult {
         let live = ns.pods()?.values().filter(|p| !pod_terminating(p)).count();
         Ok(live == 2 && status_i64(&ns.cloneset(name)?, "replicas") == 2)
     })
-    .map_err(|e| format!("{e}\n{}", ctl.log_text()))?;
+    .map_err(|e| format!("{e}\n{}", ctl.log_excerpt()))?;
     Ok(())
 }
 
@@ -330,7 +330,7 @@ async fn a_new_tag_of_the_same_image_completes_in_place() -> TestResult {
     let before = uids(&ns)?;
     let same = retag(&image("v1"))?;
     ns.set_image(name, &same)?;
-    wait_rolled_out(&ns, name, 2, ROLLOUT).map_err(|e| format!("{e}\n{}", ctl.log_text()))?;
+    wait_rolled_out(&ns, name, 2, ROLLOUT).map_err(|e| format!("{e}\n{}", ctl.log_excerpt()))?;
     assert_updated_in_place(&ns, &before, &same)?;
     // The image ID did not change: the update really was a retag.
     for pod in ns.pods()?.values() {
@@ -374,7 +374,7 @@ async fn a_partition_rollout_of_a_retag_reaches_partition_available() -> TestRes
                 }))
         },
     )
-    .map_err(|e| format!("{e}; status {}\n{}", last["status"], ctl.log_text()))?;
+    .map_err(|e| format!("{e}; status {}\n{}", last["status"], ctl.log_excerpt()))?;
     let updated: Vec<Value> = ns
         .pods()?
         .into_values()
@@ -401,12 +401,19 @@ async fn an_image_change_with_an_env_from_metadata_change_completes() -> TestRes
         {"op": "replace", "path": "/spec/template/metadata/labels/tier", "value": "b"},
     ]);
     ns.json_patch_cloneset(name, &patch)?;
-    wait_rolled_out(&ns, name, 1, ROLLOUT).map_err(|e| format!("{e}\n{}", ctl.log_text()))?;
+    wait_rolled_out(&ns, name, 1, ROLLOUT).map_err(|e| format!("{e}\n{}", ctl.log_excerpt()))?;
     let after = the_pod(&ns)?;
-    assert_eq!(after["metadata"]["uid"], before["metadata"]["uid"]);
-    assert_eq!(label(&after, "tier"), Some("b"));
-    assert_eq!(restarts_of(&after, "first"), 1, "{}", after["status"]);
-    assert_eq!(restarts_of(&after, "second"), 0);
+    let seen = format!(
+        "pod metadata: {}\npod status: {}",
+        after["metadata"], after["status"]
+    );
+    assert_eq!(
+        after["metadata"]["uid"], before["metadata"]["uid"],
+        "{seen}"
+    );
+    assert_eq!(label(&after, "tier"), Some("b"), "{seen}");
+    assert_eq!(restarts_of(&after, "first"), 1, "{seen}");
+    assert_eq!(restarts_of(&after, "second"), 0, "{seen}");
     let state = in_place_state(&after);
     assert_eq!(state["updateEnvFromMetadata"], json!(true), "{state}");
     assert_eq!(state["updateImages"], json!(true), "{state}");
@@ -436,7 +443,7 @@ async fn a_pod_that_already_carries_the_new_value_still_restarts_the_reader() ->
             && status_i64(&cs, "updatedReadyReplicas") == 1
             && cs["status"]["currentRevision"] == cs["status"]["updateRevision"])
     })
-    .map_err(|e| format!("{e}; pod: {}\n{}", after["status"], ctl.log_text()))?;
+    .map_err(|e| format!("{e}; pod: {}\n{}", after["status"], ctl.log_excerpt()))?;
     assert_eq!(after["metadata"]["uid"], before["metadata"]["uid"]);
     assert_eq!(restarts_of(&after, "second"), 0, "second does not read it");
     Ok(())
@@ -459,7 +466,7 @@ async fn priority_env_orders_batches_and_a_failed_batch_holds_the_rest_back() ->
 
     let v2 = image("v2");
     ns.set_images(name, &[(0, &v2), (1, &v2)])?;
-    wait_rolled_out(&ns, name, 1, ROLLOUT).map_err(|e| format!("{e}\n{}", ctl.log_text()))?;
+    wait_rolled_out(&ns, name, 1, ROLLOUT).map_err(|e| format!("{e}\n{}", ctl.log_excerpt()))?;
     let after = the_pod(&ns)?;
     let state = in_place_state(&after);
     let containers = batch_containers(&state);
@@ -482,7 +489,7 @@ async fn priority_env_orders_batches_and_a_failed_batch_holds_the_rest_back() ->
         Ok(condition(&pod, "InPlaceUpdateReady")
             .is_some_and(|c| c["status"] == "False" && c["reason"] == "InPlaceUpdateFailed"))
     })
-    .map_err(|e| format!("{e}; pod: {}\n{}", pod["status"], ctl.log_text()))?;
+    .map_err(|e| format!("{e}; pod: {}\n{}", pod["status"], ctl.log_excerpt()))?;
     let message = condition(&pod, "InPlaceUpdateReady")
         .and_then(|c| c["message"].as_str())
         .unwrap_or_default()
@@ -552,7 +559,7 @@ async fn an_env_only_batch_holds_the_next_batch_until_the_daemon_restarted_it() 
                 && cs["status"]["currentRevision"] == cs["status"]["updateRevision"])
         },
     )
-    .map_err(|e| format!("{e}; pod: {}\n{}", after["status"], ctl.log_text()))?;
+    .map_err(|e| format!("{e}; pod: {}\n{}", after["status"], ctl.log_excerpt()))?;
     let state = in_place_state(&after);
     let containers = batch_containers(&state);
     assert_eq!(containers, [json!(["first"]), json!(["second"])], "{state}");

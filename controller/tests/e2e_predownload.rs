@@ -118,7 +118,7 @@ async fn predownload_pulls_new_image_on_old_pods_nodes_and_cleans_up() -> TestRe
             Ok(true)
         },
     )
-    .map_err(|e| format!("{e}\n{}", ctl.log_text()))?;
+    .map_err(|e| format!("{e}\n{}", ctl.log_excerpt()))?;
     eprintln!("job: {}", job["spec"]);
     let hash = ns.json(&["get", "controllerrevision", &rev])?["metadata"]["labels"]
         ["controller.kubernetes.io/hash"]
@@ -166,7 +166,7 @@ async fn predownload_pulls_new_image_on_old_pods_nodes_and_cleans_up() -> TestRe
             Ok(status["completionTime"].is_string())
         },
     )
-    .map_err(|e| format!("{e}; last status {status}\n{}", ctl.log_text()))?;
+    .map_err(|e| format!("{e}; last status {status}\n{}", ctl.log_excerpt()))?;
     eprintln!("job status: {status}");
     assert_eq!(status["desired"], 1);
     assert_eq!(status["succeeded"], 1);
@@ -225,7 +225,7 @@ async fn predownload_pulls_new_image_on_old_pods_nodes_and_cleans_up() -> TestRe
     wait_for("ImagePullJobs deleted", Duration::from_secs(60), || {
         Ok(image_pull_jobs(&ns)?.is_empty())
     })
-    .map_err(|e| format!("{e}\n{}", ctl.log_text()))?;
+    .map_err(|e| format!("{e}\n{}", ctl.log_excerpt()))?;
     Ok(())
 }
 

@@ -197,6 +197,10 @@ impl Drop for Namespace {
     }
 }
 
+/// Controller log lines quoted in a failure (the panic message or error comes first and
+/// must not scroll out of the part of the output CI keeps).
+const LOG_EXCERPT_LINES: usize = 12;
+
 /// The controller binary running as a child process, scoped to one namespace; killed
 /// on drop.
 pub struct ControllerProcess {
@@ -278,6 +282,21 @@ impl ControllerProcess {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The last lines of the log and its path, for a failure message: short enough that
+    /// the reason stays on screen where CI shows only the tail of a failed test's output
+    /// (the whole log stays on disk).
+    pub fn log_excerpt(&self) -> String {
+        let text = self.log_text();
+        let tail: Vec<&str> = text.lines().rev().take(LOG_EXCERPT_LINES).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        format!(
+            "---- controller log {} (last {} lines) ----\n{}",
+            self.log.display(),
+            tail.len(),
+            tail.join("\n")
+        )
+    }
+
     pub fn is_running(&mut self) -> bool {
         self.child
             .as_mut()
@@ -289,12 +308,7 @@ impl Drop for ControllerProcess {
     fn drop(&mut self) {
         self.kill();
         if std::thread::panicking() {
-            let text = self.log_text();
-            let tail: Vec<&str> = text.lines().rev().take(60).collect();
-            eprintln!("---- controller log tail ({}) ----", self.log.display());
-            for l in tail.into_iter().rev() {
-                eprintln!("{l}");
-            }
+            eprintln!("{}", self.log_excerpt());
         }
     }
 }
