@@ -332,8 +332,9 @@ const CONTROLLER_USES: &[(&str, &str, &[&str])] = &[
 /// What `inplace-daemon` calls, read from daemon/src: main.rs + kube_io.rs (watcher on
 /// NodeImages with a name field selector; NodeImage status merge patch; Secret GET for
 /// pull secrets in the NodeImage's namespaces), inplace/mod.rs (watcher on Pods with a
-/// nodeName field selector; pod merge patch of the state annotation; pod status strategic
-/// merge patch), crr/mod.rs (watcher on CRRs by label; CRR status merge patch). It records
+/// nodeName field selector; the state annotation and the condition both through
+/// `pods/status`, so never `pods: patch`, which would let a node change any pod's spec),
+/// crr/mod.rs (watcher on CRRs by label; CRR status merge patch). It records
 /// no Kubernetes events.
 const DAEMON_USES: &[(&str, &str, &[&str])] = &[
     ("apps.kruise.io", "nodeimages", &["list", "watch"]),
@@ -348,7 +349,7 @@ const DAEMON_USES: &[(&str, &str, &[&str])] = &[
         "containerrecreaterequests/status",
         &["patch"],
     ),
-    ("", "pods", &["list", "watch", "patch"]),
+    ("", "pods", &["list", "watch"]),
     ("", "pods/status", &["patch"]),
     ("", "secrets", &["get"]),
 ];

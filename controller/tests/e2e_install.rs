@@ -283,6 +283,207 @@ async fn installed_components_are_ready_and_serve() -> TestResult {
     Ok(())
 }
 
+/// `kubectl auth can-i` as the installed ServiceAccount `sa` (in `inplace-system`), in
+/// namespace `ns` (`None`: all namespaces); `what` is `VERB RESOURCE[/SUBRESOURCE]`.
+fn can_i(sa: &str, what: &str, ns: Option<&str>) -> TestResult<bool> {
+    let (verb, resource) = what.split_once(' ').ok_or("VERB RESOURCE")?;
+    let (resource, sub) = resource.split_once('/').unwrap_or((resource, ""));
+    let who = format!("--as=system:serviceaccount:{SYSTEM_NS}:{sa}");
+    let mut args = vec!["auth", "can-i", verb, resource, who.as_str()];
+    let sub_flag = format!("--subresource={sub}");
+    if !sub.is_empty() {
+        args.push(&sub_flag);
+    }
+    match ns {
+        Some(ns) => args.extend(["-n", ns]),
+        None => args.push("--all-namespaces"),
+    }
+    let out = std::process::Command::new(kubectl_bin())
+        .arg("--kubeconfig")
+        .arg(kubeconfig())
+        .args(&args)
+        .output()?;
+    // can-i answers on stdout and exits 1 for "no"; anything else is an error.
+    match String::from_utf8_lossy(&out.stdout).trim() {
+        "yes" => Ok(true),
+        "no" => Ok(false),
+        other => Err(format!(
+            "kubectl {}: {other} {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        )
+        .into()),
+    }
+}
+
+/// Least privilege, as the API server sees the installed ServiceAccounts (not just the
+/// manifests: a binding to the wrong subject or namespace shows here). A node's daemon
+/// writes pod status only, never a pod's spec, and cannot exec, delete or create; the
+/// controller cannot exec into pods, read Secrets or grant itself more.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the test bed with the product installed (tests/testbed/up --install)"]
+async fn installed_service_accounts_have_least_privilege() -> TestResult {
+    let _guard = lock().await;
+    wait_installed()?;
+    let checks: &[(&str, &str, Option<&str>, bool)] = &[
+        // The daemon: its watches and its status writes...
+        ("inplace-daemon", "list pods", None, true),
+        ("inplace-daemon", "watch pods", None, true),
+        ("inplace-daemon", "patch pods/status", Some("default"), true),
+        (
+            "inplace-daemon",
+            "patch nodeimages.apps.kruise.io/status",
+            None,
+            true,
+        ),
+        (
+            "inplace-daemon",
+            "patch containerrecreaterequests.apps.kruise.io/status",
+            Some("default"),
+            true,
+        ),
+        // ...and nothing that changes what a pod runs or reaches into one.
+        ("inplace-daemon", "patch pods", Some("default"), false),
+        ("inplace-daemon", "update pods", Some("default"), false),
+        ("inplace-daemon", "create pods", Some("default"), false),
+        ("inplace-daemon", "delete pods", Some("default"), false),
+        ("inplace-daemon", "create pods/exec", Some("default"), false),
+        (
+            "inplace-daemon",
+            "create pods/eviction",
+            Some("default"),
+            false,
+        ),
+        ("inplace-daemon", "list secrets", Some("default"), false),
+        ("inplace-daemon", "patch nodes", None, false),
+        (
+            "inplace-daemon",
+            "patch nodeimages.apps.kruise.io",
+            None,
+            false,
+        ),
+        (
+            "inplace-daemon",
+            "patch clonesets.apps.kruise.io",
+            Some("default"),
+            false,
+        ),
+        (
+            "inplace-daemon",
+            "create containerrecreaterequests.apps.kruise.io",
+            Some("default"),
+            false,
+        ),
+        (
+            "inplace-daemon",
+            "create clusterrolebindings.rbac.authorization.k8s.io",
+            None,
+            false,
+        ),
+        // The controller: what it writes...
+        ("inplace-controller", "create pods", Some("default"), true),
+        (
+            "inplace-controller",
+            "patch pods/status",
+            Some("default"),
+            true,
+        ),
+        (
+            "inplace-controller",
+            "create controllerrevisions.apps",
+            Some("default"),
+            true,
+        ),
+        (
+            "inplace-controller",
+            "patch clonesets.apps.kruise.io/status",
+            Some("default"),
+            true,
+        ),
+        // ...and no reach beyond it.
+        (
+            "inplace-controller",
+            "create pods/exec",
+            Some("default"),
+            false,
+        ),
+        ("inplace-controller", "get secrets", Some("default"), false),
+        ("inplace-controller", "patch nodes", None, false),
+        ("inplace-controller", "delete nodes", None, false),
+        (
+            "inplace-controller",
+            "create clusterrolebindings.rbac.authorization.k8s.io",
+            None,
+            false,
+        ),
+        (
+            "inplace-controller",
+            "impersonate serviceaccounts",
+            None,
+            false,
+        ),
+        (
+            "inplace-controller",
+            "patch deployments.apps",
+            Some("default"),
+            false,
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for (sa, what, ns, want) in checks {
+        let got = can_i(sa, what, *ns)?;
+        if got != *want {
+            wrong.push(format!("{sa} {what} in {ns:?}: {got}, want {want}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+
+    // Under that role the installed daemon still does its part: a template label that the
+    // container's env reads changes; only the daemon can restart the container (the
+    // kubelet does not), and its completion, the condition and the container ids in the
+    // state annotation, goes through pods/status in one write.
+    let ns = Namespace::create("inst-rbac")?;
+    let env = "        env: [{name: TIER, valueFrom: {fieldRef: {fieldPath: \"metadata.labels['tier']\"}}}]\n";
+    let manifest = cloneset("reader", 1, 1, 0)
+        .replace(
+            "        app: reader\n    spec:",
+            "        app: reader\n        tier: a\n    spec:",
+        )
+        .replace(
+            "        readinessProbe:",
+            &format!("{env}        readinessProbe:"),
+        );
+    ns.apply(&manifest)?;
+    wait_rolled_out(&ns, "reader", 1, ROLLOUT)?;
+    let before = pod_states(&ns)?;
+    ns.patch_cloneset(
+        "reader",
+        &json!({"spec": {"template": {"metadata": {"labels": {"tier": "b"}}}}}),
+    )?;
+    wait_rolled_out(&ns, "reader", 1, ROLLOUT)?;
+    let after = pod_states(&ns)?;
+    let (pod, (uid_before, restarts)) = before.iter().next().ok_or("no pod")?;
+    assert_eq!(
+        after.get(pod),
+        Some(&(uid_before.clone(), restarts + 1)),
+        "{pod} restarted once in place by the daemon"
+    );
+    let live = &ns.pods()?[pod];
+    let state: Value = serde_json::from_str(
+        live["metadata"]["annotations"]["apps.kruise.io/inplace-update-state"]
+            .as_str()
+            .ok_or("no state annotation")?,
+    )?;
+    assert_eq!(state["updateEnvFromMetadata"], json!(true), "{state}");
+    assert!(
+        state["daemonContainerIDs"]["app"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("containerd://")),
+        "the daemon's ids written through pods/status: {state}"
+    );
+    Ok(())
+}
+
 /// `kubectl rollout restart deployment/inplace-controller` in the middle of a CloneSet's
 /// in-place rollout: the leader changes hands, the rollout finishes, and no pod is deleted,
 /// updated twice, or made unavailable beyond maxUnavailable.

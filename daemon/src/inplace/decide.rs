@@ -372,6 +372,51 @@ pub fn state_with_container_ids(
     serde_json::to_string(&s)
 }
 
+/// The key under which `pod` keeps its in-place state (the legacy key only when the pod
+/// has that one alone).
+fn state_key(pod: &Pod) -> &'static str {
+    let annotations = pod.metadata.annotations.as_ref();
+    if annotations.is_some_and(|a| {
+        !a.contains_key(keys::INPLACE_UPDATE_STATE_ANNOTATION)
+            && a.contains_key(keys::INPLACE_UPDATE_STATE_ANNOTATION_LEGACY)
+    }) {
+        keys::INPLACE_UPDATE_STATE_ANNOTATION_LEGACY
+    } else {
+        keys::INPLACE_UPDATE_STATE_ANNOTATION
+    }
+}
+
+/// The patch (merge or strategic: the same here) that writes `state` into `pod`'s state
+/// annotation, pinned to the pod's resourceVersion.
+pub fn state_patch(pod: &Pod, state: String) -> serde_json::Value {
+    serde_json::json!({
+        "metadata": {
+            "resourceVersion": pod.metadata.resource_version,
+            "annotations": { state_key(pod): state }
+        }
+    })
+}
+
+/// The one strategic merge patch of `pods/status` that completes an update of `pod`:
+/// `InPlaceUpdateReady` True, the container ids (`ids`, name → `<runtime>://<id>`) into the
+/// state annotation unless recorded already, pinned to the resourceVersion judged.
+pub fn completion_patch(
+    pod: &Pod,
+    ids: &BTreeMap<String, String>,
+    now: Timestamp,
+) -> Result<serde_json::Value, serde_json::Error> {
+    let mut patch = ready_patch(now);
+    patch["metadata"] = serde_json::json!({ "resourceVersion": pod.metadata.resource_version });
+    let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+    if let Some(Ok(state)) = InPlaceUpdateState::from_annotations(&annotations)
+        && state.extra.get(STATE_CONTAINER_IDS_KEY) != Some(&serde_json::to_value(ids)?)
+    {
+        patch["metadata"]["annotations"] =
+            serde_json::json!({ state_key(pod): state_with_container_ids(&state, ids)? });
+    }
+    Ok(patch)
+}
+
 /// The strategic merge patch of pod status that sets `InPlaceUpdateReady` True
 /// (conditions merge by `type`, so no other condition is touched).
 pub fn ready_patch(now: Timestamp) -> serde_json::Value {
@@ -815,6 +860,77 @@ mod tests {
         assert_eq!(v["future"], 1);
         assert_eq!(v["daemonContainerIDs"]["main"], "containerd://a1");
         Ok(())
+    }
+
+    /// Completion is one write: the condition and, unless already recorded, the ids in
+    /// the state annotation (under the key the pod uses), pinned to the resourceVersion.
+    #[test]
+    fn completion_is_one_pinned_patch_of_condition_and_ids() -> Result<(), serde_json::Error> {
+        let ids = BTreeMap::from([("main".to_owned(), "containerd://a1".to_owned())]);
+        let state = r#"{"revision":"cs-2","lastContainerStatuses":{"main":{"imageID":"x"}}}"#;
+        let recorded = r#"{"revision":"cs-2","daemonContainerIDs":{"main":"containerd://a1"}}"#;
+        let key = "apps.kruise.io/inplace-update-state";
+        let legacy = "inplace-update-state";
+        let cases = [
+            // (annotations, key expected to carry the ids, or None: no annotation written)
+            (json!({key: state}), Some(key)),
+            (json!({legacy: state}), Some(legacy)),
+            (json!({key: recorded}), None),
+            (json!({}), None),
+        ];
+        for (annotations, written) in cases {
+            let mut p = pod(json!({}));
+            p.metadata.annotations = serde_json::from_value(annotations.clone())?;
+            p.metadata.resource_version = Some("42".into());
+            let patch = completion_patch(&p, &ids, Timestamp::UNIX_EPOCH)?;
+            assert_eq!(patch["metadata"]["resourceVersion"], "42", "{annotations}");
+            assert_eq!(
+                patch["status"],
+                ready_patch(Timestamp::UNIX_EPOCH)["status"],
+                "{annotations}"
+            );
+            match written {
+                Some(k) => {
+                    let v: serde_json::Value = serde_json::from_str(
+                        patch["metadata"]["annotations"][k]
+                            .as_str()
+                            .unwrap_or_default(),
+                    )?;
+                    assert_eq!(v["daemonContainerIDs"]["main"], "containerd://a1");
+                    assert_eq!(v["revision"], "cs-2", "the rest of the state kept");
+                    let n = patch["metadata"]["annotations"]
+                        .as_object()
+                        .map(|m| m.len());
+                    assert_eq!(n, Some(1), "{annotations}");
+                }
+                None => assert!(
+                    patch["metadata"].get("annotations").is_none(),
+                    "{annotations}"
+                ),
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn a_state_write_is_pinned_and_keeps_the_pods_key() {
+        let mut p = pod(json!({}));
+        p.metadata.resource_version = Some("7".into());
+        let patch = state_patch(&p, "{}".into());
+        assert_eq!(
+            patch,
+            json!({"metadata": {"resourceVersion": "7",
+                "annotations": {"apps.kruise.io/inplace-update-state": "{}"}}})
+        );
+        p.metadata.annotations = Some(BTreeMap::from([(
+            "inplace-update-state".to_owned(),
+            "{}".to_owned(),
+        )]));
+        let patch = state_patch(&p, "{}".into());
+        assert_eq!(
+            patch["metadata"]["annotations"]["inplace-update-state"],
+            "{}"
+        );
     }
 
     #[test]

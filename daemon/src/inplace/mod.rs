@@ -7,13 +7,14 @@
 //! only; pod changes by the watch. Pods not in an update cost nothing and their
 //! containers are never touched.
 //!
-//! Completion writes two things: the container ids, into the state annotation under
-//! [`decide::STATE_CONTAINER_IDS_KEY`] (`<runtime>://<id>` per container name; a merge
-//! patch carrying the pod's resourceVersion, so a concurrent controller write wins and
-//! the daemon re-evaluates), then the condition, as a strategic merge patch of pod
-//! status (conditions merge by type) pinned to the resourceVersion of the pod judged (or
-//! of our own state write), so that a stale cache never marks a pod ready in the middle
-//! of a newer update (OpenKruise issue 2276).
+//! Completion is one write: the container ids, into the state annotation under
+//! [`decide::STATE_CONTAINER_IDS_KEY`] (`<runtime>://<id>` per container name), and the
+//! condition, as a strategic merge patch of `pods/status` (conditions merge by type)
+//! pinned to the resourceVersion of the pod judged, so that a concurrent controller write
+//! wins and a stale cache never marks a pod ready in the middle of a newer update
+//! (OpenKruise issue 2276). Every write of the daemon goes through `pods/status`: the
+//! subresource keeps the spec but writes metadata, so the daemon is never allowed to
+//! change a pod's spec.
 
 pub mod decide;
 
@@ -468,51 +469,30 @@ impl Executor {
     }
 
     /// Writes `state` (JSON) into the pod's in-place state annotation, under the key the
-    /// pod has: a merge patch pinned to the pod's resourceVersion, so that a concurrent
-    /// controller write wins and the pod is judged again.
+    /// pod has: through the `pods/status` subresource (which writes metadata too, but never
+    /// the spec, so the daemon needs no `pods: patch`), pinned to the pod's
+    /// resourceVersion, so that a concurrent controller write wins and the pod is judged
+    /// again.
     async fn write_state(&self, pod: &Pod, state: String) -> Result<Pod, ExecError> {
-        let annotations = pod.metadata.annotations.as_ref();
-        let key =
-            if annotations.is_some_and(|a| a.contains_key(keys::INPLACE_UPDATE_STATE_ANNOTATION)) {
-                keys::INPLACE_UPDATE_STATE_ANNOTATION
-            } else {
-                keys::INPLACE_UPDATE_STATE_ANNOTATION_LEGACY
-            };
-        let patch = serde_json::json!({
-            "metadata": {
-                "resourceVersion": pod.metadata.resource_version,
-                "annotations": { key: state }
-            }
-        });
+        let patch = decide::state_patch(pod, state);
         let ns = pod.metadata.namespace.clone().unwrap_or_default();
         let name = pod.metadata.name.clone().unwrap_or_default();
         Ok(Api::<Pod>::namespaced(self.client.clone(), &ns)
-            .patch(&name, &patch_params(), &Patch::Merge(&patch))
+            .patch_status(&name, &patch_params(), &Patch::Merge(&patch))
             .await?)
     }
 
-    /// Writes the completion.
+    /// Writes the completion: the container ids into the state annotation (when not there
+    /// yet) and `InPlaceUpdateReady=True`, in one strategic merge patch of `pods/status`
+    /// (conditions merge by type) pinned to the resourceVersion of the pod judged here: on
+    /// a conflict the pod is judged again from the watch, so a stale cache never marks a
+    /// pod ready in the middle of a newer update.
     async fn complete(&self, pod: &Pod, ids: &BTreeMap<String, String>) -> Result<(), ExecError> {
         let ns = pod.metadata.namespace.clone().unwrap_or_default();
         let name = pod.metadata.name.clone().unwrap_or_default();
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
-        let annotations = pod.metadata.annotations.clone().unwrap_or_default();
         let full = self.full_ids(ids);
-        // The condition goes only onto the pod version judged here (or the one our own
-        // state write made of it): on a conflict the pod is judged again from the watch,
-        // so a stale cache never marks a pod ready in the middle of a newer update.
-        let mut resource_version = pod.metadata.resource_version.clone();
-        if let Some(Ok(state)) = InPlaceUpdateState::from_annotations(&annotations) {
-            let recorded = state.extra.get(decide::STATE_CONTAINER_IDS_KEY);
-            if recorded != Some(&serde_json::to_value(&full)?) {
-                let written = self
-                    .write_state(pod, decide::state_with_container_ids(&state, &full)?)
-                    .await?;
-                resource_version = written.metadata.resource_version;
-            }
-        }
-        let mut patch = decide::ready_patch(k8s_openapi::jiff::Timestamp::now());
-        patch["metadata"] = serde_json::json!({ "resourceVersion": resource_version });
+        let patch = decide::completion_patch(pod, &full, k8s_openapi::jiff::Timestamp::now())?;
         api.patch_status(&name, &patch_params(), &Patch::Strategic(&patch))
             .await?;
         self.metrics.inplace_completed.inc();

@@ -12,66 +12,20 @@
 //! evaluates `variables` and `validations` with `oldObject`, `object` (null on DELETE)
 //! and `request` bound as the API server binds them.
 
-use std::path::PathBuf;
-use std::sync::Arc;
-
-use k8s_openapi::api::admissionregistration::v1::{
-    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
-};
-use kube_cel::cel::{self, Program};
 use serde_json::{Value, json};
 
-use super::cel_rules::{base_context, to_cel};
+use super::admission_policy::{self, assert_policy_and_binding, evaluate, rule_matches};
 
 const LABEL: &str = "policy.kruise.io/delete-protection";
-
-fn documents() -> Vec<Value> {
-    let path = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../deploy/policy/delete-protection.yaml"
-    ));
-    let text = std::fs::read_to_string(&path).expect("the policy file exists");
-    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("the policy parses");
-    docs.into_iter().filter(|d| !d.is_null()).collect()
-}
+const FILE: &str = "delete-protection.yaml";
 
 fn policy() -> Value {
-    documents()
-        .into_iter()
-        .find(|d| d["kind"] == "ValidatingAdmissionPolicy")
-        .expect("a ValidatingAdmissionPolicy")
+    admission_policy::policy(FILE)
 }
 
-/// The objects read as the typed `admissionregistration.k8s.io/v1` API and written back
-/// lose no field (a misspelt field would be dropped by the typed form).
 #[test]
 fn the_policy_and_its_binding_are_admissionregistration_v1_objects() {
-    let docs = documents();
-    assert_eq!(docs.len(), 2);
-    for doc in &docs {
-        assert_eq!(doc["apiVersion"], "admissionregistration.k8s.io/v1");
-        let back = match doc["kind"].as_str() {
-            Some("ValidatingAdmissionPolicy") => serde_json::to_value(
-                serde_json::from_value::<ValidatingAdmissionPolicy>(doc.clone())
-                    .expect("a ValidatingAdmissionPolicy"),
-            ),
-            Some("ValidatingAdmissionPolicyBinding") => serde_json::to_value(
-                serde_json::from_value::<ValidatingAdmissionPolicyBinding>(doc.clone())
-                    .expect("a ValidatingAdmissionPolicyBinding"),
-            ),
-            other => panic!("unexpected kind {other:?}"),
-        }
-        .expect("serializes");
-        let lost = super::lost_fields(doc, &back, "");
-        assert!(lost.is_empty(), "{}: {lost:?}", doc["kind"]);
-    }
-    let binding = docs
-        .iter()
-        .find(|d| d["kind"] == "ValidatingAdmissionPolicyBinding")
-        .expect("a binding");
-    assert_eq!(binding["spec"]["policyName"], policy()["metadata"]["name"]);
-    assert_eq!(binding["spec"]["validationActions"], json!(["Deny"]));
-    assert_eq!(policy()["spec"]["failurePolicy"], "Fail");
+    assert_policy_and_binding(FILE);
 }
 
 /// A DELETE of `resource` (`group`, plural) on the object `old`.
@@ -130,19 +84,7 @@ fn deployment(labels: Value) -> Request {
 /// selector, which on DELETE is matched against the old object).
 fn matched(policy: &Value, req: &Request) -> bool {
     let constraints = &policy["spec"]["matchConstraints"];
-    let has = |list: &Value, v: &str| {
-        list.as_array()
-            .is_some_and(|l| l.iter().any(|x| x == v || x == "*"))
-    };
-    let rule_matches = constraints["resourceRules"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|r| {
-            has(&r["apiGroups"], req.group)
-                && has(&r["resources"], req.resource)
-                && has(&r["operations"], "DELETE")
-        });
+    let has = |list: &Value, v: &str| list.as_array().is_some_and(|l| l.iter().any(|x| x == v));
     let labels = &req.old["metadata"]["labels"];
     let selector_matches = constraints["objectSelector"]["matchExpressions"]
         .as_array()
@@ -155,7 +97,7 @@ fn matched(policy: &Value, req: &Request) -> bool {
                 other => panic!("operator {other:?} not modelled"),
             }
         });
-    rule_matches && selector_matches
+    rule_matches(policy, req.group, req.resource, "DELETE") && selector_matches
 }
 
 /// `Ok(())` when admitted, else the message of the first failing validation.
@@ -164,59 +106,9 @@ fn admitted(req: &Request) -> Result<(), String> {
     if !matched(&policy, req) {
         return Ok(());
     }
-    let ctx = base_context();
-    let mut scope = ctx.new_inner_scope();
-    scope.add_variable_from_value("oldObject", to_cel(&req.old, &Value::Null));
-    scope.add_variable_from_value("object", cel::Value::Null);
-    scope.add_variable_from_value(
-        "request",
-        to_cel(
-            &json!({"operation": "DELETE",
-                    "resource": {"group": req.group, "version": "v1", "resource": req.resource}}),
-            &Value::Null,
-        ),
-    );
-    let eval = |scope: &cel::Context<'_>, expr: &str| {
-        Program::compile(expr)
-            .unwrap_or_else(|e| panic!("does not compile: {expr}: {e}"))
-            .execute(scope)
-            .unwrap_or_else(|e| panic!("does not evaluate: {expr}: {e:?}"))
-    };
-    let mut variables = std::collections::HashMap::new();
-    for v in policy["spec"]["variables"].as_array().into_iter().flatten() {
-        let name = v["name"].as_str().unwrap_or_default().to_owned();
-        let mut inner = scope.new_inner_scope();
-        inner.add_variable_from_value(
-            "variables",
-            cel::Value::Map(cel::objects::Map {
-                map: Arc::new(variables.clone()),
-            }),
-        );
-        let value = eval(&inner, v["expression"].as_str().unwrap_or_default());
-        variables.insert(cel::objects::Key::String(Arc::new(name)), value);
-    }
-    scope.add_variable_from_value(
-        "variables",
-        cel::Value::Map(cel::objects::Map {
-            map: Arc::new(variables),
-        }),
-    );
-    for v in policy["spec"]["validations"]
-        .as_array()
-        .into_iter()
-        .flatten()
-    {
-        let expr = v["expression"].as_str().unwrap_or_default();
-        match eval(&scope, expr) {
-            cel::Value::Bool(true) => {}
-            cel::Value::Bool(false) => {
-                assert_eq!(v["reason"], "Forbidden");
-                return Err(v["message"].as_str().unwrap_or_default().to_owned());
-            }
-            other => panic!("{expr} gave {other:?}, not a bool"),
-        }
-    }
-    Ok(())
+    let request = json!({"operation": "DELETE",
+        "resource": {"group": req.group, "version": "v1", "resource": req.resource}});
+    evaluate(&policy, &request, &Value::Null, &req.old)
 }
 
 #[test]

@@ -5,8 +5,10 @@
 //! One test binary with modules, to link the dependencies once.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+mod admission_policy;
 mod cel_rules;
 mod crd_files;
+mod daemon_node_binding;
 mod defaults;
 mod delete_protection;
 mod docs_yaml;
