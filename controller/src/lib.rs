@@ -18,6 +18,7 @@ pub mod error;
 pub mod events;
 pub mod expectations;
 pub mod feature_gates;
+pub mod fence;
 pub mod imagepulljob;
 pub mod leader;
 pub mod metrics;

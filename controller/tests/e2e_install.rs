@@ -568,9 +568,11 @@ async fn installed_controller_restart_mid_rollout_keeps_the_budget() -> TestResu
 /// the CRDs stay as they are) with both images at `tag`, in a temporary directory. (kubectl
 /// 1.20's kustomize applies `images:` to every object and fails on the CRDs' schemas, so an
 /// image override must not take the CRDs in; see tests/testbed/install.)
-fn overlay_with_tag(tag: &str) -> TestResult<tempdir::Dir> {
+fn overlay_with_tag(tag: &str) -> TestResult<tempfile::TempDir> {
     let installed = overlay()?.join("components");
-    let dir = tempdir::Dir::new("inplace-upgrade")?;
+    let dir = tempfile::Builder::new()
+        .prefix("inplace-upgrade")
+        .tempdir()?;
     let registry = std::env::var("INPLACE_REGISTRY").unwrap_or_else(|_| "127.0.0.1:5000".into());
     let base = relative(dir.path(), &installed);
     std::fs::write(
@@ -765,33 +767,4 @@ async fn installed_uninstall_keeps_workloads_running() -> TestResult {
         );
     }
     Ok(())
-}
-
-/// A temporary directory removed on drop (no crate for it in this package).
-mod tempdir {
-    use std::path::{Path, PathBuf};
-
-    pub struct Dir(PathBuf);
-
-    impl Dir {
-        pub fn new(prefix: &str) -> std::io::Result<Self> {
-            let path = std::env::temp_dir().join(format!(
-                "{prefix}-{}-{:08x}",
-                std::process::id(),
-                rand::random::<u32>()
-            ));
-            std::fs::create_dir_all(&path)?;
-            Ok(Self(path))
-        }
-
-        pub fn path(&self) -> &Path {
-            &self.0
-        }
-    }
-
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
 }

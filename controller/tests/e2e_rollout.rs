@@ -441,3 +441,88 @@ async fn two_controllers_elect_one_leader_and_fail_over() -> TestResult {
     assert!(survivor.is_running());
     Ok(())
 }
+
+/// Fenced leadership. The leader is cut off from the API server (its connections held
+/// open, nothing forwarded) longer than the lease, while it has work due: its pods are
+/// Ready and become available `minReadySeconds` later, when it requeues to write the
+/// CloneSet status. That write comes after its lease could have passed on, so it is
+/// refused locally (fenced) instead of hanging in the cut connection and landing later.
+/// The other controller takes over and writes the status; the old leader, reconnected,
+/// lands no write and stops once it sees the new holder. No pod is touched.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the test bed"]
+async fn a_leader_cut_off_longer_than_its_lease_writes_nothing_after_it() -> TestResult {
+    let ns = Namespace::create("fence")?;
+    let proxy = FreezableProxy::start().await?;
+    let mut old = ControllerProcess::start_through(&ns.name, &proxy.kubeconfig, &[])?;
+    wait_for(
+        "the proxied controller leads",
+        Duration::from_secs(60),
+        || Ok(old.log_text().contains("became leader")),
+    )?;
+    let new = ControllerProcess::start(&ns.name)?;
+    let manifest = sample_cloneset("fc", 2, &image("v1"), "ReCreate").replace(
+        "spec:\n  replicas:",
+        "spec:\n  minReadySeconds: 12\n  replicas:",
+    );
+    ns.apply(&manifest)?;
+    wait_for("2 pods Ready, not yet available", ROLLOUT, || {
+        let cs = ns.cloneset("fc")?;
+        Ok(status_i64(&cs, "readyReplicas") == 2)
+    })
+    .map_err(|e| format!("{e}\n{}", old.log_excerpt()))?;
+    let mark = old.log_text().len();
+    proxy.freeze();
+    let pods_before = live_pods(&ns)?;
+    wait_for(
+        "the other controller takes over",
+        Duration::from_secs(60),
+        || Ok(new.log_text().contains("became leader")),
+    )?;
+    wait_for("2 pods available", ROLLOUT, || {
+        Ok(status_i64(&ns.cloneset("fc")?, "availableReplicas") == 2)
+    })
+    .map_err(|e| format!("{e}\n{}", new.log_excerpt()))?;
+    wait_for(
+        "the cut-off leader's status write refused",
+        Duration::from_secs(30),
+        || Ok(old.log_text()[mark..].contains("refusing every write")),
+    )
+    .map_err(|e| format!("{e}\n{}", old.log_excerpt()))?;
+
+    proxy.thaw();
+    wait_for(
+        "the old leader sees the new holder and stops",
+        Duration::from_secs(60),
+        || Ok(!old.is_running()),
+    )
+    .map_err(|e| format!("{e}\n{}", old.log_excerpt()))?;
+    let after = old.log_text().get(mark..).unwrap_or_default().to_owned();
+    assert!(after.contains("leader lease lost"), "{}", old.log_excerpt());
+    // Lines the controller logs only once a write succeeded.
+    for landed in [
+        "created ControllerRevision",
+        "event reason=",
+        "status written",
+        "lifecycle state changed",
+    ] {
+        let line = after.lines().find(|l| l.contains(landed));
+        assert!(
+            line.is_none(),
+            "a write of the cut-off leader landed: {line:?}"
+        );
+    }
+    eprintln!(
+        "writes of the cut-off leader refused: {}",
+        after.matches("refused: the leader lease").count()
+    );
+    let pods_after = live_pods(&ns)?;
+    assert_eq!(
+        pods_after.keys().collect::<Vec<_>>(),
+        pods_before.keys().collect::<Vec<_>>()
+    );
+    for (name, pod) in &pods_after {
+        assert_eq!(uid(pod), uid(&pods_before[name]), "{name} recreated");
+    }
+    Ok(())
+}

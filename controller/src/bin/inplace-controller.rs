@@ -11,6 +11,7 @@ use clap::Parser;
 use inplace_controller::discovery;
 use inplace_controller::events::EventSink;
 use inplace_controller::feature_gates::FeatureGates;
+use inplace_controller::fence::{self, Fence, RenewalObserverLayer, WriteGateLayer};
 use inplace_controller::imagepulljob;
 use inplace_controller::leader::{Election, LeaseConfig};
 use inplace_controller::metrics::{Health, Metrics, Phase};
@@ -18,6 +19,7 @@ use inplace_controller::plan::PlanOptions;
 use inplace_controller::runtime::{self, Settings};
 use inplace_controller::watch::Scope;
 use kube::Client;
+use kube::client::ClientBuilder;
 use tracing::{info, warn};
 
 #[derive(Debug, Parser)]
@@ -89,7 +91,9 @@ fn feature_gates(args: &Args) -> anyhow::Result<FeatureGates> {
     )?)
 }
 
-async fn client(args: &Args) -> anyhow::Result<Client> {
+/// The client the reconcilers use (its writes gated by `fence`) and the one the leader
+/// election renews the Lease with (each successful renewal opens `fence` again).
+async fn clients(args: &Args, fence: &Fence) -> anyhow::Result<(Client, Client)> {
     let config = match &args.kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path)
@@ -99,7 +103,13 @@ async fn client(args: &Args) -> anyhow::Result<Client> {
         }
         None => kube::Config::infer().await?,
     };
-    Ok(Client::try_from(config)?)
+    let gated = ClientBuilder::try_from(config.clone())?
+        .with_layer(&WriteGateLayer(fence.clone()))
+        .build();
+    let election = ClientBuilder::try_from(config)?
+        .with_layer(&RenewalObserverLayer(fence.clone()))
+        .build();
+    Ok((gated, election))
 }
 
 async fn shutdown_signal() {
@@ -184,7 +194,18 @@ async fn run_controller() -> anyhow::Result<()> {
     let gates = feature_gates(&args)?;
     gates.log_notes();
     let mut options = gates.plan;
-    let client = client(&args)
+    // Fenced leadership: with an election, no write leaves this process unless the Lease
+    // was renewed recently enough that no other replica can hold it yet.
+    let lease_duration = Duration::from_secs(args.lease_duration.max(2));
+    let fence = if args.leader_elect {
+        Fence::enforced(fence::validity(
+            lease_duration,
+            fence::default_margin(lease_duration),
+        ))
+    } else {
+        Fence::unenforced()
+    };
+    let (client, election_client) = clients(&args, &fence)
         .await
         .context("connecting to the API server")?;
     let caps = discovery::discover(&client)
@@ -245,11 +266,13 @@ async fn run_controller() -> anyhow::Result<()> {
             namespace: lease_ns,
             name: args.lease_name.clone(),
             identity: identity.clone(),
-            duration: Duration::from_secs(args.lease_duration),
-            grace: Duration::from_secs((args.lease_duration / 3).max(1)),
+            duration: lease_duration,
+            // Renew at half-life: the fence (validity = duration - margin) then has half the
+            // duration less the margin to spare for a slow renewal before writes stop.
+            grace: (lease_duration / 2).max(Duration::from_secs(1)),
         };
         info!(lease = %format!("{}/{}", config.namespace, config.name), %identity, "joining leader election");
-        let mut e = Election::start(client.clone(), &config)
+        let mut e = Election::start(election_client, &config)
             .await
             .context("starting leader election")?;
         // In the election: this replica serves (and is Ready) as a standby.

@@ -201,6 +201,24 @@ impl Drop for Namespace {
 /// must not scroll out of the part of the output CI keeps).
 const LOG_EXCERPT_LINES: usize = 12;
 
+/// `text` without terminal colour sequences (`ESC [ ... m`).
+pub fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// The controller binary running as a child process, scoped to one namespace; killed
 /// on drop.
 pub struct ControllerProcess {
@@ -214,6 +232,11 @@ impl ControllerProcess {
     }
 
     pub fn start_with(ns: &str, extra: &[&str]) -> TestResult<Self> {
+        Self::start_through(ns, &kubeconfig(), extra)
+    }
+
+    /// [`Self::start_with`], reaching the API server through the kubeconfig `config`.
+    pub fn start_through(ns: &str, config: &std::path::Path, extra: &[&str]) -> TestResult<Self> {
         let log = std::env::temp_dir().join(format!(
             "inplace-controller-{ns}-{}.log",
             rand::random::<u16>()
@@ -221,7 +244,7 @@ impl ControllerProcess {
         let file = std::fs::File::create(&log)?;
         let child = Command::new(env!("CARGO_BIN_EXE_inplace-controller"))
             .arg("--kubeconfig")
-            .arg(kubeconfig())
+            .arg(config)
             .args([
                 "--namespace",
                 ns,
@@ -286,7 +309,7 @@ impl ControllerProcess {
     /// the reason stays on screen where CI shows only the tail of a failed test's output
     /// (the whole log stays on disk).
     pub fn log_excerpt(&self) -> String {
-        let text = self.log_text();
+        let text = strip_ansi(&self.log_text());
         let tail: Vec<&str> = text.lines().rev().take(LOG_EXCERPT_LINES).collect();
         let tail: Vec<&str> = tail.into_iter().rev().collect();
         format!(
@@ -704,4 +727,104 @@ impl Drop for Daemon {
         let _ = self.child.wait();
         eprintln!("daemon log {}", self.log.display());
     }
+}
+
+// ---------- cutting a process off the API server ----------
+
+/// A TCP proxy to the bed's API server that can be frozen: while frozen it forwards no
+/// byte in either direction and leaves new connections unanswered (a network partition
+/// that keeps connections open, so requests hang instead of failing); thawed, it
+/// forwards what it held.
+pub struct FreezableProxy {
+    pub kubeconfig: PathBuf,
+    frozen: Arc<tokio::sync::watch::Sender<bool>>,
+    task: tokio::task::JoinHandle<()>,
+    _dir: tempfile::TempDir,
+}
+
+impl FreezableProxy {
+    pub async fn start() -> TestResult<Self> {
+        let text = std::fs::read_to_string(kubeconfig())?;
+        let server = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("server: "))
+            .ok_or("no server in the kubeconfig")?
+            .trim()
+            .to_owned();
+        let upstream = server
+            .strip_prefix("https://")
+            .ok_or("the server is not https://")?
+            .trim_end_matches('/')
+            .to_owned();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let port = listener.local_addr()?.port();
+        let dir = tempfile::Builder::new().prefix("inplace-proxy").tempdir()?;
+        let config = dir.path().join("kubeconfig");
+        std::fs::write(
+            &config,
+            text.replace(&server, &format!("https://127.0.0.1:{port}")),
+        )?;
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(async move {
+            while let Ok((down, _)) = listener.accept().await {
+                let upstream = upstream.clone();
+                let rx = rx.clone();
+                tokio::spawn(async move {
+                    thawed(rx.clone()).await;
+                    let Ok(up) = tokio::net::TcpStream::connect(&upstream).await else {
+                        return;
+                    };
+                    let (dr, dw) = down.into_split();
+                    let (ur, uw) = up.into_split();
+                    tokio::join!(pump(dr, uw, rx.clone()), pump(ur, dw, rx));
+                });
+            }
+        });
+        Ok(Self {
+            kubeconfig: config,
+            frozen: Arc::new(tx),
+            task,
+            _dir: dir,
+        })
+    }
+
+    pub fn freeze(&self) {
+        self.frozen.send_replace(true);
+    }
+
+    pub fn thaw(&self) {
+        self.frozen.send_replace(false);
+    }
+}
+
+impl Drop for FreezableProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Returns once the proxy is not frozen.
+async fn thawed(mut rx: tokio::sync::watch::Receiver<bool>) {
+    let _ = rx.wait_for(|frozen| !frozen).await;
+}
+
+/// Copies `from` to `to`, holding each chunk while the proxy is frozen.
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    rx: tokio::sync::watch::Receiver<bool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        thawed(rx.clone()).await;
+        if to.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown().await;
 }

@@ -1,0 +1,247 @@
+//! Fenced leadership: a leader that has not renewed its Lease for long enough stops
+//! writing before another replica can take the Lease over.
+//!
+//! The Lease is renewed by `kube-lease-manager` on a client of its own; that client carries
+//! [`RenewalObserver`], which notes the moment each successful write of the Lease was
+//! *sent* (the renewal time the other replicas compare against was taken no earlier). The
+//! client the reconcilers write through carries [`WriteGate`], which refuses every
+//! mutating request (POST, PUT, PATCH, DELETE) once [`Fence::valid_until`] has passed:
+//! `sent + lease duration − margin`, the margin absorbing clock skew between replicas and
+//! the time a request spends in flight. A partitioned leader therefore goes quiet on its
+//! own, before the Lease expires for the others; when it reaches the API server again it
+//! either renews (nobody took over: the gate opens) or finds another holder and exits.
+//!
+//! Without leader election the fence is always open.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::http::{Method, Request, Response};
+use futures::future::BoxFuture;
+use tower::{Layer, Service};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A write refused because this replica's leadership is no longer known to be valid.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{method} {path} refused: the leader lease was last renewed {since:?} ago, longer than it may act on (fenced until the lease is renewed)"
+)]
+pub struct FencedWrite {
+    pub method: Method,
+    pub path: String,
+    pub since: Duration,
+}
+
+/// How long after a renewal was sent this replica may still write: the lease duration
+/// less the margin, and never less than nothing.
+pub fn validity(lease_duration: Duration, margin: Duration) -> Duration {
+    lease_duration.saturating_sub(margin)
+}
+
+/// The margin kept between the end of our validity and the lease's expiry for others: a
+/// fifth of the duration, at least one second, at most half the duration.
+pub fn default_margin(lease_duration: Duration) -> Duration {
+    (lease_duration / 5)
+        .max(Duration::from_secs(1))
+        .min(lease_duration / 2)
+}
+
+/// Whether `method` changes state on the API server.
+pub fn is_write(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::POST | Method::PUT | Method::PATCH | Method::DELETE
+    )
+}
+
+/// Whether `path` addresses a Lease (what the election writes).
+pub fn is_lease(path: &str) -> bool {
+    path.starts_with("/apis/coordination.k8s.io/") && path.contains("/leases/")
+}
+
+#[derive(Debug)]
+struct State {
+    /// The zero of the instants below (nanoseconds since `base`; 0: never renewed).
+    base: Instant,
+    last_renewal_sent: AtomicU64,
+    validity: Duration,
+    /// false: no election, never fenced.
+    enforced: bool,
+    /// Whether the last gate decision let writes through (to log the change once).
+    open: AtomicBool,
+}
+
+/// Shared between the renewal observer and the write gate.
+#[derive(Clone, Debug)]
+pub struct Fence(Arc<State>);
+
+impl Fence {
+    /// A fence that never closes (no leader election).
+    pub fn unenforced() -> Self {
+        Self::new(Duration::MAX, false)
+    }
+
+    /// A fence closed until the first renewal, then open for `validity` after each.
+    pub fn enforced(validity: Duration) -> Self {
+        Self::new(validity, true)
+    }
+
+    fn new(validity: Duration, enforced: bool) -> Self {
+        Self(Arc::new(State {
+            base: Instant::now(),
+            last_renewal_sent: AtomicU64::new(0),
+            validity,
+            enforced,
+            open: AtomicBool::new(true),
+        }))
+    }
+
+    /// A write of the Lease sent at `sent` succeeded.
+    pub fn renewed(&self, sent: Instant) {
+        let nanos = sent.saturating_duration_since(self.0.base).as_nanos();
+        // +1 so that a renewal at `base` itself is not "never".
+        let value = u64::try_from(nanos).unwrap_or(u64::MAX - 1) + 1;
+        self.0.last_renewal_sent.fetch_max(value, Ordering::AcqRel);
+    }
+
+    /// The instant of the last successful renewal's sending, if any.
+    pub fn last_renewal(&self) -> Option<Instant> {
+        match self.0.last_renewal_sent.load(Ordering::Acquire) {
+            0 => None,
+            n => Some(self.0.base + Duration::from_nanos(n - 1)),
+        }
+    }
+
+    /// Whether a write may be sent at `now`: `Err(time since the last renewal)` if not
+    /// (`Duration::MAX` when never renewed).
+    pub fn check(&self, now: Instant) -> Result<(), Duration> {
+        if !self.0.enforced {
+            return Ok(());
+        }
+        match self.last_renewal() {
+            Some(t) if now.saturating_duration_since(t) < self.0.validity => Ok(()),
+            Some(t) => Err(now.saturating_duration_since(t)),
+            None => Err(Duration::MAX),
+        }
+    }
+
+    /// Records whether the gate is open now; true when that changed.
+    fn note(&self, open: bool) -> bool {
+        self.0.open.swap(open, Ordering::AcqRel) != open
+    }
+}
+
+/// Layer for the election's client: notes successful Lease writes in the fence.
+#[derive(Clone, Debug)]
+pub struct RenewalObserverLayer(pub Fence);
+
+impl<S> Layer<S> for RenewalObserverLayer {
+    type Service = RenewalObserver<S>;
+    fn layer(&self, inner: S) -> Self::Service {
+        RenewalObserver {
+            inner,
+            fence: self.0.clone(),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct RenewalObserver<S> {
+    inner: S,
+    fence: Fence,
+}
+
+impl<S, B, R> Service<Request<B>> for RenewalObserver<S>
+where
+    S: Service<Request<B>, Response = Response<R>>,
+    S::Error: Into<BoxError>,
+    S::Future: Send + 'static,
+{
+    type Response = Response<R>;
+    type Error = BoxError;
+    type Future = BoxFuture<'static, Result<Response<R>, BoxError>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let renewal = is_write(req.method()) && is_lease(req.uri().path());
+        let sent = Instant::now();
+        let fence = self.fence.clone();
+        let fut = self.inner.call(req);
+        Box::pin(async move {
+            let response = fut.await.map_err(Into::into)?;
+            if renewal && response.status().is_success() {
+                fence.renewed(sent);
+            }
+            Ok(response)
+        })
+    }
+}
+
+/// Layer for the reconcilers' client: refuses writes while the fence is closed.
+#[derive(Clone, Debug)]
+pub struct WriteGateLayer(pub Fence);
+
+impl<S> Layer<S> for WriteGateLayer {
+    type Service = WriteGate<S>;
+    fn layer(&self, inner: S) -> Self::Service {
+        WriteGate {
+            inner,
+            fence: self.0.clone(),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct WriteGate<S> {
+    inner: S,
+    fence: Fence,
+}
+
+impl<S, B, R> Service<Request<B>> for WriteGate<S>
+where
+    S: Service<Request<B>, Response = Response<R>>,
+    S::Error: Into<BoxError>,
+    S::Future: Send + 'static,
+{
+    type Response = Response<R>;
+    type Error = BoxError;
+    type Future = BoxFuture<'static, Result<Response<R>, BoxError>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        if is_write(req.method()) {
+            let verdict = self.fence.check(Instant::now());
+            if self.fence.note(verdict.is_ok()) {
+                match verdict {
+                    Ok(()) => tracing::warn!("leader lease renewed: writes allowed again"),
+                    Err(since) => tracing::error!(
+                        since = ?since,
+                        "leader lease not renewed in time: refusing every write until it is (fenced)"
+                    ),
+                }
+            }
+            if let Err(since) = verdict {
+                let refused = FencedWrite {
+                    method: req.method().clone(),
+                    path: req.uri().path().to_owned(),
+                    since,
+                };
+                return Box::pin(async move { Err(Box::new(refused) as BoxError) });
+            }
+        }
+        let fut = self.inner.call(req);
+        Box::pin(async move { fut.await.map_err(Into::into) })
+    }
+}
+
+#[cfg(test)]
+mod tests;
