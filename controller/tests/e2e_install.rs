@@ -1053,6 +1053,12 @@ async fn takeover(
         ],
         None,
     )?;
+    let crd = kubectl_json(&["get", "crd", "clonesets.apps.kruise.io"])?;
+    assert!(
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+            .is_null(),
+        "OpenKruise's schemaless CRD is in place"
+    );
     let (r1, r2) = write_kruise_state(ns, client).await?;
     let cs_before = ns.cloneset(KRUISE_CS)?;
     let pods_before = pod_states(ns)?;
@@ -1139,8 +1145,28 @@ async fn takeover(
         assert_eq!(revision_label(p), r3);
     }
 
-    // Back to v1: the revision OpenKruise wrote for it is reused (renumbered), not copied.
-    ns.set_image(KRUISE_CS, &image("v1"))?;
+    // Back to v1, written as a user's manifest has it (no `creationTimestamp: null`, no
+    // `resources: {}`: what a GitOps tool replacing the template sends): the revision
+    // OpenKruise wrote for v1 (whose data has both) is found equal and reused (renumbered),
+    // though its name is not the hash of this template's bytes.
+    let mut plain_v1 = kruise_template(&image("v1"));
+    plain_v1["metadata"]
+        .as_object_mut()
+        .ok_or("template metadata")?
+        .remove("creationTimestamp");
+    plain_v1["spec"]["containers"][0]
+        .as_object_mut()
+        .ok_or("container")?
+        .remove("resources");
+    assert_ne!(
+        kruise_revision(&plain_v1).0,
+        r1,
+        "the name alone does not match"
+    );
+    ns.json_patch_cloneset(
+        KRUISE_CS,
+        &json!([{"op": "replace", "path": "/spec/template", "value": plain_v1}]),
+    )?;
     let cs = wait_rolled_out(ns, KRUISE_CS, 3, ROLLOUT)?;
     assert_eq!(
         cs["status"]["updateRevision"],
@@ -1169,5 +1195,12 @@ async fn takeover(
         assert_eq!(container_image(p), image("v1"));
         assert_eq!(revision_label(p), r1);
     }
+    eprintln!(
+        "after v3 ({r3}) and back to v1: revisions {:?}; pods {rolled_back:?}",
+        revisions
+            .iter()
+            .map(|(n, r)| (n.clone(), r["revision"].as_i64().unwrap_or(0)))
+            .collect::<Vec<_>>()
+    );
     Ok(())
 }
