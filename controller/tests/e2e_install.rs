@@ -768,3 +768,613 @@ async fn installed_uninstall_keeps_workloads_running() -> TestResult {
     }
     Ok(())
 }
+
+// ---------------------------------------------------------------------------------------
+// Migration from OpenKruise v1.9 (docs/migrating-from-openkruise.md).
+//
+// OpenKruise's images cannot be pulled here, so "a cluster that ran OpenKruise" is made by
+// writing exactly the objects kruise-manager (and its webhooks) would have written, with
+// our controller stopped the whole time (as kruise-manager is stopped before ours starts):
+// - the CRD `clonesets.apps.kruise.io` as a v1 CRD served and stored as v1alpha1 (a minimal
+//   stand-in for OpenKruise's: schemaless spec and status, status and scale subresources);
+// - a CloneSet whose template carries what OpenKruise's mutating webhook adds (the typed
+//   Go encoding: `metadata.creationTimestamp: null`, `resources: {}`, the PodSpec and
+//   container defaults);
+// - one ControllerRevision per template, as `history.NewControllerRevision` makes it:
+//   name `<cloneset>-<hash>`, the hash being FNV-1 (32 bit) over the `json.Marshal` bytes of
+//   `{"spec":{"template":{…,"$patch":"replace"}}}` followed by the collision count "0",
+//   safe-encoded; labels = template labels + `controller.kubernetes.io/hash`; annotations =
+//   CloneSet annotations + `kruise.io/cloneset-volumeclaimtemplate-hash` ("" without VCTs);
+//   the CloneSet as controller owner;
+// - pods as `newVersionedPods` and the pod webhook make them: name `<cloneset>-<id>`,
+//   labels `controller-revision-hash` (full revision name), `pod-template-hash` (the hash
+//   part), `apps.kruise.io/cloneset-instance-id`, `lifecycle.apps.kruise.io/state`, the
+//   readiness gates `InPlaceUpdateReady` and `KruisePodReady` with both conditions True;
+// - an earlier in-place update v1 → v2 done the way OpenKruise does it: InPlaceUpdateReady
+//   False (reason StartInPlaceUpdate), then one pod write with the new revision labels, the
+//   `apps.kruise.io/inplace-update-state` annotation (`revision`, `updateTimestamp`,
+//   `lastContainerStatuses` with the old `imageID` only, `updateImages`) and the new image
+//   (the real kubelet restarts the container), then InPlaceUpdateReady True;
+// - the CloneSet status as OpenKruise writes it after that update.
+
+const KRUISE_CS: &str = "kapp";
+
+fn rfc3339_now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// The pod template as OpenKruise's mutating webhook stores it (defaults filled in, the
+/// typed encoding's `creationTimestamp: null` and `resources: {}` included).
+fn kruise_template(image: &str) -> Value {
+    json!({
+        "metadata": {"creationTimestamp": null, "labels": {"app": KRUISE_CS}},
+        "spec": {
+            "containers": [{
+                "name": "app",
+                "image": image,
+                "imagePullPolicy": "IfNotPresent",
+                "readinessProbe": {
+                    "httpGet": {"path": "/version", "port": 8080, "scheme": "HTTP"},
+                    "periodSeconds": 1,
+                    "timeoutSeconds": 1,
+                    "successThreshold": 1,
+                    "failureThreshold": 3
+                },
+                "resources": {},
+                "terminationMessagePath": "/dev/termination-log",
+                "terminationMessagePolicy": "File"
+            }],
+            "dnsPolicy": "ClusterFirst",
+            "nodeSelector": {"inplace.testbed/real": "true"},
+            "restartPolicy": "Always",
+            "schedulerName": "default-scheduler",
+            "securityContext": {},
+            "terminationGracePeriodSeconds": 2
+        }
+    })
+}
+
+/// `(name, hash, data)` of the ControllerRevision OpenKruise writes for `template`.
+fn kruise_revision(template: &Value) -> (String, String, Value) {
+    use inplace_controller::plan::revision::{canonical_json, fnv1_32, safe_encode};
+    let mut tpl = template.clone();
+    tpl["$patch"] = json!("replace");
+    let data = json!({"spec": {"template": tpl}});
+    // Go's json.Marshal of a map: keys sorted, no spaces; then the collision count.
+    let mut bytes = canonical_json(&data);
+    bytes.extend(b"0");
+    let hash = safe_encode(&fnv1_32(&bytes).to_string());
+    (format!("{KRUISE_CS}-{hash}"), hash, data)
+}
+
+/// A minimal stand-in for OpenKruise v1.9's CloneSet CRD: the same name, group and version,
+/// served and stored as v1alpha1, with schemaless spec and status (validation was its
+/// webhook's job) and the status and scale subresources. Replaces the installed CRD (its
+/// resourceVersion given: CRDs take no unconditional update).
+fn kruise_crd(resource_version: &str) -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": "clonesets.apps.kruise.io",
+            "resourceVersion": resource_version,
+            "annotations": {"controller-gen.kubebuilder.io/version": "v0.16.5"}
+        },
+        "spec": {
+            "group": "apps.kruise.io",
+            "names": {
+                "kind": "CloneSet", "listKind": "CloneSetList", "plural": "clonesets",
+                "singular": "cloneset", "shortNames": ["clone"]
+            },
+            "scope": "Namespaced",
+            "versions": [{
+                "name": "v1alpha1",
+                "served": true,
+                "storage": true,
+                "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "properties": {
+                        "apiVersion": {"type": "string"},
+                        "kind": {"type": "string"},
+                        "metadata": {"type": "object"},
+                        "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                        "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
+                    }
+                }},
+                "subresources": {
+                    "status": {},
+                    "scale": {
+                        "labelSelectorPath": ".status.labelSelector",
+                        "specReplicasPath": ".spec.replicas",
+                        "statusReplicasPath": ".status.replicas"
+                    }
+                }
+            }]
+        }
+    })
+}
+
+async fn bed_client() -> TestResult<kube::Client> {
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(kubeconfig())?,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await?;
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// Sets pod conditions through the status subresource with a strategic merge patch (the
+/// conditions list merges by type).
+async fn set_pod_conditions(
+    client: &kube::Client,
+    ns: &str,
+    pod: &str,
+    conditions: Value,
+) -> TestResult {
+    use kube::api::{Api, Patch, PatchParams};
+    let api: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), ns);
+    api.patch_status(
+        pod,
+        &PatchParams::default(),
+        &Patch::Strategic(json!({"status": {"conditions": conditions}})),
+    )
+    .await?;
+    Ok(())
+}
+
+fn revisions_of(ns: &Namespace) -> TestResult<BTreeMap<String, Value>> {
+    Ok(items(&ns.json(&["get", "controllerrevisions"])?)
+        .into_iter()
+        .map(|r| (name(&r), r))
+        .collect())
+}
+
+fn kubectl_create(ns: &Namespace, obj: &Value) -> TestResult<Value> {
+    let out = kubectl(
+        &["-n", &ns.name, "create", "-o", "json", "-f", "-"],
+        Some(&obj.to_string()),
+    )?;
+    Ok(serde_json::from_str(&out)?)
+}
+
+/// A ControllerRevision as OpenKruise writes it.
+fn kruise_revision_object(cs: &Value, template: &Value, number: i64) -> Value {
+    let (rev_name, hash, data) = kruise_revision(template);
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "ControllerRevision",
+        "metadata": {
+            "name": rev_name,
+            "labels": {"app": KRUISE_CS, "controller.kubernetes.io/hash": hash},
+            "annotations": {"kruise.io/cloneset-volumeclaimtemplate-hash": ""},
+            "ownerReferences": [{
+                "apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet",
+                "name": KRUISE_CS, "uid": uid(cs),
+                "controller": true, "blockOwnerDeletion": true
+            }]
+        },
+        "data": data,
+        "revision": number
+    })
+}
+
+/// A pod as OpenKruise's `newVersionedPods` and pod webhook create it.
+fn kruise_pod(cs: &Value, template: &Value, id: &str) -> Value {
+    let (rev_name, hash, _) = kruise_revision(template);
+    let mut spec = template["spec"].clone();
+    spec["readinessGates"] = json!([
+        {"conditionType": "InPlaceUpdateReady"},
+        {"conditionType": "KruisePodReady"}
+    ]);
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": format!("{KRUISE_CS}-{id}"),
+            "generateName": format!("{KRUISE_CS}-"),
+            "labels": {
+                "app": KRUISE_CS,
+                "controller-revision-hash": rev_name,
+                "pod-template-hash": hash,
+                "apps.kruise.io/cloneset-instance-id": id,
+                "lifecycle.apps.kruise.io/state": "Normal"
+            },
+            "annotations": {"lifecycle.apps.kruise.io/timestamp": rfc3339_now()},
+            "ownerReferences": [{
+                "apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet",
+                "name": KRUISE_CS, "uid": uid(cs),
+                "controller": true, "blockOwnerDeletion": true
+            }]
+        },
+        "spec": spec
+    })
+}
+
+fn container_status(pod: &Value) -> &Value {
+    &pod["status"]["containerStatuses"][0]
+}
+
+/// Pods, revisions and a CloneSet as OpenKruise v1.9 leaves them (see above); returns the
+/// names of the v1 and v2 revisions.
+async fn write_kruise_state(ns: &Namespace, client: &kube::Client) -> TestResult<(String, String)> {
+    use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+    let (v1, v2) = (kruise_template(&image("v1")), kruise_template(&image("v2")));
+    let cs = kubectl_create(
+        ns,
+        &json!({
+            "apiVersion": "apps.kruise.io/v1alpha1",
+            "kind": "CloneSet",
+            "metadata": {"name": KRUISE_CS, "labels": {"app": KRUISE_CS}},
+            "spec": {
+                "replicas": 2,
+                "revisionHistoryLimit": 10,
+                "selector": {"matchLabels": {"app": KRUISE_CS}},
+                "scaleStrategy": {},
+                "template": v1,
+                "updateStrategy": {
+                    "type": "InPlaceIfPossible", "partition": 0,
+                    "maxUnavailable": 1, "maxSurge": 0
+                }
+            }
+        }),
+    )?;
+    let r1 = kruise_revision_object(&cs, &v1, 1);
+    kubectl_create(ns, &r1)?;
+    let ids = ["x7k2p", "m4q9z"];
+    for id in ids {
+        kubectl_create(ns, &kruise_pod(&cs, &v1, id))?;
+    }
+    let pods: Vec<String> = ids.iter().map(|id| format!("{KRUISE_CS}-{id}")).collect();
+    // kruise-manager's pod-readiness controller and the in-place code set both gates' True.
+    wait_for("the kruise pods' containers ready", ROLLOUT, || {
+        let p = ns.pods()?;
+        Ok(pods.iter().all(|n| {
+            p.get(n)
+                .is_some_and(|p| container_status(p)["ready"] == true)
+        }))
+    })?;
+    for pod in &pods {
+        let now = rfc3339_now();
+        set_pod_conditions(
+            client,
+            &ns.name,
+            pod,
+            json!([
+                {"type": "InPlaceUpdateReady", "status": "True", "lastTransitionTime": now},
+                {"type": "KruisePodReady", "status": "True", "lastTransitionTime": now}
+            ]),
+        )
+        .await?;
+    }
+    wait_for("the kruise pods Ready", ROLLOUT, || {
+        let p = ns.pods()?;
+        Ok(pods.iter().all(|n| p.get(n).is_some_and(pod_ready)))
+    })?;
+
+    // The template changes to v2: a new revision, and each pod updated in place.
+    ns.json_patch_cloneset(
+        KRUISE_CS,
+        &json!([{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": image("v2")}]),
+    )?;
+    let r2 = kruise_revision_object(&cs, &v2, 2);
+    kubectl_create(ns, &r2)?;
+    let (r2_name, r2_hash, _) = kruise_revision(&v2);
+    for pod in &pods {
+        let before = ns.json(&["get", "pod", pod])?;
+        let old_image_id = container_status(&before)["imageID"].clone();
+        set_pod_conditions(
+            client,
+            &ns.name,
+            pod,
+            json!([{"type": "InPlaceUpdateReady", "status": "False",
+                    "reason": "StartInPlaceUpdate", "lastTransitionTime": rfc3339_now()}]),
+        )
+        .await?;
+        let state = json!({
+            "revision": r2_name,
+            "updateTimestamp": rfc3339_now(),
+            "lastContainerStatuses": {"app": {"imageID": old_image_id}},
+            "updateImages": true
+        });
+        ns.kubectl(&[
+            "patch",
+            "pod",
+            pod,
+            "--type",
+            "strategic",
+            "-p",
+            &json!({
+                "metadata": {
+                    "labels": {
+                        "controller-revision-hash": r2_name,
+                        "pod-template-hash": r2_hash,
+                        "lifecycle.apps.kruise.io/state": "Updating"
+                    },
+                    "annotations": {
+                        "apps.kruise.io/inplace-update-state": state.to_string(),
+                        "lifecycle.apps.kruise.io/timestamp": rfc3339_now()
+                    }
+                },
+                "spec": {"containers": [{"name": "app", "image": image("v2")}]}
+            })
+            .to_string(),
+        ])?;
+        wait_for(&format!("{pod} restarted on v2"), ROLLOUT, || {
+            let p = ns.json(&["get", "pod", pod])?;
+            let c = container_status(&p);
+            Ok(c["restartCount"] == 1 && c["ready"] == true && c["imageID"] != old_image_id)
+        })?;
+        set_pod_conditions(
+            client,
+            &ns.name,
+            pod,
+            json!([{"type": "InPlaceUpdateReady", "status": "True",
+                    "lastTransitionTime": rfc3339_now()}]),
+        )
+        .await?;
+        ns.kubectl(&[
+            "label",
+            "pod",
+            pod,
+            "--overwrite",
+            "lifecycle.apps.kruise.io/state=Normal",
+        ])?;
+    }
+    wait_for("the kruise pods Ready on v2", ROLLOUT, || {
+        let p = ns.pods()?;
+        Ok(pods.iter().all(|n| p.get(n).is_some_and(pod_ready)))
+    })?;
+
+    // The status kruise-manager writes once the update is done.
+    let generation = ns.cloneset(KRUISE_CS)?["metadata"]["generation"].clone();
+    let gvk = GroupVersionKind::gvk("apps.kruise.io", "v1alpha1", "CloneSet");
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns.name,
+        &ApiResource::from_gvk_with_plural(&gvk, "clonesets"),
+    );
+    api.patch_status(
+        KRUISE_CS,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {
+            "observedGeneration": generation,
+            "replicas": 2, "readyReplicas": 2, "availableReplicas": 2,
+            "updatedReplicas": 2, "updatedReadyReplicas": 2, "updatedAvailableReplicas": 2,
+            "expectedUpdatedReplicas": 2,
+            "currentRevision": r2_name, "updateRevision": r2_name,
+            "collisionCount": 0,
+            "labelSelector": format!("app={KRUISE_CS}")
+        }})),
+    )
+    .await?;
+    Ok((kruise_revision(&v1).0, r2_name))
+}
+
+fn revision_label(pod: &Value) -> String {
+    label(pod, "controller-revision-hash")
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// A CloneSet, its revisions and pods as OpenKruise v1.9 left them, under OpenKruise's CRD,
+/// are taken over by the installed controller after `kubectl apply -k` of ours: the CRD is
+/// replaced in place (objects kept, storedVersions v1alpha1), no pod is restarted or
+/// recreated, the kruise revision stays current, a scale-up uses it, an image change goes
+/// in place, and a rollback reuses the older kruise-written revision.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the test bed with the product installed (tests/testbed/up --install)"]
+async fn installed_takes_over_a_cloneset_left_by_openkruise() -> TestResult {
+    let _guard = lock().await;
+    wait_installed()?;
+    let overlay = overlay()?;
+    let overlay = overlay.to_string_lossy().into_owned();
+    let replicas = sys(&[
+        "get",
+        "deployment",
+        "inplace-controller",
+        "-o",
+        "jsonpath={.spec.replicas}",
+    ])?;
+    // Our controller is not running while "OpenKruise" writes (two controllers on one
+    // CloneSet fight): this is the state before the migration.
+    sys(&["scale", "deployment/inplace-controller", "--replicas=0"])?;
+    let install = || -> TestResult {
+        kubectl(&["apply", "--validate=false", "-k", &overlay], None)?;
+        sys(&[
+            "scale",
+            "deployment/inplace-controller",
+            &format!("--replicas={replicas}"),
+        ])?;
+        kubectl(
+            &[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                "crd/clonesets.apps.kruise.io",
+            ],
+            None,
+        )?;
+        wait_installed()
+    };
+    let client = bed_client().await?;
+    let ns = Namespace::create("inst-kruise")?;
+    let checks = takeover(&ns, &client, &install).await;
+    let restored = install();
+    checks?;
+    restored
+}
+
+async fn takeover(
+    ns: &Namespace,
+    client: &kube::Client,
+    install: &dyn Fn() -> TestResult,
+) -> TestResult {
+    wait_for("no controller pod", ROLLOUT, || {
+        Ok(component_pods("controller")?.is_empty())
+    })?;
+    // OpenKruise's CRD (same name) in place of ours.
+    let crd = kubectl_json(&["get", "crd", "clonesets.apps.kruise.io"])?;
+    let rv = crd["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default();
+    kubectl(&["replace", "-f", "-"], Some(&kruise_crd(rv).to_string()))?;
+    kubectl(
+        &[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/clonesets.apps.kruise.io",
+        ],
+        None,
+    )?;
+    let crd = kubectl_json(&["get", "crd", "clonesets.apps.kruise.io"])?;
+    assert!(
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+            .is_null(),
+        "OpenKruise's schemaless CRD is in place"
+    );
+    let (r1, r2) = write_kruise_state(ns, client).await?;
+    let cs_before = ns.cloneset(KRUISE_CS)?;
+    let pods_before = pod_states(ns)?;
+    let revisions_before = revisions_of(ns)?;
+    assert_eq!(pods_before.len(), 2);
+    assert!(
+        pods_before.values().all(|(_, r)| *r == 1),
+        "{pods_before:?}"
+    );
+    assert_eq!(revisions_before.keys().cloned().collect::<Vec<_>>(), {
+        let mut v = vec![r1.clone(), r2.clone()];
+        v.sort();
+        v
+    });
+    eprintln!("kruise state: revisions {r1} (v1), {r2} (v2); pods {pods_before:?}");
+
+    // The migration: `kubectl apply -k` of ours (the CRD replaced, the components installed).
+    install()?;
+    let crd = kubectl_json(&["get", "crd", "clonesets.apps.kruise.io"])?;
+    assert_eq!(crd["status"]["storedVersions"], json!(["v1alpha1"]));
+    assert_eq!(
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+            ["replicas"]["default"],
+        json!(1),
+        "our CRD schema is in place"
+    );
+    let cs = ns.cloneset(KRUISE_CS)?;
+    assert_eq!(uid(&cs), uid(&cs_before), "the CloneSet object is kept");
+
+    // The controller acts on it: one more replica, made from the kruise revision.
+    ns.patch_cloneset(KRUISE_CS, &json!({"spec": {"replicas": 3}}))?;
+    let cs = wait_rolled_out(ns, KRUISE_CS, 3, ROLLOUT)?;
+    assert_eq!(cs["status"]["updateRevision"], json!(r2));
+    assert_eq!(cs["status"]["currentRevision"], json!(r2));
+    for field in [
+        "replicas",
+        "readyReplicas",
+        "availableReplicas",
+        "updatedReplicas",
+        "updatedReadyReplicas",
+    ] {
+        assert_eq!(status_i64(&cs, field), 3, "{field}: {}", cs["status"]);
+    }
+    let revisions = revisions_of(ns)?;
+    assert_eq!(
+        revisions.keys().collect::<Vec<_>>(),
+        revisions_before.keys().collect::<Vec<_>>(),
+        "no new ControllerRevision for the template OpenKruise already recorded"
+    );
+    for (n, r) in &revisions_before {
+        assert_eq!(uid(&revisions[n]), uid(r), "{n} recreated");
+    }
+    let after = pod_states(ns)?;
+    for (pod, state) in &pods_before {
+        assert_eq!(after.get(pod), Some(state), "{pod} touched by the takeover");
+    }
+    let pods = ns.pods()?;
+    for p in pods.values() {
+        assert_eq!(revision_label(p), r2, "{}", name(p));
+    }
+    let new_pod = after
+        .keys()
+        .find(|p| !pods_before.contains_key(*p))
+        .ok_or("no new pod")?
+        .clone();
+    eprintln!("takeover: scaled to 3 with {new_pod} on {r2}; no new revision, no pod touched");
+
+    // A later image change goes in place.
+    ns.set_image(KRUISE_CS, &image("v3"))?;
+    let cs = wait_rolled_out(ns, KRUISE_CS, 3, ROLLOUT)?;
+    let r3 = cs["status"]["updateRevision"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(r3 != r1 && r3 != r2, "a new revision for v3: {r3}");
+    let updated = pod_states(ns)?;
+    for (pod, (u, restarts)) in &after {
+        let (u2, r) = updated.get(pod).ok_or(format!("{pod} is gone"))?;
+        assert_eq!(u, u2, "{pod} recreated");
+        assert_eq!(*r, restarts + 1, "{pod} restarted once, in place");
+    }
+    for p in ns.pods()?.values() {
+        assert_eq!(container_image(p), image("v3"));
+        assert_eq!(revision_label(p), r3);
+    }
+
+    // Back to v1, written as a user's manifest has it (no `creationTimestamp: null`, no
+    // `resources: {}`: what a GitOps tool replacing the template sends): the revision
+    // OpenKruise wrote for v1 (whose data has both) is found equal and reused (renumbered),
+    // though its name is not the hash of this template's bytes.
+    let mut plain_v1 = kruise_template(&image("v1"));
+    plain_v1["metadata"]
+        .as_object_mut()
+        .ok_or("template metadata")?
+        .remove("creationTimestamp");
+    plain_v1["spec"]["containers"][0]
+        .as_object_mut()
+        .ok_or("container")?
+        .remove("resources");
+    assert_ne!(
+        kruise_revision(&plain_v1).0,
+        r1,
+        "the name alone does not match"
+    );
+    ns.json_patch_cloneset(
+        KRUISE_CS,
+        &json!([{"op": "replace", "path": "/spec/template", "value": plain_v1}]),
+    )?;
+    let cs = wait_rolled_out(ns, KRUISE_CS, 3, ROLLOUT)?;
+    assert_eq!(
+        cs["status"]["updateRevision"],
+        json!(r1),
+        "{}",
+        cs["status"]
+    );
+    let revisions = revisions_of(ns)?;
+    let mut names: Vec<&String> = revisions.keys().collect();
+    names.sort();
+    let mut want = vec![&r1, &r2, &r3];
+    want.sort();
+    assert_eq!(names, want, "no revision made for v1");
+    assert_eq!(uid(&revisions[&r1]), uid(&revisions_before[&r1]));
+    assert!(
+        revisions[&r1]["revision"].as_i64() > revisions[&r3]["revision"].as_i64(),
+        "{r1} renumbered as the newest"
+    );
+    let rolled_back = pod_states(ns)?;
+    for (pod, (u, restarts)) in &updated {
+        let (u2, r) = rolled_back.get(pod).ok_or(format!("{pod} is gone"))?;
+        assert_eq!(u, u2, "{pod} recreated");
+        assert_eq!(*r, restarts + 1, "{pod} restarted once, in place");
+    }
+    for p in ns.pods()?.values() {
+        assert_eq!(container_image(p), image("v1"));
+        assert_eq!(revision_label(p), r1);
+    }
+    eprintln!(
+        "after v3 ({r3}) and back to v1: revisions {:?}; pods {rolled_back:?}",
+        revisions
+            .iter()
+            .map(|(n, r)| (n.clone(), r["revision"].as_i64().unwrap_or(0)))
+            .collect::<Vec<_>>()
+    );
+    Ok(())
+}
