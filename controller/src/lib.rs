@@ -11,6 +11,7 @@ pub mod cli;
 
 pub mod act;
 pub mod alloc_trim;
+pub mod api_metrics;
 pub mod claim;
 pub mod crr;
 pub mod discovery;

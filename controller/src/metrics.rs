@@ -46,6 +46,57 @@ pub struct ExpectationLabels {
     pub kind: String,
 }
 
+/// Labels of a request to the API server.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ApiRequestLabels {
+    pub verb: String,
+    pub code: String,
+}
+
+/// Labels of a request's duration.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ApiVerbLabels {
+    pub verb: String,
+}
+
+/// Labels of `inplace_build_info`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildInfoLabels {
+    pub version: String,
+    pub revision: String,
+}
+
+type DurationFamily = Family<ApiVerbLabels, Histogram, fn() -> Histogram>;
+
+fn api_duration_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.002, 2.0, 14))
+}
+
+// The process figures below come from `/proc/self/stat` and `/proc/self/status` (Linux;
+// absent elsewhere); times in clock ticks of 1/100 s (`USER_HZ`, fixed on Linux).
+
+/// `utime + stime` and `starttime` from the text of `/proc/self/stat` (fields 14, 15, 22;
+/// the command name, field 2, may hold spaces and parentheses, so fields are counted after
+/// its last `)`).
+pub fn parse_proc_stat(text: &str) -> Option<(u64, u64)> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // After the name: field 3 is at index 0, so field N is at index N - 3.
+    let num = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
+    Some((num(14)? + num(15)?, num(22)?))
+}
+
+/// `VmRSS` in bytes from the text of `/proc/self/status`.
+pub fn parse_vm_rss(text: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let mut parts = line["VmRSS:".len()..].split_whitespace();
+    let value: u64 = parts.next()?.parse().ok()?;
+    match parts.next() {
+        Some("kB") | None => value.checked_mul(1024),
+        Some(_) => None,
+    }
+}
+
 /// Every metric the controller exports.
 #[derive(Debug)]
 pub struct Metrics {
@@ -64,6 +115,12 @@ pub struct Metrics {
     pub rollout_expected_updated_replicas: Family<CloneSetLabels, Gauge>,
     pub leader: Gauge,
     pub cached_pods: Gauge,
+    pub api_requests: Family<ApiRequestLabels, Counter>,
+    pub api_request_duration: DurationFamily,
+    pub build_info: Family<BuildInfoLabels, Gauge>,
+    pub process_cpu_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub process_resident_memory_bytes: Gauge,
+    pub process_start_time_seconds: Gauge,
     registry: Registry,
 }
 
@@ -91,6 +148,51 @@ impl Metrics {
         let rollout_expected_updated_replicas = Family::<CloneSetLabels, Gauge>::default();
         let leader = Gauge::default();
         let cached_pods = Gauge::default();
+        let api_requests = Family::<ApiRequestLabels, Counter>::default();
+        let api_request_duration: DurationFamily =
+            Family::new_with_constructor(api_duration_histogram);
+        let build_info = Family::<BuildInfoLabels, Gauge>::default();
+        let process_cpu_seconds = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        let process_resident_memory_bytes = Gauge::default();
+        let process_start_time_seconds = Gauge::default();
+        build_info
+            .get_or_create(&BuildInfoLabels {
+                version: env!("CARGO_PKG_VERSION").to_owned(),
+                revision: option_env!("INPLACE_GIT_REVISION")
+                    .unwrap_or("unknown")
+                    .to_owned(),
+            })
+            .set(1);
+        registry.register(
+            "api_requests",
+            "Requests to the API server by verb and answer (HTTP status, `fenced`: refused by the leadership fence, `error`: no answer)",
+            api_requests.clone(),
+        );
+        registry.register(
+            "api_request_duration_seconds",
+            "Duration of requests to the API server by verb (watches not counted)",
+            api_request_duration.clone(),
+        );
+        registry.register(
+            "build_info",
+            "1, labelled with the version and the source revision of the binary",
+            build_info.clone(),
+        );
+        registry.register(
+            "process_cpu_seconds",
+            "CPU time (user + system) used by the process",
+            process_cpu_seconds.clone(),
+        );
+        registry.register(
+            "process_resident_memory_bytes",
+            "Resident memory of the process",
+            process_resident_memory_bytes.clone(),
+        );
+        registry.register(
+            "process_start_time_seconds",
+            "Start time of the process, seconds since the Unix epoch",
+            process_start_time_seconds.clone(),
+        );
         registry.register("reconciles", "CloneSet reconciles run", reconciles.clone());
         registry.register(
             "reconcile_duration_seconds",
@@ -170,7 +272,57 @@ impl Metrics {
             rollout_expected_updated_replicas,
             leader,
             cached_pods,
+            api_requests,
+            api_request_duration,
+            build_info,
+            process_cpu_seconds,
+            process_resident_memory_bytes,
+            process_start_time_seconds,
             registry,
+        }
+    }
+
+    /// Counts one request to the API server (its duration too unless it is a watch).
+    pub fn record_api_request(&self, verb: &str, code: &str, took: Duration) {
+        self.api_requests
+            .get_or_create(&ApiRequestLabels {
+                verb: verb.to_owned(),
+                code: code.to_owned(),
+            })
+            .inc();
+        if verb != "watch" {
+            self.api_request_duration
+                .get_or_create(&ApiVerbLabels {
+                    verb: verb.to_owned(),
+                })
+                .observe(took.as_secs_f64());
+        }
+    }
+
+    /// Reads the process figures again (at every scrape).
+    pub fn refresh_process(&self) {
+        let stat = std::fs::read_to_string("/proc/self/stat").ok();
+        let status = std::fs::read_to_string("/proc/self/status").ok();
+        let uptime = std::fs::read_to_string("/proc/uptime").ok();
+        const TICKS_PER_SECOND: f64 = 100.0;
+        if let Some((cpu, start)) = stat.as_deref().and_then(parse_proc_stat) {
+            self.process_cpu_seconds.set(cpu as f64 / TICKS_PER_SECOND);
+            // Boot time = now - uptime; start = boot + start ticks.
+            let up = uptime
+                .as_deref()
+                .and_then(|u| u.split_whitespace().next()?.parse::<f64>().ok());
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs_f64())
+                .ok();
+            if let (Some(up), Some(now)) = (up, now) {
+                let started = now - up + start as f64 / TICKS_PER_SECOND;
+                self.process_start_time_seconds.set(started as i64);
+            }
+        }
+        if let Some(rss) = status.as_deref().and_then(parse_vm_rss) {
+            self.process_resident_memory_bytes
+                .set(i64::try_from(rss).unwrap_or(i64::MAX));
         }
     }
 
@@ -293,6 +445,7 @@ struct HttpState {
 }
 
 async fn metrics_handler(State(state): State<HttpState>) -> impl IntoResponse {
+    state.metrics.refresh_process();
     match state.metrics.encode() {
         Ok(body) => (
             StatusCode::OK,
@@ -360,6 +513,77 @@ pub fn observe(metrics: &Metrics, elapsed: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The exposition with a series in every family (empty families print nothing).
+    fn every_family_touched() -> String {
+        let m = Metrics::new();
+        let cs = CloneSetLabels::new("ns", "demo");
+        for counters in [
+            &m.reconciles,
+            &m.reconciles_skipped_expectations,
+            &m.pods_created,
+            &m.pods_deleted,
+            &m.pods_updated_in_place,
+            &m.pods_recreated,
+        ] {
+            counters.get_or_create(&cs).inc();
+        }
+        m.record_status(&cs, &inplace_proto::CloneSetStatus::default());
+        m.reconcile_errors
+            .get_or_create(&ErrorLabels { reason: "x".into() })
+            .inc();
+        m.expectation_timeouts
+            .get_or_create(&ExpectationLabels { kind: "x".into() })
+            .inc();
+        m.reconcile_duration.observe(0.1);
+        m.record_api_request("patch", "200", Duration::from_millis(3));
+        m.refresh_process();
+        m.encode().unwrap_or_default()
+    }
+
+    /// The shipped dashboard and alert rules use only metrics the controller exports
+    /// (the daemon's, `inplace_daemon_*`, are checked by the daemon's tests).
+    #[test]
+    fn the_dashboard_and_alerts_use_only_exported_metrics() {
+        let exported = inplace_proto::monitoring::sample_names(&every_family_touched());
+        let missing =
+            inplace_proto::monitoring::missing(&exported, "inplace_", Some("inplace_daemon_"));
+        assert!(
+            missing.is_empty(),
+            "not exported: {missing:?}\nexported: {exported:?}"
+        );
+    }
+
+    #[test]
+    fn proc_stat_fields_are_counted_after_the_command_name() {
+        // A command name with spaces and a parenthesis must not shift the fields.
+        let stat = "4242 (inplace (ctl) x) S 1 4242 4242 0 -1 4194560 1200 0 0 0 \
+                    250 50 0 0 20 0 9 0 123456 30000000 5000 18446744073709551615";
+        assert_eq!(parse_proc_stat(stat), Some((300, 123_456)));
+        assert_eq!(parse_proc_stat("garbage"), None);
+        assert_eq!(parse_proc_stat("1 (x) S 1 2"), None);
+        let live = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+        assert!(
+            live.is_empty() || parse_proc_stat(&live).is_some(),
+            "{live}"
+        );
+    }
+
+    #[test]
+    fn vm_rss_is_read_in_bytes() {
+        let status = "Name:\tinplace\nVmPeak:\t  9000 kB\nVmRSS:\t   2048 kB\nThreads:\t9\n";
+        assert_eq!(parse_vm_rss(status), Some(2048 * 1024));
+        assert_eq!(parse_vm_rss("VmRSS: 12 MB"), None);
+        assert_eq!(parse_vm_rss("Name: x"), None);
+        let m = Metrics::new();
+        m.refresh_process();
+        let text = m.encode().unwrap_or_default();
+        assert!(
+            text.contains("inplace_process_resident_memory_bytes "),
+            "{text}"
+        );
+        assert!(text.contains("inplace_build_info{version=\""), "{text}");
+    }
 
     #[test]
     fn encodes_registered_metrics() -> Result<(), std::fmt::Error> {

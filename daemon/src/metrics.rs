@@ -124,8 +124,40 @@ mod tests {
 
     /// Every metric the daemon updates is exported (one was once incremented and never
     /// registered).
+    /// The shipped dashboard and alert rules use only metrics the daemon exports (the
+    /// controller's are checked by its tests).
+    #[test]
+    fn the_dashboard_and_alerts_use_only_exported_metrics() -> Result<(), std::fmt::Error> {
+        let exported = inplace_proto::monitoring::sample_names(&every_family_touched()?);
+        let missing = inplace_proto::monitoring::missing(&exported, "inplace_daemon_", None);
+        assert!(
+            missing.is_empty(),
+            "not exported: {missing:?}\nexported: {exported:?}"
+        );
+        Ok(())
+    }
+
     #[test]
     fn every_metric_is_exported() -> Result<(), std::fmt::Error> {
+        let text = every_family_touched()?;
+        for name in [
+            "inplace_daemon_image_pulls_in_flight 1",
+            "inplace_daemon_image_pulls_total{result=\"ok\"} 1",
+            "inplace_daemon_image_pull_duration_seconds_count{result=\"ok\"} 1",
+            "inplace_daemon_image_pull_retries_total 1",
+            "inplace_daemon_container_restarts_total{reason=\"crr\"} 1",
+            "inplace_daemon_inplace_updates_completed_total 1",
+            "inplace_daemon_crr_phase_transitions_total{phase=\"Completed\"} 1",
+            "inplace_daemon_status_writes_total{result=\"ok\"} 1",
+            "inplace_daemon_runtime_events_total 1",
+        ] {
+            assert!(text.contains(name), "{name} missing from:\n{text}");
+        }
+        Ok(())
+    }
+
+    /// The exposition with one series in every family.
+    fn every_family_touched() -> Result<String, std::fmt::Error> {
         let mut registry = Registry::default();
         let m = Metrics::new(&mut registry);
         m.pulls_in_flight.set(1);
@@ -149,19 +181,6 @@ mod tests {
         m.runtime_events.inc();
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry)?;
-        for name in [
-            "inplace_daemon_image_pulls_in_flight 1",
-            "inplace_daemon_image_pulls_total{result=\"ok\"} 1",
-            "inplace_daemon_image_pull_duration_seconds_count{result=\"ok\"} 1",
-            "inplace_daemon_image_pull_retries_total 1",
-            "inplace_daemon_container_restarts_total{reason=\"crr\"} 1",
-            "inplace_daemon_inplace_updates_completed_total 1",
-            "inplace_daemon_crr_phase_transitions_total{phase=\"Completed\"} 1",
-            "inplace_daemon_status_writes_total{result=\"ok\"} 1",
-            "inplace_daemon_runtime_events_total 1",
-        ] {
-            assert!(text.contains(name), "{name} missing from:\n{text}");
-        }
-        Ok(())
+        Ok(text)
     }
 }

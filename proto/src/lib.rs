@@ -10,6 +10,7 @@ pub mod downward;
 pub mod imagepulljob;
 pub mod inplace_state;
 pub mod keys;
+pub mod monitoring;
 pub mod nodeimage;
 pub mod template;
 pub mod validation;

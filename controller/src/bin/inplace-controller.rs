@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use clap::Parser;
+use inplace_controller::api_metrics::ApiMetricsLayer;
 use inplace_controller::discovery;
 use inplace_controller::events::EventSink;
 use inplace_controller::feature_gates::FeatureGates;
@@ -93,7 +94,12 @@ fn feature_gates(args: &Args) -> anyhow::Result<FeatureGates> {
 
 /// The client the reconcilers use (its writes gated by `fence`) and the one the leader
 /// election renews the Lease with (each successful renewal opens `fence` again).
-async fn clients(args: &Args, fence: &Fence) -> anyhow::Result<(Client, Client)> {
+/// Both count their requests (`inplace_api_requests_total`).
+async fn clients(
+    args: &Args,
+    fence: &Fence,
+    metrics: &Arc<Metrics>,
+) -> anyhow::Result<(Client, Client)> {
     let config = match &args.kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path)
@@ -103,11 +109,14 @@ async fn clients(args: &Args, fence: &Fence) -> anyhow::Result<(Client, Client)>
         }
         None => kube::Config::infer().await?,
     };
+    // The last layer added is the outermost: the metrics see the gate's refusals.
     let gated = ClientBuilder::try_from(config.clone())?
         .with_layer(&WriteGateLayer(fence.clone()))
+        .with_layer(&ApiMetricsLayer(metrics.clone()))
         .build();
     let election = ClientBuilder::try_from(config)?
         .with_layer(&RenewalObserverLayer(fence.clone()))
+        .with_layer(&ApiMetricsLayer(metrics.clone()))
         .build();
     Ok((gated, election))
 }
@@ -205,7 +214,8 @@ async fn run_controller() -> anyhow::Result<()> {
     } else {
         Fence::unenforced()
     };
-    let (client, election_client) = clients(&args, &fence)
+    let metrics = Arc::new(Metrics::new());
+    let (client, election_client) = clients(&args, &fence, &metrics)
         .await
         .context("connecting to the API server")?;
     let caps = discovery::discover(&client)
@@ -235,7 +245,6 @@ async fn run_controller() -> anyhow::Result<()> {
     // Freed heap (the initial lists, reconcile bursts) goes back to the kernel.
     tokio::spawn(inplace_controller::alloc_trim::run_periodic(TRIM_PERIOD));
 
-    let metrics = Arc::new(Metrics::new());
     let health = Arc::new(Health::default());
     let (bound, _server) =
         inplace_controller::metrics::serve(args.metrics_addr, metrics.clone(), health.clone())
