@@ -379,3 +379,305 @@ async fn warm_up_creates_an_image_pull_job() {
     assert!(out.contains("succeeded 1/2, active 0, failed 1"), "{out}");
     assert!(err.contains("1 node(s) failed: n2"), "{err}");
 }
+
+// ---------- day-2 commands, with the controller running (one per namespace) ----------
+
+mod e2e_support;
+
+use e2e_support::{
+    ControllerProcess, Namespace, TestResult, container_image, image, sample_cloneset, wait_for,
+    wait_rolled_out,
+};
+
+const ROLLOUT: Duration = Duration::from_secs(150);
+
+/// Runs the plugin in `ns`; (exit code, stdout, stderr).
+fn plugin_in(ns: &Namespace, args: &[&str]) -> (i32, String, String) {
+    let mut all = vec!["-n", ns.name.as_str()];
+    all.extend(args);
+    let o = plugin(&all);
+    let (out, err) = text(&o);
+    (o.status.code().unwrap_or(-1), out, err)
+}
+
+/// `rollout history -o json` of `name`.
+fn history(ns: &Namespace, name: &str) -> TestResult<Value> {
+    let (code, out, err) = plugin_in(ns, &["rollout", "history", name, "-o", "json"]);
+    if code != 0 {
+        return Err(format!("rollout history: exit {code}: {err}").into());
+    }
+    Ok(serde_json::from_str(&out)?)
+}
+
+#[test]
+fn completion_scripts_for_bash_and_zsh() {
+    let o = Command::new(env!("CARGO_BIN_EXE_kubectl-inplace"))
+        .args(["completion", "bash"])
+        .output()
+        .unwrap();
+    let (bash, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    for word in [
+        "scale-down",
+        "history",
+        "undo",
+        "image",
+        "--to-revision",
+        "--context",
+    ] {
+        assert!(bash.contains(word), "bash completion lacks {word}");
+    }
+    // The script is valid bash.
+    let dir = std::env::temp_dir().join(format!("inplace-completion-{}", std::process::id()));
+    std::fs::write(&dir, &bash).unwrap();
+    let check = Command::new("bash").arg("-n").arg(&dir).output().unwrap();
+    let _ = std::fs::remove_file(&dir);
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+
+    let o = Command::new(env!("CARGO_BIN_EXE_kubectl-inplace"))
+        .args(["completion", "zsh"])
+        .output()
+        .unwrap();
+    let (zsh, _) = text(&o);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(zsh.starts_with("#compdef kubectl-inplace"), "{zsh}");
+    assert!(zsh.contains("scale-down"));
+
+    let o = Command::new(env!("CARGO_BIN_EXE_kubectl-inplace"))
+        .args(["completion", "fish"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn a_target_of_another_kind_is_bad_input() {
+    let o = Command::new(env!("CARGO_BIN_EXE_kubectl-inplace"))
+        .args(["rollout", "history", "deployment/web"])
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("\"deployment/web\" is not a CloneSet: give NAME or cloneset/NAME"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the test bed"]
+async fn set_image_history_and_undo_update_pods_in_place() -> TestResult {
+    let ns = Namespace::create("plugin-day2")?;
+    let _ctl = ControllerProcess::start(&ns.name)?;
+    let (v1, v2) = (image("v1"), image("v2"));
+    ns.apply(&sample_cloneset("dd", 2, &v1, "InPlaceIfPossible"))?;
+    wait_rolled_out(&ns, "dd", 2, ROLLOUT)?;
+    let uids = ns.live_pod_uids()?;
+    assert_eq!(uids.len(), 2);
+
+    // Unknown containers are named; nothing is written.
+    let (code, _, err) = plugin_in(&ns, &["set", "image", "dd", "nope=x:1", "app=x:2"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("cloneset dd has no container named nope (containers: app)"),
+        "{err}"
+    );
+    assert_eq!(
+        ns.cloneset("dd")?["spec"]["template"]["spec"]["containers"][0]["image"],
+        json!(v1)
+    );
+
+    // A change cause on the CloneSet is copied into the revision the change makes.
+    ns.kubectl(&[
+        "annotate",
+        "cloneset",
+        "dd",
+        "kubernetes.io/change-cause=to v2",
+    ])?;
+    // `cloneset/NAME`, --context and --kubeconfig (given by plugin()).
+    let set = format!("app={v2}");
+    let (code, out, err) = plugin_in(
+        &ns,
+        &[
+            "--context",
+            "inplace-testbed",
+            "set",
+            "image",
+            "cloneset/dd",
+            &set,
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(out, "cloneset.apps.kruise.io/dd image updated\n");
+    // The same image again changes nothing.
+    let (code, out, _) = plugin_in(&ns, &["set", "image", "dd", &set]);
+    assert_eq!(
+        (code, out.as_str()),
+        (0, "cloneset.apps.kruise.io/dd image unchanged\n")
+    );
+    // A context the kubeconfig lacks is bad input.
+    let (code, _, err) = plugin_in(&ns, &["--context", "nope", "rollout", "history", "dd"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("kubeconfig"), "{err}");
+
+    wait_rolled_out(&ns, "dd", 2, ROLLOUT)?;
+    assert_eq!(ns.live_pod_uids()?, uids, "set image recreated pods");
+    for pod in ns.pods()?.values() {
+        assert_eq!(container_image(pod), v2);
+    }
+
+    // History: two revisions, the second with its cause and its image change.
+    let h = history(&ns, "dd")?;
+    let entries = h.as_array().ok_or("history is not a list")?;
+    assert_eq!(entries.len(), 2, "{h}");
+    assert_eq!(entries[0]["revision"], 1);
+    assert_eq!(entries[0]["images"], json!([["app", v1]]));
+    assert_eq!(entries[0]["changes"], json!([]));
+    assert_eq!(entries[0]["current"], false);
+    assert!(entries[0].get("changeCause").is_none(), "{h}");
+    assert_eq!(entries[1]["revision"], 2);
+    assert_eq!(entries[1]["changeCause"], "to v2");
+    assert_eq!(entries[1]["changes"], json!([format!("app: {v1} -> {v2}")]));
+    assert_eq!(entries[1]["current"], true);
+    let rev1_name = entries[0]["name"].as_str().unwrap_or_default().to_owned();
+    assert!(rev1_name.starts_with("dd-"), "{h}");
+
+    // The same data as YAML; the table by default.
+    let (code, yaml, err) = plugin_in(&ns, &["rollout", "history", "dd", "-o", "yaml"]);
+    assert_eq!(code, 0, "{err}");
+    let from_yaml: Value = serde_saphyr::from_str(&yaml)?;
+    assert_eq!(from_yaml, h);
+    let (code, table, _) = plugin_in(&ns, &["rollout", "history", "cloneset/dd"]);
+    assert_eq!(code, 0);
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines[0], "cloneset.apps.kruise.io/dd", "{table}");
+    assert!(lines[1].starts_with("REVISION"), "{table}");
+    let cells = |line: &str| -> Vec<String> {
+        line.split_whitespace().take(3).map(str::to_owned).collect()
+    };
+    assert_eq!(
+        cells(lines[2]),
+        ["1", rev1_name.as_str(), "<none>"],
+        "{table}"
+    );
+    assert_eq!(cells(lines[3])[0], "2*", "{table}");
+    assert!(lines[3].contains("to v2"), "{table}");
+
+    // --revision N: that revision's template.
+    let (code, out, err) = plugin_in(
+        &ns,
+        &["rollout", "history", "dd", "--revision", "1", "-o", "json"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let tpl: Value = serde_json::from_str(&out)?;
+    assert_eq!(tpl["spec"]["containers"][0]["image"], json!(v1));
+    let (code, out, _) = plugin_in(&ns, &["rollout", "history", "dd", "--revision", "1"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.starts_with(&format!(
+            "cloneset.apps.kruise.io/dd revision 1 ({rev1_name})\n"
+        )),
+        "{out}"
+    );
+    assert!(out.contains(&format!("image: {v1}")), "{out}");
+    let (code, _, err) = plugin_in(&ns, &["rollout", "history", "dd", "--revision", "7"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("cloneset dd has no revision 7 (revisions: 1, 2)"),
+        "{err}"
+    );
+
+    // Undo: refused to the current template or a missing revision.
+    let (code, _, err) = plugin_in(&ns, &["rollout", "undo", "dd", "--to-revision", "2"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("revision 2 of cloneset dd is already the current template"),
+        "{err}"
+    );
+    let (code, _, err) = plugin_in(&ns, &["rollout", "undo", "dd", "--to-revision", "9"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("has no revision 9"), "{err}");
+
+    // Undo to the previous revision: pods go back to v1 in place.
+    let (code, out, err) = plugin_in(&ns, &["rollout", "undo", "dd", "-o", "json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let after: Value = serde_json::from_str(&out)?;
+    assert_eq!(
+        after["spec"]["template"]["spec"]["containers"][0]["image"],
+        json!(v1)
+    );
+    wait_rolled_out(&ns, "dd", 2, ROLLOUT)?;
+    assert_eq!(ns.live_pod_uids()?, uids, "undo recreated pods");
+    for pod in ns.pods()?.values() {
+        assert_eq!(container_image(pod), v1);
+    }
+    // The controller reuses revision 1's object and renumbers it 3.
+    wait_for("revision 1 renumbered 3", ROLLOUT, || {
+        let h = history(&ns, "dd")?;
+        Ok(h[1]["revision"] == 3 && h[1]["name"] == json!(rev1_name) && h[1]["current"] == true)
+    })?;
+    let (code, out, err) = plugin_in(&ns, &["rollout", "undo", "dd"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out,
+        "cloneset.apps.kruise.io/dd rolled back to revision 2\n"
+    );
+    wait_rolled_out(&ns, "dd", 2, ROLLOUT)?;
+    assert_eq!(ns.live_pod_uids()?, uids, "second undo recreated pods");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the test bed"]
+async fn scale_down_deletes_the_named_pods_only() -> TestResult {
+    let ns = Namespace::create("plugin-scaledown")?;
+    let _ctl = ControllerProcess::start(&ns.name)?;
+    ns.apply(&sample_cloneset("sd", 3, &image("v1"), "InPlaceIfPossible"))?;
+    wait_rolled_out(&ns, "sd", 3, ROLLOUT)?;
+    let uids = ns.live_pod_uids()?;
+    let names: Vec<&String> = uids.keys().collect();
+    assert_eq!(names.len(), 3);
+    // A pod of the namespace that the CloneSet does not own (never scheduled).
+    ns.apply(
+        "apiVersion: v1
+kind: Pod
+metadata: {name: stranger}
+spec:
+  nodeSelector: {inplace.testbed/none: 'true'}
+  containers: [{name: app, image: 127.0.0.1:5000/inplace-test/app:v1}]
+",
+    )?;
+
+    let pods = format!("{},stranger,ghost", names[0]);
+    let (code, _, err) = plugin_in(&ns, &["scale-down", "sd", "--pods", &pods]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("pod stranger, ghost not owned by cloneset sd"),
+        "{err}"
+    );
+    assert_eq!(ns.cloneset("sd")?["spec"]["replicas"], 3);
+
+    let pods = format!("{}, {}", names[0], names[1]);
+    let (code, out, err) = plugin_in(
+        &ns,
+        &["scale-down", "cloneset/sd", "--pods", &pods, "-o", "json"],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let after: Value = serde_json::from_str(&out)?;
+    assert_eq!(after["spec"]["replicas"], 1);
+    assert_eq!(
+        after["spec"]["scaleStrategy"]["podsToDelete"],
+        json!([names[0], names[1]])
+    );
+    wait_rolled_out(&ns, "sd", 1, ROLLOUT)?;
+    let left = ns.live_pod_uids()?;
+    let kept: Vec<&String> = left.keys().filter(|n| *n != "stranger").collect();
+    assert_eq!(kept, [names[2]], "{left:?}");
+    assert_eq!(left.get(names[2]), uids.get(names[2]));
+    assert!(left.contains_key("stranger"));
+    Ok(())
+}

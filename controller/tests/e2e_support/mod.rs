@@ -179,6 +179,19 @@ impl Namespace {
             .collect())
     }
 
+    /// UIDs of the pods that are not terminating, by name.
+    pub fn live_pod_uids(&self) -> TestResult<BTreeMap<String, String>> {
+        Ok(self
+            .pods()?
+            .into_iter()
+            .filter(|(_, p)| !pod_terminating(p))
+            .map(|(name, p)| {
+                let uid = p["metadata"]["uid"].as_str().unwrap_or_default().to_owned();
+                (name, uid)
+            })
+            .collect())
+    }
+
     pub fn events(&self) -> TestResult<Vec<Value>> {
         Ok(self.json(&["get", "events"])?["items"]
             .as_array()
