@@ -1,115 +1,38 @@
-//! `kubectl-inplace` online subcommands against the test bed, without the controller: the
-//! test creates the CloneSet itself and writes its status through the status subresource.
+//! `kubectl-inplace` online subcommands against the test bed.
+//!
+//! - `rollout status|pause|resume` and `warm-up` run without the controller: the test creates
+//!   the CloneSet itself and writes its status through the status subresource.
+//! - `set image`, `rollout history|undo` and `scale-down` run with the controller (one process
+//!   per namespace, see `e2e_support`), and check that pods update in place (same UIDs).
+//! - `completion` and argument errors need no bed (not ignored).
 //!
 //! ```text
-//! INPLACE_TESTBED_KUBECONFIG=/var/tmp/inplace-testbed/kubeconfig \
-//!   cargo test -p inplace-controller --test e2e_plugin -- --ignored
+//! . /var/tmp/inplace-testbed/env
+//! cargo test -p inplace-controller --test e2e_plugin -- --ignored
 //! ```
-//! (kubectl: `INPLACE_KUBECTL`, else the `INPLACE_KUBECTL` line of
-//! `/var/tmp/inplace-testbed/env`, else `kubectl` on PATH.)
+//! (environment: see `e2e_support`.)
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::Write;
+mod e2e_support;
+
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use e2e_support::{
+    ControllerProcess, Namespace, TestResult, container_image, image, sample_cloneset, wait_for,
+    wait_rolled_out,
+};
 use inplace_proto::{CloneSet, ImagePullJob};
 use kube::api::{Patch, PatchParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Api, Client, Config};
+use kube::{Api, Client};
 use serde_json::{Value, json};
-
-fn kubeconfig() -> String {
-    std::env::var("INPLACE_TESTBED_KUBECONFIG")
-        .unwrap_or_else(|_| "/var/tmp/inplace-testbed/kubeconfig".into())
-}
-
-fn kubectl_path() -> String {
-    if let Ok(k) = std::env::var("INPLACE_KUBECTL") {
-        return k;
-    }
-    std::fs::read_to_string("/var/tmp/inplace-testbed/env")
-        .ok()
-        .and_then(|env| {
-            env.lines().find_map(|l| {
-                l.trim()
-                    .strip_prefix("export INPLACE_KUBECTL=")
-                    .map(|v| v.trim_matches('"').to_string())
-            })
-        })
-        .unwrap_or_else(|| "kubectl".into())
-}
-
-fn kubectl(args: &[&str], stdin: Option<&str>) -> String {
-    let mut cmd = Command::new(kubectl_path());
-    cmd.arg("--kubeconfig").arg(kubeconfig()).args(args);
-    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    cmd.stdin(if stdin.is_some() {
-        Stdio::piped()
-    } else {
-        Stdio::null()
-    });
-    let mut child = cmd.spawn().unwrap();
-    if let Some(input) = stdin {
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-    }
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// A scratch namespace, deleted on drop.
-struct Ns(String);
-
-impl Ns {
-    fn create(prefix: &str) -> Self {
-        let name = format!("e2e-{prefix}-{:06x}", rand::random::<u32>() & 0xff_ffff);
-        kubectl(&["create", "namespace", &name], None);
-        Ns(name)
-    }
-}
-
-impl Drop for Ns {
-    fn drop(&mut self) {
-        let _ = Command::new(kubectl_path())
-            .arg("--kubeconfig")
-            .arg(kubeconfig())
-            .args(["delete", "namespace", &self.0, "--wait=false"])
-            .output();
-    }
-}
-
-fn cloneset_yaml(name: &str) -> String {
-    format!(
-        "apiVersion: apps.kruise.io/v1alpha1
-kind: CloneSet
-metadata: {{name: {name}}}
-spec:
-  replicas: 3
-  selector: {{matchLabels: {{app: {name}}}}}
-  template:
-    metadata: {{labels: {{app: {name}}}}}
-    spec: {{containers: [{{name: app, image: 127.0.0.1:5000/inplace-test/app:v1}}]}}
-"
-    )
-}
 
 /// Runs the plugin binary with the bed's kubeconfig.
 fn plugin(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_kubectl-inplace"))
         .arg("--kubeconfig")
-        .arg(kubeconfig())
+        .arg(e2e_support::kubeconfig())
         .args(args)
         .stdin(Stdio::null())
         .output()
@@ -124,45 +47,47 @@ fn text(o: &Output) -> (String, String) {
 }
 
 async fn client() -> Client {
-    let kc = Kubeconfig::read_from(kubeconfig()).unwrap();
-    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    Client::try_from(config).unwrap()
+    e2e_support::client().await.unwrap()
 }
 
-fn paused(ns: &str, name: &str) -> Value {
-    let out = kubectl(&["-n", ns, "get", "cloneset", name, "-o", "json"], None);
-    let v: Value = serde_json::from_str(&out).unwrap();
-    v["spec"]["updateStrategy"]["paused"].clone()
+fn paused(ns: &Namespace, name: &str) -> Value {
+    ns.cloneset(name).unwrap()["spec"]["updateStrategy"]["paused"].clone()
+}
+
+/// A CloneSet of 3 replicas of the v1 image (no controller runs in these tests: no pods).
+fn apply_demo(ns: &Namespace) {
+    ns.apply(&sample_cloneset(
+        "demo",
+        3,
+        &image("v1"),
+        "InPlaceIfPossible",
+    ))
+    .unwrap();
 }
 
 #[test]
 #[ignore = "needs the test bed"]
 fn pause_and_resume_round_trip() {
-    let ns = Ns::create("plugin-pause");
-    kubectl(
-        &["-n", &ns.0, "apply", "-f", "-"],
-        Some(&cloneset_yaml("demo")),
-    );
+    let ns = Namespace::create("plugin-pause").unwrap();
+    apply_demo(&ns);
 
-    let o = plugin(&["-n", &ns.0, "rollout", "pause", "demo"]);
+    let o = plugin(&["-n", &ns.name, "rollout", "pause", "demo"]);
     let (out, err) = text(&o);
     assert_eq!(o.status.code(), Some(0), "{out}{err}");
     assert_eq!(out, "cloneset.apps.kruise.io/demo paused\n");
-    assert_eq!(paused(&ns.0, "demo"), json!(true));
+    assert_eq!(paused(&ns, "demo"), json!(true));
 
     // Flags after the subcommand, like kubectl; a second pause changes nothing.
-    let o = plugin(&["rollout", "pause", "demo", "-n", &ns.0]);
+    let o = plugin(&["rollout", "pause", "demo", "-n", &ns.name]);
     assert_eq!(text(&o).0, "cloneset.apps.kruise.io/demo already paused\n");
 
-    let o = plugin(&["rollout", "resume", "demo", "--namespace", &ns.0]);
+    let o = plugin(&["rollout", "resume", "demo", "--namespace", &ns.name]);
     let (out, err) = text(&o);
     assert_eq!(o.status.code(), Some(0), "{out}{err}");
     assert_eq!(out, "cloneset.apps.kruise.io/demo resumed\n");
-    assert_eq!(paused(&ns.0, "demo"), json!(false));
+    assert_eq!(paused(&ns, "demo"), json!(false));
 
-    let o = plugin(&["-n", &ns.0, "rollout", "pause", "missing"]);
+    let o = plugin(&["-n", &ns.name, "rollout", "pause", "missing"]);
     let (_, err) = text(&o);
     assert_eq!(o.status.code(), Some(2));
     assert!(err.contains("cloneset missing not found"), "{err}");
@@ -181,12 +106,9 @@ async fn write_status(api: &Api<CloneSet>, name: &str, status: Value) {
 #[tokio::test]
 #[ignore = "needs the test bed"]
 async fn rollout_status_follows_the_status_the_test_writes() {
-    let ns = Ns::create("plugin-status");
-    kubectl(
-        &["-n", &ns.0, "apply", "-f", "-"],
-        Some(&cloneset_yaml("demo")),
-    );
-    let api: Api<CloneSet> = Api::namespaced(client().await, &ns.0);
+    let ns = Namespace::create("plugin-status").unwrap();
+    apply_demo(&ns);
+    let api: Api<CloneSet> = Api::namespaced(client().await, &ns.name);
     let generation = api.get("demo").await.unwrap().metadata.generation.unwrap();
 
     // In progress: the plugin keeps waiting and times out (exit 1).
@@ -198,7 +120,15 @@ async fn rollout_status_follows_the_status_the_test_writes() {
                "expectedUpdatedReplicas": 3}),
     )
     .await;
-    let o = plugin(&["-n", &ns.0, "rollout", "status", "demo", "--timeout", "2s"]);
+    let o = plugin(&[
+        "-n",
+        &ns.name,
+        "rollout",
+        "status",
+        "demo",
+        "--timeout",
+        "2s",
+    ]);
     let (out, err) = text(&o);
     assert_eq!(o.status.code(), Some(1), "{out}{err}");
     assert!(
@@ -208,7 +138,7 @@ async fn rollout_status_follows_the_status_the_test_writes() {
     assert!(err.contains("timed out after 2s"), "{err}");
 
     // Completed while the plugin watches: exit 0 with the final line.
-    let ns_name = ns.0.clone();
+    let ns_name = ns.name.clone();
     let child = std::thread::spawn(move || {
         plugin(&[
             "-n",
@@ -254,21 +184,17 @@ async fn rollout_status_follows_the_status_the_test_writes() {
     );
 
     // A new generation not yet observed is not done.
-    kubectl(
-        &[
-            "-n",
-            &ns.0,
-            "patch",
-            "cloneset",
-            "demo",
-            "--type",
-            "merge",
-            "-p",
-            r#"{"spec":{"minReadySeconds":1}}"#,
-        ],
-        None,
-    );
-    let o = plugin(&["-n", &ns.0, "rollout", "status", "demo", "--timeout", "2s"]);
+    ns.patch_cloneset("demo", &json!({"spec": {"minReadySeconds": 1}}))
+        .unwrap();
+    let o = plugin(&[
+        "-n",
+        &ns.name,
+        "rollout",
+        "status",
+        "demo",
+        "--timeout",
+        "2s",
+    ]);
     let (out, _) = text(&o);
     assert_eq!(o.status.code(), Some(1), "{out}");
     assert!(
@@ -287,7 +213,15 @@ async fn rollout_status_follows_the_status_the_test_writes() {
                                "message": "CloneSet demo has timed out progressing."}]}),
     )
     .await;
-    let o = plugin(&["-n", &ns.0, "rollout", "status", "demo", "--timeout", "30s"]);
+    let o = plugin(&[
+        "-n",
+        &ns.name,
+        "rollout",
+        "status",
+        "demo",
+        "--timeout",
+        "30s",
+    ]);
     let (out, err) = text(&o);
     assert_eq!(o.status.code(), Some(1), "{out}{err}");
     assert!(
@@ -301,10 +235,10 @@ async fn rollout_status_follows_the_status_the_test_writes() {
 #[tokio::test]
 #[ignore = "needs the test bed"]
 async fn warm_up_creates_an_image_pull_job() {
-    let ns = Ns::create("plugin-warmup");
+    let ns = Namespace::create("plugin-warmup").unwrap();
     let o = plugin(&[
         "-n",
-        &ns.0,
+        &ns.name,
         "warm-up",
         "127.0.0.1:5000/inplace-test/app:v2",
         "--nodes",
@@ -321,7 +255,7 @@ async fn warm_up_creates_an_image_pull_job() {
         .unwrap_or_else(|| panic!("{out}"))
         .to_string();
     assert!(name.starts_with("warm-up-"), "{name}");
-    let api: Api<ImagePullJob> = Api::namespaced(client().await, &ns.0);
+    let api: Api<ImagePullJob> = Api::namespaced(client().await, &ns.name);
     let job = serde_json::to_value(api.get(&name).await.unwrap()).unwrap();
     assert_eq!(job["spec"]["image"], "127.0.0.1:5000/inplace-test/app:v2");
     assert_eq!(
@@ -331,7 +265,7 @@ async fn warm_up_creates_an_image_pull_job() {
     assert_eq!(job["spec"]["parallelism"], 2);
 
     // --wait follows the status (written here in place of the controller).
-    let ns_name = ns.0.clone();
+    let ns_name = ns.name.clone();
     let child = std::thread::spawn(move || {
         plugin(&[
             "-n",
@@ -381,13 +315,6 @@ async fn warm_up_creates_an_image_pull_job() {
 }
 
 // ---------- day-2 commands, with the controller running (one per namespace) ----------
-
-mod e2e_support;
-
-use e2e_support::{
-    ControllerProcess, Namespace, TestResult, container_image, image, sample_cloneset, wait_for,
-    wait_rolled_out,
-};
 
 const ROLLOUT: Duration = Duration::from_secs(150);
 

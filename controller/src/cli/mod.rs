@@ -4,7 +4,7 @@
 //! ```text
 //! kubectl-inplace plan -f cloneset.yaml --pods pods.yaml [--revisions revisions.yaml]
 //!     [--pvcs pvcs.yaml] [--update-revision NAME] [--current-revision NAME] [--now RFC3339]
-//!     [--partition-rollback] [-o json|table]
+//!     [--partition-rollback] [-o json|yaml|table]
 //! ```
 //!
 //! - `pods.yaml` is what `kubectl get pods -o yaml` prints, or a stream of Pods; every pod
@@ -19,9 +19,10 @@
 //!   also for bad flags). A CloneSet the CRD would reject is still planned, with warnings
 //!   on stderr.
 //!
-//! Online commands (`rollout status|pause|resume`, `warm-up`; `--kubeconfig`, `-n` like
-//! kubectl) are in [`online`]; exit 0 done, 1 rollout/warm-up failed or timed out, 2 bad
-//! input or API errors.
+//! Online commands (`rollout status|pause|resume|history|undo`, `set image`, `scale-down`,
+//! `warm-up`; `--kubeconfig`, `--context`, `-n` like kubectl) are in [`online`], their
+//! decisions in [`day2`]; exit 0 done, 1 rollout/warm-up failed or timed out, 2 bad input or
+//! API errors. `completion bash|zsh` prints a completion script.
 //!
 //! Everything here is a library function over texts so that it is tested without a
 //! process; the binary only passes `std::env::args` and the standard streams.
@@ -565,6 +566,36 @@ items:
         .unwrap();
         assert_eq!(report.plan.revisions.current_revision, "demo-old");
         assert_eq!(report.plan.diffs.scale_up, 2);
+    }
+
+    #[test]
+    fn yaml_output_is_the_json_output() {
+        let inputs = load(src("cs.yaml", CS), Some(src("pods.yaml", PODS)), None, None).unwrap();
+        let now = "2026-01-02T00:00:00Z".parse().unwrap();
+        let report = compute(&inputs, &Settings::default(), now, "cs.yaml").unwrap();
+        let json: serde_json::Value =
+            serde_json::from_str(&render(&report, &inputs, Format::Json)).unwrap();
+        let yaml: serde_json::Value =
+            serde_saphyr::from_str(&render(&report, &inputs, Format::Yaml)).unwrap();
+        assert_eq!(json, yaml);
+    }
+
+    #[test]
+    fn completion_scripts_name_every_command() {
+        for shell in [CompletionShell::Bash, CompletionShell::Zsh] {
+            let script = completion(shell);
+            for word in [
+                "plan",
+                "rollout",
+                "history",
+                "undo",
+                "set",
+                "scale-down",
+                "warm-up",
+            ] {
+                assert!(script.contains(word), "{shell:?} lacks {word}");
+            }
+        }
     }
 
     proptest! {

@@ -1,19 +1,25 @@
 //! The plugin's commands that talk to the API server:
 //!
 //! ```text
-//! kubectl-inplace rollout status CLONESET [--timeout 5m] [-n NS] [--kubeconfig FILE]
-//! kubectl-inplace rollout pause CLONESET
-//! kubectl-inplace rollout resume CLONESET
+//! kubectl-inplace rollout status CLONESET [--timeout 5m] [-n NS] [--kubeconfig FILE] [--context C]
+//! kubectl-inplace rollout pause|resume CLONESET [-o json|yaml]
+//! kubectl-inplace rollout history CLONESET [--revision N] [-o json|yaml]
+//! kubectl-inplace rollout undo CLONESET [--to-revision N] [-o json|yaml]
+//! kubectl-inplace set image CLONESET CONTAINER=IMAGE... [-o json|yaml]
+//! kubectl-inplace scale-down CLONESET --pods a,b [-o json|yaml]
 //! kubectl-inplace warm-up IMAGE (--nodes n1,n2 | --selector k=v,...) [--parallelism N]
-//!     [--wait [--timeout 10m]]
+//!     [--wait [--timeout 10m]] [-o json|yaml]
 //! ```
 //!
-//! The decisions (progress line, when a rollout is done or failed, the ImagePullJob to
-//! create, when a warm-up is over) are pure functions here, unit-tested; the async
-//! functions only read, watch and patch.
+//! CLONESET is `NAME` or `cloneset/NAME` ([`super::day2::parse_target`]).
 //!
-//! `--kubeconfig` defaults to `$KUBECONFIG` then `~/.kube/config` (then in-cluster);
-//! `-n` defaults to the context's namespace.
+//! The decisions (progress line, when a rollout is done or failed, the ImagePullJob to
+//! create, when a warm-up is over; history, undo, image and scale-down patches in
+//! [`super::day2`]) are pure functions, unit-tested; the async functions only read, watch
+//! and patch.
+//!
+//! `--kubeconfig` defaults to `$KUBECONFIG` then `~/.kube/config` (then in-cluster, unless
+//! `--context` names a context); `-n` defaults to the context's namespace.
 
 use std::collections::BTreeMap;
 use std::io::Write;
