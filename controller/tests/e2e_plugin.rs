@@ -1,115 +1,38 @@
-//! `kubectl-inplace` online subcommands against the test bed, without the controller: the
-//! test creates the CloneSet itself and writes its status through the status subresource.
+//! `kubectl-inplace` online subcommands against the test bed.
+//!
+//! - `rollout status|pause|resume` and `warm-up` run without the controller: the test creates
+//!   the CloneSet itself and writes its status through the status subresource.
+//! - `set image`, `rollout history|undo` and `scale-down` run with the controller (one process
+//!   per namespace, see `e2e_support`), and check that pods update in place (same UIDs).
+//! - `completion` and argument errors need no bed (not ignored).
 //!
 //! ```text
-//! INPLACE_TESTBED_KUBECONFIG=/var/tmp/inplace-testbed/kubeconfig \
-//!   cargo test -p inplace-controller --test e2e_plugin -- --ignored
+//! . /var/tmp/inplace-testbed/env
+//! cargo test -p inplace-controller --test e2e_plugin -- --ignored
 //! ```
-//! (kubectl: `INPLACE_KUBECTL`, else the `INPLACE_KUBECTL` line of
-//! `/var/tmp/inplace-testbed/env`, else `kubectl` on PATH.)
+//! (environment: see `e2e_support`.)
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::Write;
+mod e2e_support;
+
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use e2e_support::{
+    ControllerProcess, Namespace, TestResult, container_image, image, sample_cloneset, wait_for,
+    wait_rolled_out,
+};
 use inplace_proto::{CloneSet, ImagePullJob};
 use kube::api::{Patch, PatchParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Api, Client, Config};
+use kube::{Api, Client};
 use serde_json::{Value, json};
-
-fn kubeconfig() -> String {
-    std::env::var("INPLACE_TESTBED_KUBECONFIG")
-        .unwrap_or_else(|_| "/var/tmp/inplace-testbed/kubeconfig".into())
-}
-
-fn kubectl_path() -> String {
-    if let Ok(k) = std::env::var("INPLACE_KUBECTL") {
-        return k;
-    }
-    std::fs::read_to_string("/var/tmp/inplace-testbed/env")
-        .ok()
-        .and_then(|env| {
-            env.lines().find_map(|l| {
-                l.trim()
-                    .strip_prefix("export INPLACE_KUBECTL=")
-                    .map(|v| v.trim_matches('"').to_string())
-            })
-        })
-        .unwrap_or_else(|| "kubectl".into())
-}
-
-fn kubectl(args: &[&str], stdin: Option<&str>) -> String {
-    let mut cmd = Command::new(kubectl_path());
-    cmd.arg("--kubeconfig").arg(kubeconfig()).args(args);
-    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    cmd.stdin(if stdin.is_some() {
-        Stdio::piped()
-    } else {
-        Stdio::null()
-    });
-    let mut child = cmd.spawn().unwrap();
-    if let Some(input) = stdin {
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-    }
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// A scratch namespace, deleted on drop.
-struct Ns(String);
-
-impl Ns {
-    fn create(prefix: &str) -> Self {
-        let name = format!("e2e-{prefix}-{:06x}", rand::random::<u32>() & 0xff_ffff);
-        kubectl(&["create", "namespace", &name], None);
-        Ns(name)
-    }
-}
-
-impl Drop for Ns {
-    fn drop(&mut self) {
-        let _ = Command::new(kubectl_path())
-            .arg("--kubeconfig")
-            .arg(kubeconfig())
-            .args(["delete", "namespace", &self.0, "--wait=false"])
-            .output();
-    }
-}
-
-fn cloneset_yaml(name: &str) -> String {
-    format!(
-        "apiVersion: apps.kruise.io/v1alpha1
-kind: CloneSet
-metadata: {{name: {name}}}
-spec:
-  replicas: 3
-  selector: {{matchLabels: {{app: {name}}}}}
-  template:
-    metadata: {{labels: {{app: {name}}}}}
-    spec: {{containers: [{{name: app, image: 127.0.0.1:5000/inplace-test/app:v1}}]}}
-"
-    )
-}
 
 /// Runs the plugin binary with the bed's kubeconfig.
 fn plugin(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_kubectl-inplace"))
         .arg("--kubeconfig")
-        .arg(kubeconfig())
+        .arg(e2e_support::kubeconfig())
         .args(args)
         .stdin(Stdio::null())
         .output()
@@ -124,45 +47,47 @@ fn text(o: &Output) -> (String, String) {
 }
 
 async fn client() -> Client {
-    let kc = Kubeconfig::read_from(kubeconfig()).unwrap();
-    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    Client::try_from(config).unwrap()
+    e2e_support::client().await.unwrap()
 }
 
-fn paused(ns: &str, name: &str) -> Value {
-    let out = kubectl(&["-n", ns, "get", "cloneset", name, "-o", "json"], None);
-    let v: Value = serde_json::from_str(&out).unwrap();
-    v["spec"]["updateStrategy"]["paused"].clone()
+fn paused(ns: &Namespace, name: &str) -> Value {
+    ns.cloneset(name).unwrap()["spec"]["updateStrategy"]["paused"].clone()
+}
+
+/// A CloneSet of 3 replicas of the v1 image (no controller runs in these tests: no pods).
+fn apply_demo(ns: &Namespace) {
+    ns.apply(&sample_cloneset(
+        "demo",
+        3,
+        &image("v1"),
+        "InPlaceIfPossible",
+    ))
+    .unwrap();
 }
 
 #[test]
 #[ignore = "needs the test bed"]
 fn pause_and_resume_round_trip() {
-    let ns = Ns::create("plugin-pause");
-    kubectl(
-        &["-n", &ns.0, "apply", "-f", "-"],
-        Some(&cloneset_yaml("demo")),
-    );
+    let ns = Namespace::create("plugin-pause").unwrap();
+    apply_demo(&ns);
 
-    let o = plugin(&["-n", &ns.0, "rollout", "pause", "demo"]);
+    let o = plugin(&["-n", &ns.name, "rollout", "pause", "demo"]);
     let (out, err) = text(&o);
     assert_eq!(o.status.code(), Some(0), "{out}{err}");
     assert_eq!(out, "cloneset.apps.kruise.io/demo paused\n");
-    assert_eq!(paused(&ns.0, "demo"), json!(true));
+    assert_eq!(paused(&ns, "demo"), json!(true));
 
     // Flags after the subcommand, like kubectl; a second pause changes nothing.
-    let o = plugin(&["rollout", "pause", "demo", "-n", &ns.0]);
+    let o = plugin(&["rollout", "pause", "demo", "-n", &ns.name]);
     assert_eq!(text(&o).0, "cloneset.apps.kruise.io/demo already paused\n");
 
-    let o = plugin(&["rollout", "resume", "demo", "--namespace", &ns.0]);
+    let o = plugin(&["rollout", "resume", "demo", "--namespace", &ns.name]);
     let (out, err) = text(&o);
     assert_eq!(o.status.code(), Some(0), "{out}{err}");
     assert_eq!(out, "cloneset.apps.kruise.io/demo resumed\n");
-    assert_eq!(paused(&ns.0, "demo"), json!(false));
+    assert_eq!(paused(&ns, "demo"), json!(false));
 
-    let o = plugin(&["-n", &ns.0, "rollout", "pause", "missing"]);
+    let o = plugin(&["-n", &ns.name, "rollout", "pause", "missing"]);
     let (_, err) = text(&o);
     assert_eq!(o.status.code(), Some(2));
     assert!(err.contains("cloneset missing not found"), "{err}");
@@ -181,12 +106,9 @@ async fn write_status(api: &Api<CloneSet>, name: &str, status: Value) {
 #[tokio::test]
 #[ignore = "needs the test bed"]
 async fn rollout_status_follows_the_status_the_test_writes() {
-    let ns = Ns::create("plugin-status");
-    kubectl(
-        &["-n", &ns.0, "apply", "-f", "-"],
-        Some(&cloneset_yaml("demo")),
-    );
-    let api: Api<CloneSet> = Api::namespaced(client().await, &ns.0);
+    let ns = Namespace::create("plugin-status").unwrap();
+    apply_demo(&ns);
+    let api: Api<CloneSet> = Api::namespaced(client().await, &ns.name);
     let generation = api.get("demo").await.unwrap().metadata.generation.unwrap();
 
     // In progress: the plugin keeps waiting and times out (exit 1).
@@ -198,7 +120,15 @@ async fn rollout_status_follows_the_status_the_test_writes() {
                "expectedUpdatedReplicas": 3}),
     )
     .await;
-    let o = plugin(&["-n", &ns.0, "rollout", "status", "demo", "--timeout", "2s"]);
+    let o = plugin(&[
+        "-n",
+        &ns.name,
+        "rollout",
+        "status",
+        "demo",
+        "--timeout",
+        "2s",
+    ]);
     let (out, err) = text(&o);
     assert_eq!(o.status.code(), Some(1), "{out}{err}");
     assert!(
@@ -208,7 +138,7 @@ async fn rollout_status_follows_the_status_the_test_writes() {
     assert!(err.contains("timed out after 2s"), "{err}");
 
     // Completed while the plugin watches: exit 0 with the final line.
-    let ns_name = ns.0.clone();
+    let ns_name = ns.name.clone();
     let child = std::thread::spawn(move || {
         plugin(&[
             "-n",
@@ -254,21 +184,17 @@ async fn rollout_status_follows_the_status_the_test_writes() {
     );
 
     // A new generation not yet observed is not done.
-    kubectl(
-        &[
-            "-n",
-            &ns.0,
-            "patch",
-            "cloneset",
-            "demo",
-            "--type",
-            "merge",
-            "-p",
-            r#"{"spec":{"minReadySeconds":1}}"#,
-        ],
-        None,
-    );
-    let o = plugin(&["-n", &ns.0, "rollout", "status", "demo", "--timeout", "2s"]);
+    ns.patch_cloneset("demo", &json!({"spec": {"minReadySeconds": 1}}))
+        .unwrap();
+    let o = plugin(&[
+        "-n",
+        &ns.name,
+        "rollout",
+        "status",
+        "demo",
+        "--timeout",
+        "2s",
+    ]);
     let (out, _) = text(&o);
     assert_eq!(o.status.code(), Some(1), "{out}");
     assert!(
@@ -287,7 +213,15 @@ async fn rollout_status_follows_the_status_the_test_writes() {
                                "message": "CloneSet demo has timed out progressing."}]}),
     )
     .await;
-    let o = plugin(&["-n", &ns.0, "rollout", "status", "demo", "--timeout", "30s"]);
+    let o = plugin(&[
+        "-n",
+        &ns.name,
+        "rollout",
+        "status",
+        "demo",
+        "--timeout",
+        "30s",
+    ]);
     let (out, err) = text(&o);
     assert_eq!(o.status.code(), Some(1), "{out}{err}");
     assert!(
@@ -301,10 +235,10 @@ async fn rollout_status_follows_the_status_the_test_writes() {
 #[tokio::test]
 #[ignore = "needs the test bed"]
 async fn warm_up_creates_an_image_pull_job() {
-    let ns = Ns::create("plugin-warmup");
+    let ns = Namespace::create("plugin-warmup").unwrap();
     let o = plugin(&[
         "-n",
-        &ns.0,
+        &ns.name,
         "warm-up",
         "127.0.0.1:5000/inplace-test/app:v2",
         "--nodes",
@@ -321,7 +255,7 @@ async fn warm_up_creates_an_image_pull_job() {
         .unwrap_or_else(|| panic!("{out}"))
         .to_string();
     assert!(name.starts_with("warm-up-"), "{name}");
-    let api: Api<ImagePullJob> = Api::namespaced(client().await, &ns.0);
+    let api: Api<ImagePullJob> = Api::namespaced(client().await, &ns.name);
     let job = serde_json::to_value(api.get(&name).await.unwrap()).unwrap();
     assert_eq!(job["spec"]["image"], "127.0.0.1:5000/inplace-test/app:v2");
     assert_eq!(
@@ -331,7 +265,7 @@ async fn warm_up_creates_an_image_pull_job() {
     assert_eq!(job["spec"]["parallelism"], 2);
 
     // --wait follows the status (written here in place of the controller).
-    let ns_name = ns.0.clone();
+    let ns_name = ns.name.clone();
     let child = std::thread::spawn(move || {
         plugin(&[
             "-n",
@@ -378,4 +312,299 @@ async fn warm_up_creates_an_image_pull_job() {
     );
     assert!(out.contains("succeeded 1/2, active 0, failed 1"), "{out}");
     assert!(err.contains("1 node(s) failed: n2"), "{err}");
+}
+
+// ---------- day-2 commands, with the controller running (one per namespace) ----------
+
+const ROLLOUT: Duration = Duration::from_secs(150);
+
+/// Runs the plugin in `ns`; (exit code, stdout, stderr).
+fn plugin_in(ns: &Namespace, args: &[&str]) -> (i32, String, String) {
+    let mut all = vec!["-n", ns.name.as_str()];
+    all.extend(args);
+    let o = plugin(&all);
+    let (out, err) = text(&o);
+    (o.status.code().unwrap_or(-1), out, err)
+}
+
+/// `rollout history -o json` of `name`.
+fn history(ns: &Namespace, name: &str) -> TestResult<Value> {
+    let (code, out, err) = plugin_in(ns, &["rollout", "history", name, "-o", "json"]);
+    if code != 0 {
+        return Err(format!("rollout history: exit {code}: {err}").into());
+    }
+    Ok(serde_json::from_str(&out)?)
+}
+
+#[test]
+fn completion_scripts_for_bash_and_zsh() {
+    let o = Command::new(env!("CARGO_BIN_EXE_kubectl-inplace"))
+        .args(["completion", "bash"])
+        .output()
+        .unwrap();
+    let (bash, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    for word in [
+        "scale-down",
+        "history",
+        "undo",
+        "image",
+        "--to-revision",
+        "--context",
+    ] {
+        assert!(bash.contains(word), "bash completion lacks {word}");
+    }
+    // The script is valid bash.
+    let dir = std::env::temp_dir().join(format!("inplace-completion-{}", std::process::id()));
+    std::fs::write(&dir, &bash).unwrap();
+    let check = Command::new("bash").arg("-n").arg(&dir).output().unwrap();
+    let _ = std::fs::remove_file(&dir);
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+
+    let o = Command::new(env!("CARGO_BIN_EXE_kubectl-inplace"))
+        .args(["completion", "zsh"])
+        .output()
+        .unwrap();
+    let (zsh, _) = text(&o);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(zsh.starts_with("#compdef kubectl-inplace"), "{zsh}");
+    assert!(zsh.contains("scale-down"));
+
+    let o = Command::new(env!("CARGO_BIN_EXE_kubectl-inplace"))
+        .args(["completion", "fish"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn a_target_of_another_kind_is_bad_input() {
+    let o = Command::new(env!("CARGO_BIN_EXE_kubectl-inplace"))
+        .args(["rollout", "history", "deployment/web"])
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("\"deployment/web\" is not a CloneSet: give NAME or cloneset/NAME"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the test bed"]
+async fn set_image_history_and_undo_update_pods_in_place() -> TestResult {
+    let ns = Namespace::create("plugin-day2")?;
+    let _ctl = ControllerProcess::start(&ns.name)?;
+    let (v1, v2) = (image("v1"), image("v2"));
+    ns.apply(&sample_cloneset("dd", 2, &v1, "InPlaceIfPossible"))?;
+    wait_rolled_out(&ns, "dd", 2, ROLLOUT)?;
+    let uids = ns.live_pod_uids()?;
+    assert_eq!(uids.len(), 2);
+
+    // Unknown containers are named; nothing is written.
+    let (code, _, err) = plugin_in(&ns, &["set", "image", "dd", "nope=x:1", "app=x:2"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("cloneset dd has no container named nope (containers: app)"),
+        "{err}"
+    );
+    assert_eq!(
+        ns.cloneset("dd")?["spec"]["template"]["spec"]["containers"][0]["image"],
+        json!(v1)
+    );
+
+    // A change cause on the CloneSet is copied into the revision the change makes.
+    ns.kubectl(&[
+        "annotate",
+        "cloneset",
+        "dd",
+        "kubernetes.io/change-cause=to v2",
+    ])?;
+    // `cloneset/NAME`, --context and --kubeconfig (given by plugin()).
+    let set = format!("app={v2}");
+    let (code, out, err) = plugin_in(
+        &ns,
+        &[
+            "--context",
+            "inplace-testbed",
+            "set",
+            "image",
+            "cloneset/dd",
+            &set,
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(out, "cloneset.apps.kruise.io/dd image updated\n");
+    // The same image again changes nothing.
+    let (code, out, _) = plugin_in(&ns, &["set", "image", "dd", &set]);
+    assert_eq!(
+        (code, out.as_str()),
+        (0, "cloneset.apps.kruise.io/dd image unchanged\n")
+    );
+    // A context the kubeconfig lacks is bad input.
+    let (code, _, err) = plugin_in(&ns, &["--context", "nope", "rollout", "history", "dd"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("kubeconfig"), "{err}");
+
+    wait_rolled_out(&ns, "dd", 2, ROLLOUT)?;
+    assert_eq!(ns.live_pod_uids()?, uids, "set image recreated pods");
+    for pod in ns.pods()?.values() {
+        assert_eq!(container_image(pod), v2);
+    }
+
+    // History: two revisions, the second with its cause and its image change.
+    let h = history(&ns, "dd")?;
+    let entries = h.as_array().ok_or("history is not a list")?;
+    assert_eq!(entries.len(), 2, "{h}");
+    assert_eq!(entries[0]["revision"], 1);
+    assert_eq!(entries[0]["images"], json!([["app", v1]]));
+    assert_eq!(entries[0]["changes"], json!([]));
+    assert_eq!(entries[0]["current"], false);
+    assert!(entries[0].get("changeCause").is_none(), "{h}");
+    assert_eq!(entries[1]["revision"], 2);
+    assert_eq!(entries[1]["changeCause"], "to v2");
+    assert_eq!(entries[1]["changes"], json!([format!("app: {v1} -> {v2}")]));
+    assert_eq!(entries[1]["current"], true);
+    let rev1_name = entries[0]["name"].as_str().unwrap_or_default().to_owned();
+    assert!(rev1_name.starts_with("dd-"), "{h}");
+
+    // The same data as YAML; the table by default.
+    let (code, yaml, err) = plugin_in(&ns, &["rollout", "history", "dd", "-o", "yaml"]);
+    assert_eq!(code, 0, "{err}");
+    let from_yaml: Value = serde_saphyr::from_str(&yaml)?;
+    assert_eq!(from_yaml, h);
+    let (code, table, _) = plugin_in(&ns, &["rollout", "history", "cloneset/dd"]);
+    assert_eq!(code, 0);
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines[0], "cloneset.apps.kruise.io/dd", "{table}");
+    assert!(lines[1].starts_with("REVISION"), "{table}");
+    let cells = |line: &str| -> Vec<String> {
+        line.split_whitespace().take(3).map(str::to_owned).collect()
+    };
+    assert_eq!(
+        cells(lines[2]),
+        ["1", rev1_name.as_str(), "<none>"],
+        "{table}"
+    );
+    assert_eq!(cells(lines[3])[0], "2*", "{table}");
+    assert!(lines[3].contains("to v2"), "{table}");
+
+    // --revision N: that revision's template.
+    let (code, out, err) = plugin_in(
+        &ns,
+        &["rollout", "history", "dd", "--revision", "1", "-o", "json"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let tpl: Value = serde_json::from_str(&out)?;
+    assert_eq!(tpl["spec"]["containers"][0]["image"], json!(v1));
+    let (code, out, _) = plugin_in(&ns, &["rollout", "history", "dd", "--revision", "1"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.starts_with(&format!(
+            "cloneset.apps.kruise.io/dd revision 1 ({rev1_name})\n"
+        )),
+        "{out}"
+    );
+    assert!(out.contains(&format!("image: {v1}")), "{out}");
+    let (code, _, err) = plugin_in(&ns, &["rollout", "history", "dd", "--revision", "7"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("cloneset dd has no revision 7 (revisions: 1, 2)"),
+        "{err}"
+    );
+
+    // Undo: refused to the current template or a missing revision.
+    let (code, _, err) = plugin_in(&ns, &["rollout", "undo", "dd", "--to-revision", "2"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("revision 2 of cloneset dd is already the current template"),
+        "{err}"
+    );
+    let (code, _, err) = plugin_in(&ns, &["rollout", "undo", "dd", "--to-revision", "9"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("has no revision 9"), "{err}");
+
+    // Undo to the previous revision: pods go back to v1 in place.
+    let (code, out, err) = plugin_in(&ns, &["rollout", "undo", "dd", "-o", "json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let after: Value = serde_json::from_str(&out)?;
+    assert_eq!(
+        after["spec"]["template"]["spec"]["containers"][0]["image"],
+        json!(v1)
+    );
+    wait_rolled_out(&ns, "dd", 2, ROLLOUT)?;
+    assert_eq!(ns.live_pod_uids()?, uids, "undo recreated pods");
+    for pod in ns.pods()?.values() {
+        assert_eq!(container_image(pod), v1);
+    }
+    // The controller reuses revision 1's object and renumbers it 3.
+    wait_for("revision 1 renumbered 3", ROLLOUT, || {
+        let h = history(&ns, "dd")?;
+        Ok(h[1]["revision"] == 3 && h[1]["name"] == json!(rev1_name) && h[1]["current"] == true)
+    })?;
+    let (code, out, err) = plugin_in(&ns, &["rollout", "undo", "dd"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out,
+        "cloneset.apps.kruise.io/dd rolled back to revision 2\n"
+    );
+    wait_rolled_out(&ns, "dd", 2, ROLLOUT)?;
+    assert_eq!(ns.live_pod_uids()?, uids, "second undo recreated pods");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the test bed"]
+async fn scale_down_deletes_the_named_pods_only() -> TestResult {
+    let ns = Namespace::create("plugin-scaledown")?;
+    let _ctl = ControllerProcess::start(&ns.name)?;
+    ns.apply(&sample_cloneset("sd", 3, &image("v1"), "InPlaceIfPossible"))?;
+    wait_rolled_out(&ns, "sd", 3, ROLLOUT)?;
+    let uids = ns.live_pod_uids()?;
+    let names: Vec<&String> = uids.keys().collect();
+    assert_eq!(names.len(), 3);
+    // A pod of the namespace that the CloneSet does not own (never scheduled).
+    ns.apply(
+        "apiVersion: v1
+kind: Pod
+metadata: {name: stranger}
+spec:
+  nodeSelector: {inplace.testbed/none: 'true'}
+  containers: [{name: app, image: 127.0.0.1:5000/inplace-test/app:v1}]
+",
+    )?;
+
+    let pods = format!("{},stranger,ghost", names[0]);
+    let (code, _, err) = plugin_in(&ns, &["scale-down", "sd", "--pods", &pods]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("pod stranger, ghost not owned by cloneset sd"),
+        "{err}"
+    );
+    assert_eq!(ns.cloneset("sd")?["spec"]["replicas"], 3);
+
+    let pods = format!("{}, {}", names[0], names[1]);
+    let (code, out, err) = plugin_in(
+        &ns,
+        &["scale-down", "cloneset/sd", "--pods", &pods, "-o", "json"],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let after: Value = serde_json::from_str(&out)?;
+    assert_eq!(after["spec"]["replicas"], 1);
+    assert_eq!(
+        after["spec"]["scaleStrategy"]["podsToDelete"],
+        json!([names[0], names[1]])
+    );
+    wait_rolled_out(&ns, "sd", 1, ROLLOUT)?;
+    let left = ns.live_pod_uids()?;
+    let kept: Vec<&String> = left.keys().filter(|n| *n != "stranger").collect();
+    assert_eq!(kept, [names[2]], "{left:?}");
+    assert_eq!(left.get(names[2]), uids.get(names[2]));
+    assert!(left.contains_key("stranger"));
+    Ok(())
 }

@@ -4,7 +4,7 @@
 //! ```text
 //! kubectl-inplace plan -f cloneset.yaml --pods pods.yaml [--revisions revisions.yaml]
 //!     [--pvcs pvcs.yaml] [--update-revision NAME] [--current-revision NAME] [--now RFC3339]
-//!     [--partition-rollback] [-o json|table]
+//!     [--partition-rollback] [-o json|yaml|table]
 //! ```
 //!
 //! - `pods.yaml` is what `kubectl get pods -o yaml` prints, or a stream of Pods; every pod
@@ -19,14 +19,16 @@
 //!   also for bad flags). A CloneSet the CRD would reject is still planned, with warnings
 //!   on stderr.
 //!
-//! Online commands (`rollout status|pause|resume`, `warm-up`; `--kubeconfig`, `-n` like
-//! kubectl) are in [`online`]; exit 0 done, 1 rollout/warm-up failed or timed out, 2 bad
-//! input or API errors.
+//! Online commands (`rollout status|pause|resume|history|undo`, `set image`, `scale-down`,
+//! `warm-up`; `--kubeconfig`, `--context`, `-n` like kubectl) are in [`online`], their
+//! decisions in [`day2`]; exit 0 done, 1 rollout/warm-up failed or timed out, 2 bad input or
+//! API errors. `completion bash|zsh` prints a completion script.
 //!
 //! Everything here is a library function over texts so that it is tested without a
 //! process; the binary only passes `std::env::args` and the standard streams.
 
 pub mod checks;
+pub mod day2;
 pub mod input;
 pub mod online;
 pub mod render;
@@ -69,6 +71,45 @@ pub enum Command {
     Rollout(online::RolloutArgs),
     /// Pre-pull an image on nodes through an ImagePullJob (online, see [`online`]).
     WarmUp(online::WarmUpArgs),
+    /// Change fields of a CloneSet's template (online).
+    Set(online::SetArgs),
+    /// Delete chosen pods of a CloneSet through spec.scaleStrategy.podsToDelete, lowering
+    /// spec.replicas by their number (online).
+    ScaleDown(online::ScaleDownArgs),
+    /// Print a shell completion script (bash or zsh).
+    Completion {
+        #[arg(value_enum)]
+        shell: CompletionShell,
+    },
+}
+
+/// Shells `completion` writes scripts for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CompletionShell {
+    Bash,
+    Zsh,
+}
+
+/// The completion script of `shell` for this command line (program `kubectl-inplace`).
+pub fn completion(shell: CompletionShell) -> String {
+    use clap::CommandFactory;
+    let mut cmd = Cli::command();
+    let mut buf = Vec::new();
+    match shell {
+        CompletionShell::Bash => clap_complete::generate(
+            clap_complete::Shell::Bash,
+            &mut cmd,
+            "kubectl-inplace",
+            &mut buf,
+        ),
+        CompletionShell::Zsh => clap_complete::generate(
+            clap_complete::Shell::Zsh,
+            &mut cmd,
+            "kubectl-inplace",
+            &mut buf,
+        ),
+    }
+    String::from_utf8_lossy(&buf).into_owned()
 }
 
 /// Output form.
@@ -79,6 +120,8 @@ pub enum Format {
     Table,
     /// One JSON object.
     Json,
+    /// The JSON object as YAML.
+    Yaml,
 }
 
 #[derive(Debug, Args)]
@@ -237,6 +280,8 @@ pub fn render(report: &Report, inputs: &Inputs, format: Format) -> String {
             s.push('\n');
             s
         }
+        Format::Yaml => serde_saphyr::to_string(&render::json(&report.plan))
+            .unwrap_or_else(|e| format!("error: {e}\n")),
         Format::Table => render::table(&inputs.cloneset, &report.plan, inputs.pods.len()),
     }
 }
@@ -335,6 +380,12 @@ where
         },
         Command::Rollout(args) => online_exit(run_rollout(args, &cli.connect, out), err),
         Command::WarmUp(args) => online_exit(run_warm_up(args, &cli.connect, out), err),
+        Command::Set(args) => online_exit(run_set(args, &cli.connect, out), err),
+        Command::ScaleDown(args) => online_exit(run_scale_down(args, &cli.connect, out), err),
+        Command::Completion { shell } => {
+            let _ = out.write_all(completion(shell).as_bytes());
+            0
+        }
     }
 }
 
@@ -361,16 +412,30 @@ fn run_rollout(
 ) -> Result<(), online::OnlineError> {
     runtime()?.block_on(async {
         let (client, ns) = online::connect(connect).await?;
-        let api: kube::Api<CloneSet> = kube::Api::namespaced(client, &ns);
+        let api: kube::Api<CloneSet> = kube::Api::namespaced(client.clone(), &ns);
         match args.command {
             online::RolloutCommand::Status { cloneset, timeout } => {
                 online::rollout_status(api, &cloneset, timeout, out).await
             }
-            online::RolloutCommand::Pause { cloneset } => {
-                online::set_paused(&api, &cloneset, true, out).await
+            online::RolloutCommand::Pause { cloneset, output } => {
+                online::set_paused(&api, &cloneset, true, output.output, out).await
             }
-            online::RolloutCommand::Resume { cloneset } => {
-                online::set_paused(&api, &cloneset, false, out).await
+            online::RolloutCommand::Resume { cloneset, output } => {
+                online::set_paused(&api, &cloneset, false, output.output, out).await
+            }
+            online::RolloutCommand::History {
+                cloneset,
+                revision,
+                output,
+            } => {
+                online::rollout_history(&client, &ns, &cloneset, revision, output.output, out).await
+            }
+            online::RolloutCommand::Undo {
+                cloneset,
+                to_revision,
+                output,
+            } => {
+                online::rollout_undo(&client, &ns, &cloneset, to_revision, output.output, out).await
             }
         }
     })
@@ -386,7 +451,46 @@ fn run_warm_up(
         let (client, ns) = online::connect(connect).await?;
         let api = kube::Api::namespaced(client, &ns);
         let wait = args.wait.then_some(args.timeout);
-        online::warm_up(api, &job, wait, out).await.map(|_| ())
+        online::warm_up(api, &job, wait, args.output.output, out)
+            .await
+            .map(|_| ())
+    })
+}
+
+fn run_set(
+    args: online::SetArgs,
+    connect: &online::ConnectArgs,
+    out: &mut dyn Write,
+) -> Result<(), online::OnlineError> {
+    runtime()?.block_on(async {
+        let (client, ns) = online::connect(connect).await?;
+        let api: kube::Api<CloneSet> = kube::Api::namespaced(client, &ns);
+        match args.command {
+            online::SetCommand::Image {
+                cloneset,
+                images,
+                output,
+            } => online::set_image(&api, &cloneset, &images, output.output, out).await,
+        }
+    })
+}
+
+fn run_scale_down(
+    args: online::ScaleDownArgs,
+    connect: &online::ConnectArgs,
+    out: &mut dyn Write,
+) -> Result<(), online::OnlineError> {
+    runtime()?.block_on(async {
+        let (client, ns) = online::connect(connect).await?;
+        online::scale_down(
+            &client,
+            &ns,
+            &args.cloneset,
+            &args.pods,
+            args.output.output,
+            out,
+        )
+        .await
     })
 }
 
@@ -462,6 +566,36 @@ items:
         .unwrap();
         assert_eq!(report.plan.revisions.current_revision, "demo-old");
         assert_eq!(report.plan.diffs.scale_up, 2);
+    }
+
+    #[test]
+    fn yaml_output_is_the_json_output() {
+        let inputs = load(src("cs.yaml", CS), Some(src("pods.yaml", PODS)), None, None).unwrap();
+        let now = "2026-01-02T00:00:00Z".parse().unwrap();
+        let report = compute(&inputs, &Settings::default(), now, "cs.yaml").unwrap();
+        let json: serde_json::Value =
+            serde_json::from_str(&render(&report, &inputs, Format::Json)).unwrap();
+        let yaml: serde_json::Value =
+            serde_saphyr::from_str(&render(&report, &inputs, Format::Yaml)).unwrap();
+        assert_eq!(json, yaml);
+    }
+
+    #[test]
+    fn completion_scripts_name_every_command() {
+        for shell in [CompletionShell::Bash, CompletionShell::Zsh] {
+            let script = completion(shell);
+            for word in [
+                "plan",
+                "rollout",
+                "history",
+                "undo",
+                "set",
+                "scale-down",
+                "warm-up",
+            ] {
+                assert!(script.contains(word), "{shell:?} lacks {word}");
+            }
+        }
     }
 
     proptest! {

@@ -1,19 +1,25 @@
 //! The plugin's commands that talk to the API server:
 //!
 //! ```text
-//! kubectl-inplace rollout status CLONESET [--timeout 5m] [-n NS] [--kubeconfig FILE]
-//! kubectl-inplace rollout pause CLONESET
-//! kubectl-inplace rollout resume CLONESET
+//! kubectl-inplace rollout status CLONESET [--timeout 5m] [-n NS] [--kubeconfig FILE] [--context C]
+//! kubectl-inplace rollout pause|resume CLONESET [-o json|yaml]
+//! kubectl-inplace rollout history CLONESET [--revision N] [-o json|yaml]
+//! kubectl-inplace rollout undo CLONESET [--to-revision N] [-o json|yaml]
+//! kubectl-inplace set image CLONESET CONTAINER=IMAGE... [-o json|yaml]
+//! kubectl-inplace scale-down CLONESET --pods a,b [-o json|yaml]
 //! kubectl-inplace warm-up IMAGE (--nodes n1,n2 | --selector k=v,...) [--parallelism N]
-//!     [--wait [--timeout 10m]]
+//!     [--wait [--timeout 10m]] [-o json|yaml]
 //! ```
 //!
-//! The decisions (progress line, when a rollout is done or failed, the ImagePullJob to
-//! create, when a warm-up is over) are pure functions here, unit-tested; the async
-//! functions only read, watch and patch.
+//! CLONESET is `NAME` or `cloneset/NAME` ([`super::day2::parse_target`]).
 //!
-//! `--kubeconfig` defaults to `$KUBECONFIG` then `~/.kube/config` (then in-cluster);
-//! `-n` defaults to the context's namespace.
+//! The decisions (progress line, when a rollout is done or failed, the ImagePullJob to
+//! create, when a warm-up is over; history, undo, image and scale-down patches in
+//! [`super::day2`]) are pure functions, unit-tested; the async functions only read, watch
+//! and patch.
+//!
+//! `--kubeconfig` defaults to `$KUBECONFIG` then `~/.kube/config` (then in-cluster, unless
+//! `--context` names a context); `-n` defaults to the context's namespace.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -25,11 +31,15 @@ use futures::StreamExt;
 use inplace_proto::{
     CloneSet, ImagePullJob, ImagePullJobNodeSelector, ImagePullJobSpec, ImagePullJobStatus,
 };
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::watcher;
 use kube::{Api, Client, Config};
+
+use super::day2;
 
 /// Exit code of a rollout or warm-up that failed or timed out.
 pub const EXIT_FAILED: i32 = 1;
@@ -59,6 +69,10 @@ pub enum OnlineError {
     Watch(#[from] watcher::Error),
     #[error("output: {0}")]
     Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Day2(#[from] super::day2::Day2Error),
+    #[error("encoding the output: {0}")]
+    Encode(String),
 }
 
 impl OnlineError {
@@ -82,6 +96,45 @@ pub struct ConnectArgs {
     /// Namespace (default: the context's).
     #[arg(short = 'n', long, value_name = "NS", global = true)]
     pub namespace: Option<String>,
+    /// The kubeconfig context to use (default: the current context).
+    #[arg(long, value_name = "NAME", global = true)]
+    pub context: Option<String>,
+}
+
+/// Output form of commands whose output is data (`-o json|yaml`); without it they print
+/// words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DataFormat {
+    Json,
+    Yaml,
+}
+
+/// `-o json|yaml`.
+#[derive(Clone, Copy, Debug, Default, Args)]
+pub struct OutputArgs {
+    /// Print the resulting object (or the data) as JSON or YAML instead of words.
+    #[arg(short = 'o', long = "output", value_enum)]
+    pub output: Option<DataFormat>,
+}
+
+/// `value` as JSON (pretty, with a final newline) or YAML.
+pub fn encode<T: serde::Serialize>(value: &T, format: DataFormat) -> Result<String, OnlineError> {
+    match format {
+        DataFormat::Json => {
+            let mut s = serde_json::to_string_pretty(value)
+                .map_err(|e| OnlineError::Encode(e.to_string()))?;
+            s.push('\n');
+            Ok(s)
+        }
+        DataFormat::Yaml => {
+            serde_saphyr::to_string(value).map_err(|e| OnlineError::Encode(e.to_string()))
+        }
+    }
+}
+
+/// A CloneSet argument: `NAME` or `cloneset/NAME` (see [`super::day2::parse_target`]).
+pub fn parse_cloneset(text: &str) -> Result<String, String> {
+    super::day2::parse_target(text).map_err(|e| e.to_string())
 }
 
 #[derive(Debug, Args)]
@@ -95,15 +148,79 @@ pub enum RolloutCommand {
     /// Follow a CloneSet's rollout until its updated pods are ready (exit 0), it fails
     /// (Progressing=False, exit 1) or the timeout passes (exit 1).
     Status {
+        #[arg(value_parser = parse_cloneset)]
         cloneset: String,
         /// How long to wait (e.g. 90s, 5m, 1h).
         #[arg(long, default_value = "5m", value_parser = parse_duration)]
         timeout: Duration,
     },
     /// Pause the rollout (spec.updateStrategy.paused=true).
-    Pause { cloneset: String },
+    Pause {
+        #[arg(value_parser = parse_cloneset)]
+        cloneset: String,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
     /// Resume the rollout (spec.updateStrategy.paused=false).
-    Resume { cloneset: String },
+    Resume {
+        #[arg(value_parser = parse_cloneset)]
+        cloneset: String,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// The CloneSet's revisions (ControllerRevisions by .revision): change cause and
+    /// image changes of each; with --revision N, that revision's pod template.
+    History {
+        #[arg(value_parser = parse_cloneset)]
+        cloneset: String,
+        /// Print the pod template of this revision.
+        #[arg(long, value_name = "N")]
+        revision: Option<i64>,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// Write a revision's template back into spec.template (default: the newest revision
+    /// that is not the current template); pods update in place where they can.
+    Undo {
+        #[arg(value_parser = parse_cloneset)]
+        cloneset: String,
+        /// The revision to go back to.
+        #[arg(long, value_name = "N")]
+        to_revision: Option<i64>,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct SetArgs {
+    #[command(subcommand)]
+    pub command: SetCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SetCommand {
+    /// Set container images of the CloneSet's template: CONTAINER=IMAGE... (`*=IMAGE`
+    /// sets every container).
+    Image {
+        #[arg(value_parser = parse_cloneset)]
+        cloneset: String,
+        #[arg(value_name = "CONTAINER=IMAGE", required = true)]
+        images: Vec<String>,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ScaleDownArgs {
+    #[arg(value_parser = parse_cloneset)]
+    pub cloneset: String,
+    /// Pods of the CloneSet to delete, comma separated; replicas drop by their number.
+    #[arg(long, value_name = "POD,...", required = true)]
+    pub pods: Vec<String>,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 #[derive(Debug, Args)]
@@ -130,6 +247,8 @@ pub struct WarmUpArgs {
     /// With --wait: how long to wait.
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
     pub timeout: Duration,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 /// `90`, `90s`, `5m`, `1h`, `1h30m`.
@@ -344,15 +463,23 @@ pub fn warm_up_progress(
 
 /// A client and the namespace to use.
 pub async fn connect(args: &ConnectArgs) -> Result<(Client, String), OnlineError> {
-    let config = match &args.kubeconfig {
-        Some(path) => {
+    let options = KubeConfigOptions {
+        context: args.context.clone(),
+        ..KubeConfigOptions::default()
+    };
+    let config = match (&args.kubeconfig, &args.context) {
+        (Some(path), _) => {
             let kc = Kubeconfig::read_from(path)
                 .map_err(|e| OnlineError::Config(format!("{}: {e}", path.display())))?;
-            Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+            Config::from_custom_kubeconfig(kc, &options)
                 .await
                 .map_err(|e| OnlineError::Config(format!("{}: {e}", path.display())))?
         }
-        None => Config::infer()
+        // A context names an entry of the kubeconfig: no in-cluster fallback.
+        (None, Some(_)) => Config::from_kubeconfig(&options)
+            .await
+            .map_err(|e| OnlineError::Config(e.to_string()))?,
+        (None, None) => Config::infer()
             .await
             .map_err(|e| OnlineError::Config(e.to_string()))?,
     };
@@ -411,17 +538,10 @@ pub async fn set_paused(
     api: &Api<CloneSet>,
     name: &str,
     paused: bool,
+    output: Option<DataFormat>,
     out: &mut dyn Write,
 ) -> Result<(), OnlineError> {
-    let namespace = api.namespace().unwrap_or_default().to_string();
-    let before = api
-        .get_opt(name)
-        .await?
-        .ok_or_else(|| OnlineError::NotFound {
-            kind: "cloneset",
-            name: name.to_string(),
-            namespace,
-        })?;
+    let before = get_cloneset(api, name).await?;
     let was = before
         .spec
         .update_strategy
@@ -429,17 +549,205 @@ pub async fn set_paused(
         .is_some_and(|s| s.paused);
     let word = if paused { "paused" } else { "resumed" };
     if was == paused {
-        writeln!(out, "cloneset.apps.kruise.io/{name} already {word}")?;
+        return report(
+            out,
+            output,
+            &before,
+            &format!("cloneset.apps.kruise.io/{name} already {word}"),
+        );
+    }
+    let after = api
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&pause_patch(paused)),
+        )
+        .await?;
+    report(
+        out,
+        output,
+        &after,
+        &format!("cloneset.apps.kruise.io/{name} {word}"),
+    )
+}
+
+/// Prints `object` in `format`, or `line` when no format was asked for.
+fn report<T: serde::Serialize>(
+    out: &mut dyn Write,
+    format: Option<DataFormat>,
+    object: &T,
+    line: &str,
+) -> Result<(), OnlineError> {
+    match format {
+        Some(f) => out.write_all(encode(object, f)?.as_bytes())?,
+        None => writeln!(out, "{line}")?,
+    }
+    Ok(())
+}
+
+/// The CloneSet `name`, or [`OnlineError::NotFound`].
+pub async fn get_cloneset(api: &Api<CloneSet>, name: &str) -> Result<CloneSet, OnlineError> {
+    api.get_opt(name)
+        .await?
+        .ok_or_else(|| OnlineError::NotFound {
+            kind: "cloneset",
+            name: name.to_string(),
+            namespace: api.namespace().unwrap_or_default().to_string(),
+        })
+}
+
+/// The ControllerRevisions of the namespace that `cs` controls (by owner UID).
+async fn revisions_of(
+    client: &Client,
+    ns: &str,
+    cs: &CloneSet,
+) -> Result<Vec<ControllerRevision>, OnlineError> {
+    let api: Api<ControllerRevision> = Api::namespaced(client.clone(), ns);
+    let list = api.list(&ListParams::default()).await?;
+    Ok(day2::owned_revisions(cs, &list.items))
+}
+
+/// `rollout history`: the table (or `-o` data) of the revisions; with `revision`, that
+/// revision's pod template (YAML by default).
+pub async fn rollout_history(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    revision: Option<i64>,
+    output: Option<DataFormat>,
+    out: &mut dyn Write,
+) -> Result<(), OnlineError> {
+    let api: Api<CloneSet> = Api::namespaced(client.clone(), ns);
+    let cs = get_cloneset(&api, name).await?;
+    let revisions = revisions_of(client, ns, &cs).await?;
+    if let Some(n) = revision {
+        let (rev, template) = day2::revision_template(&cs, &revisions, n)?;
+        if output.is_none() {
+            writeln!(
+                out,
+                "cloneset.apps.kruise.io/{name} revision {n} ({})",
+                rev.metadata.name.as_deref().unwrap_or_default()
+            )?;
+        }
+        let text = encode(&template, output.unwrap_or(DataFormat::Yaml))?;
+        out.write_all(text.as_bytes())?;
         return Ok(());
     }
-    api.patch(
-        name,
-        &PatchParams::default(),
-        &Patch::Merge(&pause_patch(paused)),
-    )
-    .await?;
-    writeln!(out, "cloneset.apps.kruise.io/{name} {word}")?;
+    let entries = day2::history(&cs, &revisions);
+    match output {
+        Some(f) => out.write_all(encode(&entries, f)?.as_bytes())?,
+        None => out.write_all(day2::history_table(name, &entries).as_bytes())?,
+    }
     Ok(())
+}
+
+/// `rollout undo`: the JSON patch of [`day2::undo_patch`].
+pub async fn rollout_undo(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    to: Option<i64>,
+    output: Option<DataFormat>,
+    out: &mut dyn Write,
+) -> Result<(), OnlineError> {
+    let api: Api<CloneSet> = Api::namespaced(client.clone(), ns);
+    let cs = get_cloneset(&api, name).await?;
+    let revisions = revisions_of(client, ns, &cs).await?;
+    let undo = day2::undo_patch(&cs, &revisions, to)?;
+    let after = api
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::<()>::Json(json_patch(&undo.patch)?),
+        )
+        .await?;
+    report(
+        out,
+        output,
+        &after,
+        &format!(
+            "cloneset.apps.kruise.io/{name} rolled back to revision {}",
+            undo.revision
+        ),
+    )
+}
+
+fn json_patch(ops: &serde_json::Value) -> Result<json_patch::Patch, OnlineError> {
+    serde_json::from_value(ops.clone()).map_err(|e| OnlineError::Encode(e.to_string()))
+}
+
+/// `set image`: the JSON patch of [`day2::set_image_patch`].
+pub async fn set_image(
+    api: &Api<CloneSet>,
+    name: &str,
+    args: &[String],
+    output: Option<DataFormat>,
+    out: &mut dyn Write,
+) -> Result<(), OnlineError> {
+    let pairs = day2::parse_image_args(args)?;
+    let cs = get_cloneset(api, name).await?;
+    let Some(ops) = day2::set_image_patch(&cs, &pairs)? else {
+        return report(
+            out,
+            output,
+            &cs,
+            &format!("cloneset.apps.kruise.io/{name} image unchanged"),
+        );
+    };
+    let after = api
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::<()>::Json(json_patch(&ops)?),
+        )
+        .await?;
+    report(
+        out,
+        output,
+        &after,
+        &format!("cloneset.apps.kruise.io/{name} image updated"),
+    )
+}
+
+/// `scale-down`: checks that every pod is the CloneSet's, then the merge patch of
+/// [`day2::scale_down_patch`].
+pub async fn scale_down(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    pods: &[String],
+    output: Option<DataFormat>,
+    out: &mut dyn Write,
+) -> Result<(), OnlineError> {
+    let pods = day2::parse_pods(pods)?;
+    let api: Api<CloneSet> = Api::namespaced(client.clone(), ns);
+    let cs = get_cloneset(&api, name).await?;
+    let uid = cs.metadata.uid.clone().unwrap_or_default();
+    let pod_api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let mut owned = std::collections::BTreeSet::new();
+    for pod in &pods {
+        if let Some(p) = pod_api.get_opt(pod).await?
+            && day2::controlled_by(&p.metadata, &uid)
+        {
+            owned.insert(pod.clone());
+        }
+    }
+    let plan = day2::scale_down_patch(&cs, &pods, &owned)?;
+    let after = api
+        .patch(name, &PatchParams::default(), &Patch::Merge(&plan.patch))
+        .await?;
+    let mut line = format!(
+        "cloneset.apps.kruise.io/{name} scaled down to {} replicas, deleting {}",
+        plan.replicas,
+        plan.added.join(", ")
+    );
+    if plan.added.is_empty() {
+        line = format!("cloneset.apps.kruise.io/{name} unchanged");
+    }
+    if !plan.already.is_empty() {
+        line.push_str(&format!(" ({} already to delete)", plan.already.join(", ")));
+    }
+    report(out, output, &after, &line)
 }
 
 /// `warm-up`: creates the job, prints its name, and with `wait` follows it.
@@ -447,11 +755,17 @@ pub async fn warm_up(
     api: Api<ImagePullJob>,
     job: &ImagePullJob,
     wait: Option<Duration>,
+    output: Option<DataFormat>,
     out: &mut dyn Write,
 ) -> Result<String, OnlineError> {
     let created = api.create(&PostParams::default(), job).await?;
     let name = created.metadata.name.clone().unwrap_or_default();
-    writeln!(out, "imagepulljob.apps.kruise.io/{name} created")?;
+    report(
+        out,
+        output,
+        &created,
+        &format!("imagepulljob.apps.kruise.io/{name} created"),
+    )?;
     let Some(timeout) = wait else {
         return Ok(name);
     };
@@ -619,6 +933,7 @@ spec:
             parallelism,
             wait: false,
             timeout: Duration::from_secs(60),
+            output: OutputArgs::default(),
         }
     }
 

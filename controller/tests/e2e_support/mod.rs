@@ -42,6 +42,16 @@ pub fn image(version: &str) -> String {
     std::env::var(var).unwrap_or_else(|_| format!("127.0.0.1:5000/inplace-test/app:{version}"))
 }
 
+/// A client of the bed.
+pub async fn client() -> TestResult<Client> {
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(kubeconfig())?,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await?;
+    Ok(Client::try_from(config)?)
+}
+
 /// Runs kubectl with the bed's kubeconfig; stdout on success, an error with stderr otherwise.
 pub fn kubectl(args: &[&str], stdin: Option<&str>) -> TestResult<String> {
     let mut cmd = Command::new(kubectl_bin());
@@ -175,6 +185,19 @@ impl Namespace {
                         .to_owned(),
                     p,
                 )
+            })
+            .collect())
+    }
+
+    /// UIDs of the pods that are not terminating, by name.
+    pub fn live_pod_uids(&self) -> TestResult<BTreeMap<String, String>> {
+        Ok(self
+            .pods()?
+            .into_iter()
+            .filter(|(_, p)| !pod_terminating(p))
+            .map(|(name, p)| {
+                let uid = p["metadata"]["uid"].as_str().unwrap_or_default().to_owned();
+                (name, uid)
             })
             .collect())
     }
@@ -495,13 +518,7 @@ pub struct UnavailabilityWatch {
 
 impl UnavailabilityWatch {
     pub async fn start(ns: &str, desired: i64) -> TestResult<Self> {
-        let config = kube::Config::from_custom_kubeconfig(
-            kube::config::Kubeconfig::read_from(kubeconfig())?,
-            &kube::config::KubeConfigOptions::default(),
-        )
-        .await?;
-        let client = Client::try_from(config)?;
-        let api: Api<Pod> = Api::namespaced(client, ns);
+        let api: Api<Pod> = Api::namespaced(client().await?, ns);
         let max = Arc::new(Mutex::new(0i64));
         let samples = Arc::new(Mutex::new(0u64));
         let worst = Arc::new(Mutex::new(String::new()));
