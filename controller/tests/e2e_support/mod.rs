@@ -696,6 +696,32 @@ fn other_daemons() -> Vec<String> {
 pub struct Daemon {
     child: Child,
     log: PathBuf,
+    /// The node's daemon slot, released after the child is killed (fields drop after
+    /// `Drop::drop`).
+    _slot: std::fs::File,
+}
+
+/// Takes the real node's daemon slot: an exclusive lock on a file, held while a test's
+/// daemon runs. Two tests that start daemons at the same moment (threads of one test
+/// binary) both found no other daemon process and both started one, and the two daemons
+/// then acted on the same pods; with the lock the second waits for the first to end.
+fn node_daemon_slot() -> TestResult<std::fs::File> {
+    let path = std::env::temp_dir().join(format!("inplace-e2e-daemon-{NODE}.lock"));
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)?;
+    wait_for(
+        "the real node's daemon slot (another test's daemon to end)",
+        Duration::from_secs(600),
+        || match file.try_lock() {
+            Ok(()) => Ok(true),
+            Err(std::fs::TryLockError::WouldBlock) => Ok(false),
+            Err(std::fs::TryLockError::Error(e)) => Err(e.into()),
+        },
+    )?;
+    Ok(file)
 }
 
 impl Daemon {
@@ -703,6 +729,7 @@ impl Daemon {
     /// (only one may serve a node).
     pub fn start() -> TestResult<Self> {
         let bin = daemon_bin()?;
+        let slot = node_daemon_slot()?;
         wait_for(
             "no other inplace-daemon serving the real node",
             Duration::from_secs(600),
@@ -734,7 +761,11 @@ impl Daemon {
             .stdin(Stdio::null())
             .spawn()?;
         eprintln!("daemon: pid {}, log {}", child.id(), log.display());
-        Ok(Self { child, log })
+        Ok(Self {
+            child,
+            log,
+            _slot: slot,
+        })
     }
 }
 
