@@ -316,6 +316,13 @@ const CONTROLLER_USES: &[(&str, &str, &[&str])] = &[
         "nodeimages",
         &["list", "watch", "create", "patch"],
     ),
+    // imagepulljob/nodeimages.rs: the NodeImage lifecycle (replace spec, delete, status)
+    (
+        "apps.kruise.io",
+        "nodeimages",
+        &["list", "watch", "create", "update", "delete"],
+    ),
+    ("apps.kruise.io", "nodeimages/status", &["update"]),
     // crr/mod.rs: watch, fill in (patch), finalizer (patch), TTL (delete), status
     (
         "apps.kruise.io",

@@ -1378,3 +1378,85 @@ async fn takeover(
     );
     Ok(())
 }
+
+/// The NodeImage lifecycle, run by the installed (cluster-wide) controller: the real
+/// node's NodeImage exists and is owned by its Node; a NodeImage whose node does not exist
+/// is deleted, one labelled `apps.kruise.io/fake-nodeimage` is kept; the tag an
+/// ImagePullJob put on the node's NodeImage goes once the job is deleted.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the test bed with the product installed (tests/testbed/up --install)"]
+async fn installed_nodeimage_lifecycle_keeps_one_per_node_and_drops_orphans() -> TestResult {
+    let _guard = lock().await;
+    wait_installed()?;
+    let node = kubectl_json(&["get", "node", NODE])?;
+    wait_for("the node's NodeImage owned by its Node", ROLLOUT, || {
+        let ni = kubectl_json(&["get", "nodeimage", NODE])?;
+        Ok(ni["metadata"]["ownerReferences"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|o| o["kind"] == "Node" && o["uid"] == node["metadata"]["uid"]))
+    })?;
+
+    let suffix = format!("{:06x}", rand::random::<u32>() & 0xff_ffff);
+    let ghost = format!("ghost-{suffix}");
+    let fake = format!("fake-{suffix}");
+    let node_image = |name: &str, labels: Value| {
+        json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "NodeImage",
+               "metadata": {"name": name, "labels": labels}, "spec": {}})
+        .to_string()
+    };
+    kubectl(&["apply", "-f", "-"], Some(&node_image(&ghost, json!({}))))?;
+    kubectl(
+        &["apply", "-f", "-"],
+        Some(&node_image(
+            &fake,
+            json!({"apps.kruise.io/fake-nodeimage": "true"}),
+        )),
+    )?;
+    let gone = |name: &str| -> TestResult<bool> {
+        Ok(kubectl(
+            &["get", "nodeimage", name, "--ignore-not-found", "-o", "name"],
+            None,
+        )?
+        .trim()
+        .is_empty())
+    };
+    wait_for(
+        "the NodeImage of a node that does not exist deleted",
+        ROLLOUT,
+        || gone(&ghost),
+    )?;
+    assert!(!gone(&fake)?, "a fake NodeImage is kept");
+    kubectl(&["delete", "nodeimage", &fake, "--wait=false"], None)?;
+
+    // A job's tag on the real node, then the job deleted: the tag goes.
+    let ns = Namespace::create("inst-ni")?;
+    let v1 = image("v1");
+    let (repo, tag) = v1.rsplit_once(':').ok_or("image without a tag")?;
+    ns.apply(&format!(
+        "apiVersion: apps.kruise.io/v1alpha1\nkind: ImagePullJob\nmetadata:\n  name: warm\nspec:\n  image: {v1}\n  selector:\n    names: [{NODE}]\n  completionPolicy:\n    type: Always\n"
+    ))?;
+    let job = ns.json(&["get", "imagepulljob", "warm"])?;
+    let job_uid = job["metadata"]["uid"].clone();
+    let owned_by_job = || -> TestResult<bool> {
+        let ni = kubectl_json(&["get", "nodeimage", NODE])?;
+        Ok(ni["spec"]["images"][repo]["tags"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|t| t["tag"] == tag)
+            .flat_map(|t| t["ownerReferences"].as_array().cloned().unwrap_or_default())
+            .any(|o| o["uid"] == job_uid))
+    };
+    wait_for(
+        "the job's tag on the node's NodeImage",
+        ROLLOUT,
+        owned_by_job,
+    )?;
+    ns.kubectl(&["delete", "imagepulljob", "warm"])?;
+    wait_for("the deleted job's tag dropped", ROLLOUT, || {
+        Ok(!owned_by_job()?)
+    })?;
+    Ok(())
+}

@@ -71,6 +71,11 @@ struct Args {
     /// Run the ImagePullJob controller (NodeImage tags, job status) next to the CloneSet one.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "INPLACE_IMAGEPULLJOB_CONTROLLER")]
     imagepulljob_controller: bool,
+    /// Run the NodeImage lifecycle (a NodeImage per Ready node, owned by it; NodeImages of
+    /// deleted nodes removed; tags of deleted jobs and past their TTL dropped; tags a node
+    /// never answers for failed). Only without --namespace: it must see every job.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "INPLACE_NODEIMAGE_LIFECYCLE")]
+    nodeimage_lifecycle: bool,
     /// ImagePullJobs reconciled concurrently.
     #[arg(long, default_value_t = 2)]
     imagepulljob_workers: u16,
@@ -350,6 +355,17 @@ async fn run_controller() -> anyhow::Result<()> {
             stop.clone(),
         ))
     });
+    let lifecycle = match (args.nodeimage_lifecycle, &args.namespace) {
+        (true, None) => Some(tokio::spawn(imagepulljob::nodeimages::run(
+            client.clone(),
+            stop.clone(),
+        ))),
+        (true, Some(ns)) => {
+            info!(namespace = %ns, "NodeImage lifecycle off: it needs every namespace's ImagePullJobs");
+            None
+        }
+        (false, _) => None,
+    };
     let crr = args.crr_controller.then(|| {
         tokio::spawn(inplace_controller::crr::run(
             client.clone(),
@@ -380,6 +396,11 @@ async fn run_controller() -> anyhow::Result<()> {
         && let Err(e) = task.await
     {
         warn!(error = %e, "ContainerRecreateRequest controller task failed");
+    }
+    if let Some(task) = lifecycle
+        && let Err(e) = task.await
+    {
+        warn!(error = %e, "NodeImage lifecycle task failed");
     }
     health.stopping.store(true, Ordering::Relaxed);
     metrics.leader.set(0);

@@ -18,7 +18,7 @@
 //!   [`RESPONSE_TIMEOUT`] is marked Failed, "pulling exceeds the activeDeadlineSeconds".
 //!   The ImagePullJob controller then counts those nodes as failed with that message.
 //!
-//! Not wired into the controller yet; the decisions and their tests come first.
+//! Applied by [`super::nodeimages`] in a controller that watches every namespace.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

@@ -12,6 +12,7 @@
 //! bound (node changes and the job's own NodeImages still wake it at once).
 
 pub mod lifecycle;
+pub mod nodeimages;
 pub mod plan;
 
 use std::collections::BTreeMap;
