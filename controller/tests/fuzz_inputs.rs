@@ -390,3 +390,38 @@ proptest! {
         prop_assert_eq!(reached, Reached::Planned);
     }
 }
+
+/// Found by the mutation target (it ran for minutes and took gigabytes): the largest
+/// numbers a manifest can carry are planned in bounded time and memory.
+#[test]
+fn the_largest_numbers_are_planned_in_bounded_steps() {
+    for (field, value) in [
+        ("/spec/replicas", Value::from(i32::MAX)),
+        ("/spec/updateStrategy/partition", Value::from(i32::MAX)),
+        ("/spec/updateStrategy/maxSurge", Value::from(i32::MAX)),
+        ("/spec/updateStrategy/maxUnavailable", Value::from(i32::MAX)),
+        ("/spec/revisionHistoryLimit", Value::from(i32::MAX)),
+        ("/spec/minReadySeconds", Value::from(i32::MAX)),
+    ] {
+        for (cs, pods, extra, scale) in [
+            (CLONESET, PODS, REVISIONS, false),
+            (SCALE_CLONESET, SCALE_PODS, SCALE_PVCS, true),
+        ] {
+            let mut doc = docs(cs).remove(0);
+            let (parent, key) = field.rsplit_once('/').expect("a path");
+            if doc.pointer(parent).is_none_or(|p| !p.is_object()) {
+                continue;
+            }
+            if let Some(p) = doc.pointer_mut(parent) {
+                p[key] = value.clone();
+            }
+            let text = text(&[doc]);
+            let reached = if scale {
+                plan_all(&text, pods, None, Some(extra))
+            } else {
+                plan_all(&text, pods, Some(extra), None)
+            };
+            assert_ne!(reached, Reached::Refused, "{field} = {value}");
+        }
+    }
+}

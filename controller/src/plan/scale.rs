@@ -164,8 +164,17 @@ fn cancel_preparing_delete(
     actions
 }
 
+/// The most pods one plan creates. The rest come in later reconciles, once the cache has
+/// seen these (the expectations). A CloneSet asking for any number of pods, up to
+/// `replicas: 2147483647`, then costs one bounded plan per reconcile, not an allocation
+/// the size of the request. Kubernetes' ReplicaSet controller bounds its creations the
+/// same way (`burstReplicas`, also 500).
+pub const MAX_CREATES_PER_PLAN: usize = 500;
+
 fn create(ctx: &PlanContext<'_>, diffs: &Diffs) -> Vec<Action> {
-    let count = usize::try_from(diffs.scale_up_limit).unwrap_or(0);
+    let count = usize::try_from(diffs.scale_up_limit)
+        .unwrap_or(0)
+        .min(MAX_CREATES_PER_PLAN);
     let old = usize::try_from(diffs.scale_up_old_revision).unwrap_or(0);
     available_ids(ctx, count)
         .into_iter()
@@ -392,6 +401,21 @@ mod tests {
             pods,
         );
         assert!(run(&f).is_empty());
+    }
+
+    /// Found by fuzzing: `replicas: 2147483647` planned two billion creations at once. A
+    /// plan creates at most [`MAX_CREATES_PER_PLAN`] pods, all of the current revision
+    /// first when some must stay on it.
+    #[test]
+    fn a_huge_scale_up_is_planned_in_bounded_steps() {
+        for (replicas, want) in [(3, 3), (500, 500), (501, 500), (i32::MAX, 500)] {
+            let f = fixture(json!({"replicas": replicas}), vec![]);
+            let creates = run(&f)
+                .iter()
+                .filter(|a| matches!(a, Action::Create { .. }))
+                .count();
+            assert_eq!(creates, want, "replicas {replicas}");
+        }
     }
 
     #[test]
