@@ -340,6 +340,13 @@ pub fn decide_with_resize(
             done.insert(c.name.clone(), rc.id.clone());
         }
     }
+    // Only once the kubelet reports the containers judged here: until its pod status
+    // names them, it still reports the old containers (running and ready), and a True
+    // condition would make the pod Ready on that stale status before the new container
+    // has passed its readiness probe.
+    if let Some(reason) = unreported(pod, &done) {
+        return Decision::Wait(reason);
+    }
     if later_batches {
         // The controller applies the next batch; what it needs from us is that the env
         // readers of this batch run with the pod's values (it cannot see env).
@@ -356,6 +363,28 @@ pub fn decide_with_resize(
         return Decision::EnvChecked { batch, readers };
     }
     Decision::Complete(done)
+}
+
+/// Why the kubelet's pod status does not show `done` (name → runtime id) yet, if it does not.
+fn unreported(pod: &Pod, done: &BTreeMap<String, String>) -> Option<String> {
+    let statuses = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_deref())
+        .unwrap_or(&[]);
+    for (name, id) in done {
+        let reported = statuses
+            .iter()
+            .find(|s| &s.name == name)
+            .and_then(|s| s.container_id.as_deref())
+            .map(|full| full.rsplit_once("://").map_or(full, |(_, id)| id));
+        if reported != Some(id.as_str()) {
+            return Some(format!(
+                "the kubelet does not report {name}'s new container {id} yet"
+            ));
+        }
+    }
+    None
 }
 
 /// Key under which the daemon records the container ids in the state annotation.
@@ -436,6 +465,40 @@ pub fn ready_patch(now: Timestamp) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `p` with its status naming the newest runtime container of each name, as the
+    /// kubelet reports once it has synced.
+    fn reported(p: &Pod, rt: &[RuntimeContainer]) -> Pod {
+        let mut p = p.clone();
+        let names: std::collections::BTreeSet<&str> = rt.iter().map(|c| c.name.as_str()).collect();
+        let statuses = names
+            .into_iter()
+            .filter_map(|n| newest(rt, n))
+            .map(|c| k8s_openapi::api::core::v1::ContainerStatus {
+                name: c.name.clone(),
+                container_id: Some(format!("containerd://{}", c.id)),
+                ..Default::default()
+            })
+            .collect();
+        p.status
+            .get_or_insert_with(Default::default)
+            .container_statuses = Some(statuses);
+        p
+    }
+
+    fn decide(p: &Pod, rt: &[RuntimeContainer], res: &BTreeMap<String, String>) -> Decision {
+        super::decide(&reported(p, rt), rt, res)
+    }
+
+    fn decide_with_resize(
+        p: &Pod,
+        rt: &[RuntimeContainer],
+        res: &BTreeMap<String, String>,
+        observed: &BTreeMap<String, Limits>,
+        apply: bool,
+    ) -> Decision {
+        super::decide_with_resize(&reported(p, rt), rt, res, observed, apply)
+    }
     use serde_json::json;
 
     fn pod(extra: serde_json::Value) -> Pod {
@@ -572,6 +635,33 @@ mod tests {
             decide(&unlabelled, &[empty], &resolved()),
             Decision::Complete(_)
         ));
+    }
+
+    /// The runtime runs the new container before the kubelet reports it: until the pod
+    /// status names it, the kubelet still reports the old container as running and ready,
+    /// and a True condition would make the pod Ready on that stale status (seen on the bed:
+    /// the CloneSet counted the pod updated and ready with `restartCount` 0). The daemon
+    /// waits for the kubelet; then it completes, and the same for an env-checked batch.
+    #[test]
+    fn completion_waits_until_the_kubelet_reports_the_new_containers() {
+        let p = pod(json!({}));
+        let new = rc("a1", "main", 1, true, T10 + 5, "sha256:new");
+        let stale = reported(&p, &[rc("a0", "main", 0, true, T10 - 5, "sha256:old")]);
+        let d = super::decide(&stale, std::slice::from_ref(&new), &resolved());
+        assert_eq!(
+            d,
+            Decision::Wait("the kubelet does not report main's new container a1 yet".into())
+        );
+        let unreported = pod(json!({}));
+        assert!(matches!(
+            super::decide(&unreported, std::slice::from_ref(&new), &resolved()),
+            Decision::Wait(_)
+        ));
+        let synced = reported(&p, std::slice::from_ref(&new));
+        assert_eq!(
+            super::decide(&synced, &[new], &resolved()),
+            Decision::Complete(BTreeMap::from([("main".into(), "a1".into())]))
+        );
     }
 
     /// With later batches pending, the daemon restarts the env readers of the current
