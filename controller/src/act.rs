@@ -271,7 +271,7 @@ impl Actor<'_> {
         self.pods
             .get(name)
             .copied()
-            .ok_or_else(|| Error::Missing(format!("pod {}/{name}", self.ns)))
+            .ok_or_else(|| Error::NotCached(format!("pod {}/{name}", self.ns)))
     }
 
     async fn run(&self) -> Outcome {
@@ -641,7 +641,7 @@ impl Actor<'_> {
             &self.plan.revisions.update_revision,
             revision,
         )
-        .ok_or_else(|| Error::Missing(format!("template of revision {revision}")))?;
+        .ok_or_else(|| Error::NotCached(format!("template of revision {revision}")))?;
         let short = self.ctx.settings.plan_options.short_hash;
         let now = Timestamp::now();
         // Raw JSON all the way to the server: template fields unknown to k8s-openapi survive.
@@ -926,10 +926,10 @@ impl Actor<'_> {
             crate::plan::inplace::InPlaceDecision::InPlace(change) => change,
             crate::plan::inplace::InPlaceDecision::Recreate { reason }
             | crate::plan::inplace::InPlaceDecision::Refused { reason } => {
-                return Err(Error::Missing(format!(
-                    "an in-place change for pod {} ({reason})",
-                    pod.name_any()
-                )));
+                return Err(Error::InPlaceRefused {
+                    pod: pod.name_any(),
+                    reason,
+                });
             }
         };
         let grace = self
@@ -1288,7 +1288,10 @@ impl Actor<'_> {
         let raw = annotations
             .get(keys::INPLACE_UPDATE_GRACE_ANNOTATION)
             .or_else(|| annotations.get(keys::INPLACE_UPDATE_GRACE_ANNOTATION_LEGACY))
-            .ok_or_else(|| Error::Missing(format!("grace annotation of pod {name}")))?;
+            .ok_or_else(|| Error::AnnotationMissing {
+                pod: name.to_owned(),
+                what: "grace annotation",
+            })?;
         let spec: InPlaceUpdateGrace =
             serde_json::from_str(raw).map_err(|source| Error::Encode {
                 what: format!("grace annotation of pod {name}"),
@@ -1340,7 +1343,10 @@ impl Actor<'_> {
     async fn apply_next_batch(&self, name: &str) -> Result<(), Error> {
         let pod = self.pod(name)?;
         let state = InPlaceUpdateState::from_annotations(pod.annotations())
-            .ok_or_else(|| Error::Missing(format!("in-place state of pod {name}")))?
+            .ok_or_else(|| Error::AnnotationMissing {
+                pod: name.to_owned(),
+                what: "in-place state",
+            })?
             .map_err(|source| Error::Encode {
                 what: format!("in-place state of pod {name}"),
                 source,

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::plan::PlanError;
+
 /// Why a reconcile of one CloneSet did not finish.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -14,7 +16,7 @@ pub enum Error {
     },
     /// The planner refused the snapshot.
     #[error("planner: {0}")]
-    Plan(String),
+    Plan(#[from] PlanError),
     /// A watch has not listed its objects yet.
     #[error("cache of {0} not synced yet")]
     CacheNotReady(&'static str),
@@ -27,7 +29,14 @@ pub enum Error {
     },
     /// An object the plan names is not in the cache (it went away meanwhile).
     #[error("{0} not found in the cache")]
-    Missing(String),
+    NotCached(String),
+    /// The pod can no longer be updated in place: its revision or the CloneSet's
+    /// template changed since the plan chose it.
+    #[error("pod {pod} can no longer be updated in place ({reason})")]
+    InPlaceRefused { pod: String, reason: String },
+    /// An annotation the action works from is absent from the pod.
+    #[error("{what} of pod {pod} is missing")]
+    AnnotationMissing { pod: String, what: &'static str },
     /// Some of the plan's actions failed; the others were carried out.
     #[error("{failed} of {total} actions failed, first: {first}")]
     Actions {
@@ -58,32 +67,107 @@ impl Error {
         }
     }
 
+    /// What kind of API failure this is, if it is one.
+    pub fn api_failure(&self) -> Option<ApiFailure> {
+        match self {
+            Self::Kube { .. } => Some(match self.status_code() {
+                Some(409) => ApiFailure::Conflict,
+                Some(404) => ApiFailure::NotFound,
+                Some(403) => ApiFailure::Forbidden,
+                Some(422) => ApiFailure::Invalid,
+                Some(429) => ApiFailure::Throttled,
+                Some(c) if c >= 500 => ApiFailure::Server,
+                Some(_) => ApiFailure::Other,
+                None => ApiFailure::Transport,
+            }),
+            Self::Actions { first, .. } => first.api_failure(),
+            _ => None,
+        }
+    }
+
     /// A short label for metrics.
     pub fn metric_label(&self) -> &'static str {
         match self {
-            Self::Kube { .. } => match self.status_code() {
-                Some(409) => "conflict",
-                Some(404) => "not_found",
-                Some(403) => "forbidden",
-                Some(422) => "invalid",
-                Some(429) => "throttled",
-                Some(c) if c >= 500 => "server",
-                Some(_) => "api",
-                None => "transport",
+            Self::Kube { .. } => match self.api_failure() {
+                Some(ApiFailure::Conflict) => "conflict",
+                Some(ApiFailure::NotFound) => "not_found",
+                Some(ApiFailure::Forbidden) => "forbidden",
+                Some(ApiFailure::Invalid) => "invalid",
+                Some(ApiFailure::Throttled) => "throttled",
+                Some(ApiFailure::Server) => "server",
+                Some(ApiFailure::Other) => "api",
+                Some(ApiFailure::Transport) | None => "transport",
             },
             Self::Plan(_) => "plan",
             Self::CacheNotReady(_) => "cache",
             Self::Encode { .. } => "encode",
-            Self::Missing(_) => "missing",
+            Self::NotCached(_) => "missing",
+            Self::InPlaceRefused { .. } => "in_place_refused",
+            Self::AnnotationMissing { .. } => "annotation_missing",
             Self::Actions { first, .. } => first.metric_label(),
+        }
+    }
+
+    /// How soon a retry makes sense, by the kind of failure.
+    pub fn retry_class(&self) -> RetryClass {
+        match self {
+            Self::Kube { .. } => match self.api_failure() {
+                Some(ApiFailure::Conflict | ApiFailure::NotFound) => RetryClass::Soon,
+                _ => RetryClass::Later,
+            },
+            // The cache catches up within moments; a pod that changed under the plan is
+            // planned again from the newer cache.
+            Self::CacheNotReady(_)
+            | Self::NotCached(_)
+            | Self::InPlaceRefused { .. }
+            | Self::AnnotationMissing { .. } => RetryClass::Soon,
+            Self::Plan(_) | Self::Encode { .. } => RetryClass::Later,
+            Self::Actions { first, .. } => first.retry_class(),
         }
     }
 
     /// How soon a retry makes sense, before the per-object backoff is applied.
     pub fn base_retry(&self) -> Duration {
-        match self.metric_label() {
-            "conflict" | "not_found" | "missing" | "cache" => Duration::from_millis(500),
-            _ => Duration::from_secs(2),
+        self.retry_class().base_delay()
+    }
+}
+
+/// The kind of a failed API call, from its HTTP status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ApiFailure {
+    /// 409 (a conflict or an existing object).
+    Conflict,
+    /// 404.
+    NotFound,
+    /// 403.
+    Forbidden,
+    /// 422.
+    Invalid,
+    /// 429.
+    Throttled,
+    /// 5xx.
+    Server,
+    /// Another status.
+    Other,
+    /// No answer from the server.
+    Transport,
+}
+
+/// How soon a failed reconcile is tried again (the per-object backoff grows from it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RetryClass {
+    /// The cause passes by itself within moments (a conflict, a cache lagging behind).
+    Soon,
+    /// Anything else.
+    Later,
+}
+
+impl RetryClass {
+    /// The first delay of this class.
+    pub fn base_delay(self) -> Duration {
+        match self {
+            Self::Soon => Duration::from_millis(500),
+            Self::Later => Duration::from_secs(2),
         }
     }
 }
@@ -101,4 +185,119 @@ pub fn is_not_found(err: &kube::Error) -> bool {
 /// Whether a client error is a failed precondition or conflict (409 other than AlreadyExists).
 pub fn is_conflict(err: &kube::Error) -> bool {
     matches!(err, kube::Error::Api(s) if s.code == 409 && s.reason != "AlreadyExists")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(code: u16, reason: &str) -> Error {
+        Error::kube(
+            "write",
+            kube::Error::Api(Box::new(kube::core::Status {
+                code,
+                reason: reason.to_owned(),
+                ..kube::core::Status::default()
+            })),
+        )
+    }
+
+    fn transport() -> Error {
+        Error::kube("write", kube::Error::LinesCodecMaxLineLengthExceeded)
+    }
+
+    fn encode() -> Error {
+        let source = serde_json::from_str::<serde_json::Value>("{").err();
+        match source {
+            Some(source) => Error::Encode {
+                what: "pod".into(),
+                source,
+            },
+            None => Error::CacheNotReady("unreachable"),
+        }
+    }
+
+    #[test]
+    fn each_kind_of_error_has_its_retry_class_and_label() {
+        use RetryClass::{Later, Soon};
+        let cases: Vec<(Error, RetryClass, &str)> = vec![
+            (api(409, "Conflict"), Soon, "conflict"),
+            (api(409, "AlreadyExists"), Soon, "conflict"),
+            (api(404, "NotFound"), Soon, "not_found"),
+            (api(403, "Forbidden"), Later, "forbidden"),
+            (api(422, "Invalid"), Later, "invalid"),
+            (api(429, "TooManyRequests"), Later, "throttled"),
+            (api(500, "InternalError"), Later, "server"),
+            (api(503, "ServiceUnavailable"), Later, "server"),
+            (api(400, "BadRequest"), Later, "api"),
+            (transport(), Later, "transport"),
+            (
+                Error::Plan(PlanError::Template("not a pod template".into())),
+                Later,
+                "plan",
+            ),
+            (Error::CacheNotReady("pods"), Soon, "cache"),
+            (encode(), Later, "encode"),
+            (Error::NotCached("pod ns/a".into()), Soon, "missing"),
+            (
+                Error::InPlaceRefused {
+                    pod: "a".into(),
+                    reason: "the image changed".into(),
+                },
+                Soon,
+                "in_place_refused",
+            ),
+            (
+                Error::AnnotationMissing {
+                    pod: "a".into(),
+                    what: "grace annotation",
+                },
+                Soon,
+                "annotation_missing",
+            ),
+        ];
+        for (err, class, label) in cases {
+            assert_eq!(err.retry_class(), class, "{err}");
+            assert_eq!(err.metric_label(), label, "{err}");
+            assert_eq!(err.base_retry(), class.base_delay(), "{err}");
+        }
+        assert_eq!(Soon.base_delay(), Duration::from_millis(500));
+        assert_eq!(Later.base_delay(), Duration::from_secs(2));
+    }
+
+    #[test]
+    fn several_failed_actions_retry_like_the_first() {
+        for (first, class) in [
+            (api(409, "Conflict"), RetryClass::Soon),
+            (api(500, "InternalError"), RetryClass::Later),
+        ] {
+            let label = first.metric_label();
+            let all = Error::Actions {
+                failed: 2,
+                total: 3,
+                first: Box::new(first),
+            };
+            assert_eq!(all.retry_class(), class);
+            assert_eq!(all.metric_label(), label);
+        }
+    }
+
+    #[test]
+    fn api_failures_are_read_from_the_status_code() {
+        assert_eq!(
+            api(409, "Conflict").api_failure(),
+            Some(ApiFailure::Conflict)
+        );
+        assert_eq!(api(404, "").api_failure(), Some(ApiFailure::NotFound));
+        assert_eq!(transport().api_failure(), Some(ApiFailure::Transport));
+        assert_eq!(Error::CacheNotReady("pods").api_failure(), None);
+    }
+
+    #[test]
+    fn the_planners_error_is_kept_typed() {
+        let err = Error::from(PlanError::Template("bad".into()));
+        assert!(matches!(&err, Error::Plan(PlanError::Template(m)) if m == "bad"));
+        assert_eq!(err.to_string(), "planner: spec.template: bad");
+        assert!(std::error::Error::source(&err).is_some());
+    }
 }

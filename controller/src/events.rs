@@ -14,9 +14,12 @@
 //! will be published: creating 10,000 pods had filled it to its bound with events the
 //! limit then dropped (~6 MiB at the peak with kube's recorder cache).
 
-use std::collections::HashMap;
+use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use governor::clock::{Clock, DefaultClock};
+use governor::state::keyed::HashMapStateStore;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
@@ -95,7 +98,7 @@ impl EventSink {
             .spam
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .allow(&note, Instant::now());
+            .allow(&note);
         if !allowed {
             tracing::debug!(reason = %note.reason, message = %note.message, "event rate limited");
             return;
@@ -107,16 +110,39 @@ impl EventSink {
 }
 
 /// Burst and refill interval of [`SpamFilter`] (client-go's defaults).
-const SPAM_BURST: f64 = 25.0;
+const SPAM_BURST: NonZeroU32 = match NonZeroU32::new(25) {
+    Some(n) => n,
+    None => NonZeroU32::MIN,
+};
 const SPAM_REFILL: Duration = Duration::from_secs(300);
 
-/// A token bucket per (regarding object, type, reason).
-#[derive(Debug, Default)]
-struct SpamFilter {
-    buckets: HashMap<String, (f64, Instant)>,
+/// A token bucket per (regarding object, type, reason): governor's GCRA limiter, keyed.
+#[derive(Debug)]
+struct SpamFilter<C: Clock = DefaultClock> {
+    buckets: governor::RateLimiter<
+        String,
+        HashMapStateStore<String>,
+        C,
+        governor::middleware::NoOpMiddleware<C::Instant>,
+    >,
 }
 
-impl SpamFilter {
+impl Default for SpamFilter {
+    fn default() -> Self {
+        Self::with_clock(DefaultClock::default())
+    }
+}
+
+impl<C: Clock> SpamFilter<C> {
+    fn with_clock(clock: C) -> Self {
+        let quota = governor::Quota::with_period(SPAM_REFILL)
+            .unwrap_or_else(|| governor::Quota::per_hour(NonZeroU32::MIN))
+            .allow_burst(SPAM_BURST);
+        Self {
+            buckets: governor::RateLimiter::hashmap_with_clock(quota, clock),
+        }
+    }
+
     fn key(note: &Note) -> String {
         let r = &note.regarding;
         format!(
@@ -130,31 +156,14 @@ impl SpamFilter {
         )
     }
 
-    /// Whether `note` may be published at `now` (takes a token if so).
-    fn allow(&mut self, note: &Note, now: Instant) -> bool {
+    /// Whether `note` may be published now (takes a token if so).
+    fn allow(&mut self, note: &Note) -> bool {
         if self.buckets.len() > 10_000 {
             // Forget buckets that have refilled completely: they behave as new ones.
-            self.buckets.retain(|_, (tokens, at)| {
-                *tokens + refill(now.saturating_duration_since(*at)) < SPAM_BURST
-            });
+            self.buckets.retain_recent();
         }
-        let (tokens, at) = self
-            .buckets
-            .entry(Self::key(note))
-            .or_insert((SPAM_BURST, now));
-        *tokens = (*tokens + refill(now.saturating_duration_since(*at))).min(SPAM_BURST);
-        *at = now;
-        if *tokens >= 1.0 {
-            *tokens -= 1.0;
-            true
-        } else {
-            false
-        }
+        self.buckets.check_key(&Self::key(note)).is_ok()
     }
-}
-
-fn refill(elapsed: Duration) -> f64 {
-    elapsed.as_secs_f64() / SPAM_REFILL.as_secs_f64()
 }
 
 fn truncate(s: &str, max: usize) -> String {
@@ -196,18 +205,18 @@ mod tests {
 
     #[test]
     fn events_of_one_object_and_reason_are_rate_limited() {
-        let mut f = SpamFilter::default();
-        let t0 = Instant::now();
+        let clock = governor::clock::FakeRelativeClock::default();
+        let mut f = SpamFilter::with_clock(clock.clone());
         let a = note("a", "SuccessfulUpdatePodInPlace");
-        let allowed = (0..100).filter(|_| f.allow(&a, t0)).count();
+        let allowed = (0..100).filter(|_| f.allow(&a)).count();
         assert_eq!(allowed, 25);
         // Another reason or another CloneSet has its own budget.
-        assert!(f.allow(&note("a", "SuccessfulCreate"), t0));
-        assert!(f.allow(&note("b", "SuccessfulUpdatePodInPlace"), t0));
+        assert!(f.allow(&note("a", "SuccessfulCreate")));
+        assert!(f.allow(&note("b", "SuccessfulUpdatePodInPlace")));
         // One more after 5 minutes, not two.
-        let later = t0 + SPAM_REFILL;
-        assert!(f.allow(&a, later));
-        assert!(!f.allow(&a, later));
+        clock.advance(SPAM_REFILL);
+        assert!(f.allow(&a));
+        assert!(!f.allow(&a));
     }
 
     #[test]

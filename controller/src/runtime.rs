@@ -211,9 +211,9 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context, key: &str) -> Result<Acti
     };
     let plan = match run_planner(snapshot) {
         Ok(plan) => plan,
-        Err(Error::Plan(message)) => {
+        Err(Error::Plan(err)) => {
             // An invalid CloneSet is reported, not retried: its next change triggers us.
-            crate::status_writer::write_invalid(ctx, cs, &message).await?;
+            crate::status_writer::write_invalid(ctx, cs, &err.to_string()).await?;
             return Ok(Action::requeue(ctx.settings.resync));
         }
         Err(other) => return Err(other),
@@ -313,7 +313,7 @@ fn claim_candidates(stores: &Stores, cs: &CloneSet, owned: &crate::watch::Owned)
 
 /// Calls the planner.
 fn run_planner(snapshot: crate::plan::Snapshot<'_>) -> Result<crate::plan::Plan, Error> {
-    crate::plan::plan(snapshot).map_err(|e| Error::Plan(e.to_string()))
+    crate::plan::plan(snapshot).map_err(Error::Plan)
 }
 
 /// Retry policy after a failed reconcile: per-CloneSet exponential backoff.
@@ -336,10 +336,21 @@ pub fn error_policy(cs: Arc<CloneSet>, err: &Error, ctx: Arc<Context>) -> Action
     Action::requeue(delay)
 }
 
-/// `base · 2^(attempts-1)`, capped, with up to 10% jitter.
+/// `base · 2^(attempts-1)`, capped, with up to 10% jitter. The schedule is backon's
+/// exponential backoff; the jitter is added here because backon's adds up to 100%.
 pub fn backoff(base: Duration, attempts: u32, cap: Duration) -> Duration {
-    let exp = attempts.saturating_sub(1).min(20);
-    let raw = base.saturating_mul(1u32 << exp).min(cap);
+    use backon::BackoffBuilder as _;
+    // Past 20 doublings every delay is the cap; the bound keeps `nth` short.
+    let nth = attempts.saturating_sub(1).min(20) as usize;
+    let raw = backon::ExponentialBuilder::default()
+        .with_min_delay(base)
+        .with_max_delay(cap)
+        .with_factor(2.0)
+        .without_max_times()
+        .build()
+        .nth(nth)
+        .unwrap_or(cap)
+        .min(cap);
     let jitter = rand::random::<f64>() * 0.1;
     raw.mul_f64(1.0 + jitter).min(cap)
 }

@@ -205,7 +205,7 @@ mod tests {
             attempted: 1,
             failures: vec![crate::act::Failure {
                 kind: crate::act::FailureKind::Update,
-                error: Error::Missing("pod demo-a".into()),
+                error: Error::NotCached("pod demo-a".into()),
             }],
             skipped: 0,
         };

@@ -36,9 +36,17 @@ pub fn wakes(topic: &str) -> bool {
 
 /// Delay before re-subscribing after `failures` consecutive failures.
 pub fn resubscribe_delay(failures: u32) -> Duration {
-    Duration::from_millis(500)
-        .saturating_mul(1u32 << failures.min(6))
-        .min(Duration::from_secs(30))
+    use backon::BackoffBuilder as _;
+    let max = Duration::from_secs(30);
+    // Past 6 doublings every delay is the maximum; the bound keeps `nth` short.
+    backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(500))
+        .with_max_delay(max)
+        .with_factor(2.0)
+        .without_max_times()
+        .build()
+        .nth(failures.min(7) as usize)
+        .unwrap_or(max)
 }
 
 /// Follows containerd's events on `socket` forever, notifying every sink on a

@@ -109,38 +109,54 @@ pub async fn watch_node_image(
     }
 }
 
-/// A token bucket: `burst` writes at once, then one per `1/qps`.
+/// A token bucket: `burst` writes at once, then one per `1/qps` (governor's GCRA
+/// limiter, on tokio's clock).
 #[derive(Debug)]
 pub struct RateLimiter {
-    tokens: f64,
-    burst: f64,
-    per_sec: f64,
-    last: tokio::time::Instant,
+    limiter: governor::RateLimiter<
+        governor::state::NotKeyed,
+        governor::state::InMemoryState,
+        TokioClock,
+        governor::middleware::NoOpMiddleware<governor::nanos::Nanos>,
+    >,
+    clock: TokioClock,
+}
+
+/// governor's clock on tokio's time, so that a paused test clock drives the limiter.
+#[derive(Clone, Debug)]
+struct TokioClock {
+    start: tokio::time::Instant,
+}
+
+impl governor::clock::Clock for TokioClock {
+    type Instant = governor::nanos::Nanos;
+
+    fn now(&self) -> Self::Instant {
+        self.start.elapsed().into()
+    }
 }
 
 impl RateLimiter {
     pub fn new(qps: f64, burst: u32) -> Self {
-        let burst = f64::from(burst.max(1));
+        let burst = std::num::NonZeroU32::new(burst).unwrap_or(std::num::NonZeroU32::MIN);
+        let period = Duration::from_secs_f64(1.0 / qps.max(0.01));
+        let quota = governor::Quota::with_period(period)
+            .unwrap_or_else(|| governor::Quota::per_second(std::num::NonZeroU32::MIN))
+            .allow_burst(burst);
+        let clock = TokioClock {
+            start: tokio::time::Instant::now(),
+        };
         Self {
-            tokens: burst,
-            burst,
-            per_sec: qps.max(0.01),
-            last: tokio::time::Instant::now(),
+            limiter: governor::RateLimiter::direct_with_clock(quota, clock.clone()),
+            clock,
         }
     }
 
     pub async fn acquire(&mut self) {
-        let now = tokio::time::Instant::now();
-        self.tokens = (self.tokens + now.duration_since(self.last).as_secs_f64() * self.per_sec)
-            .min(self.burst);
-        self.last = now;
-        if self.tokens < 1.0 {
-            let wait = (1.0 - self.tokens) / self.per_sec;
-            tokio::time::sleep(Duration::from_secs_f64(wait)).await;
-            self.tokens = 1.0;
-            self.last = tokio::time::Instant::now();
+        use governor::clock::Clock as _;
+        while let Err(not_until) = self.limiter.check() {
+            tokio::time::sleep(not_until.wait_time_from(self.clock.now())).await;
         }
-        self.tokens -= 1.0;
     }
 }
 

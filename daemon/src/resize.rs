@@ -36,36 +36,20 @@ impl From<CriError> for ResizeError {
     }
 }
 
-/// A Kubernetes quantity in milli-units (cpu) or units (memory), rounded up.
+/// A Kubernetes quantity in milli-units (cpu) or units (memory), rounded up
+/// ([`inplace_proto::quantity`]). Negative quantities are refused.
 pub fn parse_quantity(q: &str, milli: bool) -> Result<i64, ResizeError> {
     let bad = || ResizeError::Quantity(q.to_string());
-    let s = q.trim();
-    let (num, mult): (&str, f64) = [
-        ("Ki", 1024f64),
-        ("Mi", 1024f64.powi(2)),
-        ("Gi", 1024f64.powi(3)),
-        ("Ti", 1024f64.powi(4)),
-        ("Pi", 1024f64.powi(5)),
-        ("m", 1e-3),
-        ("k", 1e3),
-        ("M", 1e6),
-        ("G", 1e9),
-        ("T", 1e12),
-        ("P", 1e15),
-    ]
-    .iter()
-    .find_map(|(suf, m)| s.strip_suffix(suf).map(|n| (n, *m)))
-    .unwrap_or((s, 1.0));
-    let v: f64 = num.parse().map_err(|_| bad())?;
-    if !v.is_finite() || v < 0.0 {
+    let v = if milli {
+        inplace_proto::quantity::millis(q)
+    } else {
+        inplace_proto::quantity::units(q)
+    }
+    .ok_or_else(bad)?;
+    if v < 0 {
         return Err(bad());
     }
-    let scaled = v * mult * if milli { 1000.0 } else { 1.0 };
-    let r = scaled.ceil();
-    if r > i64::MAX as f64 {
-        return Err(bad());
-    }
-    Ok(r as i64)
+    i64::try_from(v).map_err(|_| bad())
 }
 
 /// Runtime limits for a container's resources (None: not set by the spec).
@@ -276,6 +260,33 @@ mod tests {
             ("12345", false, Ok(12345)),
             ("abc", false, Err(ResizeError::Quantity("abc".into()))),
             ("-1", true, Err(ResizeError::Quantity("-1".into()))),
+        ];
+        for (q, milli, want) in cases {
+            assert_eq!(parse_quantity(q, milli), want, "{q}");
+        }
+    }
+
+    #[test]
+    fn quantities_in_every_suffix_and_exponent_form() {
+        let cases = [
+            ("250m", true, Ok(250)),
+            ("1500m", false, Ok(2)),
+            ("1k", true, Ok(1_000_000)),
+            ("1Ki", false, Ok(1024)),
+            ("1.5Mi", false, Ok(1_572_864)),
+            ("2Gi", false, Ok(2_147_483_648)),
+            ("1Ti", false, Ok(1_099_511_627_776)),
+            ("1M", false, Ok(1_000_000)),
+            ("3G", false, Ok(3_000_000_000)),
+            ("1E", false, Ok(1_000_000_000_000_000_000)),
+            ("1Ei", false, Ok(1_152_921_504_606_846_976)),
+            ("1e3", false, Ok(1000)),
+            ("2E6", false, Ok(2_000_000)),
+            ("1.5e-3", true, Ok(2)),
+            ("1n", true, Ok(1)),
+            ("10E", false, Err(ResizeError::Quantity("10E".into()))),
+            ("Mi", false, Err(ResizeError::Quantity("Mi".into()))),
+            ("1Xi", false, Err(ResizeError::Quantity("1Xi".into()))),
         ];
         for (q, milli, want) in cases {
             assert_eq!(parse_quantity(q, milli), want, "{q}");

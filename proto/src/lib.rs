@@ -7,11 +7,13 @@ pub mod crdgen;
 pub mod crr;
 pub mod defaults;
 pub mod downward;
+pub mod image_ref;
 pub mod imagepulljob;
 pub mod inplace_state;
 pub mod keys;
 pub mod monitoring;
 pub mod nodeimage;
+pub mod quantity;
 pub mod template;
 pub mod validation;
 

@@ -251,7 +251,7 @@ pub struct WarmUpArgs {
     pub output: OutputArgs,
 }
 
-/// `90`, `90s`, `5m`, `1h`, `1h30m`.
+/// `90` (seconds), or a humantime duration: `90s`, `5m`, `1h`, `1h30m`.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     if text.is_empty() {
@@ -260,29 +260,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     if let Ok(secs) = text.parse::<u64>() {
         return Ok(Duration::from_secs(secs));
     }
-    let mut total = 0u64;
-    let mut digits = String::new();
-    for c in text.chars() {
-        if c.is_ascii_digit() {
-            digits.push(c);
-            continue;
-        }
-        let unit = match c {
-            'h' => 3600,
-            'm' => 60,
-            's' => 1,
-            _ => return Err(format!("bad duration {text:?}: unknown unit {c:?}")),
-        };
-        let n: u64 = digits
-            .parse()
-            .map_err(|_| format!("bad duration {text:?}: a unit without a number"))?;
-        total = total.saturating_add(n.saturating_mul(unit));
-        digits.clear();
-    }
-    if !digits.is_empty() {
-        return Err(format!("bad duration {text:?}: a number without a unit"));
-    }
-    Ok(Duration::from_secs(total))
+    humantime::parse_duration(text).map_err(|e| format!("bad duration {text:?}: {e}"))
 }
 
 /// Where a rollout stands.
@@ -923,6 +901,16 @@ spec:
         assert!(parse_duration("m").is_err());
         assert!(parse_duration("5m3").is_err());
         assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn durations_take_humantimes_other_forms() {
+        let ms = Duration::from_millis;
+        assert_eq!(parse_duration("1h 30m").unwrap(), ms(5_400_000));
+        assert_eq!(parse_duration("2min").unwrap(), ms(120_000));
+        assert_eq!(parse_duration("1d").unwrap(), ms(86_400_000));
+        assert_eq!(parse_duration("1500ms").unwrap(), ms(1_500));
+        assert_eq!(parse_duration(" 45s ").unwrap(), ms(45_000));
     }
 
     fn warm(nodes: &[&str], selector: Option<&str>, parallelism: Option<i32>) -> WarmUpArgs {

@@ -95,14 +95,17 @@ enum NodeState {
 }
 
 /// Splits `name[:tag|@digest]` into the NodeImage image name and tag (default `latest`).
+/// A digest wins over a tag, and the name then keeps the tag (`r/a:v1@sha256:…` is
+/// `r/a:v1`, `sha256:…`).
 pub fn split_image(image: &str) -> (String, String) {
-    if let Some((name, digest)) = image.split_once('@') {
-        return (name.to_string(), digest.to_string());
-    }
-    let last = image.rfind('/').map_or(0, |i| i + 1);
-    match image[last..].split_once(':') {
-        Some((repo, tag)) => (format!("{}{repo}", &image[..last]), tag.to_string()),
-        None => (image.to_string(), "latest".to_string()),
+    let parts = inplace_proto::image_ref::split(image);
+    match (parts.tag, parts.digest) {
+        (tag, Some(digest)) => {
+            let name = tag.map_or(parts.name.to_string(), |t| format!("{}:{t}", parts.name));
+            (name, digest.to_string())
+        }
+        (Some(tag), None) => (parts.name.to_string(), tag.to_string()),
+        (None, None) => (parts.name.to_string(), "latest".to_string()),
     }
 }
 

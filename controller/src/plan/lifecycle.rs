@@ -209,12 +209,7 @@ pub fn in_place_progress(pod: &PodFacts) -> InPlaceProgress {
 /// `image` with `:latest` appended when it names neither a tag nor a digest. Unlike the
 /// reference (which looks for any `:`), a registry port (`host:5000/app`) is not a tag.
 pub fn image_with_default_tag(image: &str) -> String {
-    let last_segment = image.rsplit('/').next().unwrap_or(image);
-    if image.contains('@') || last_segment.contains(':') {
-        image.to_owned()
-    } else {
-        format!("{image}:latest")
-    }
+    inplace_proto::image_ref::split(image).with_default_tag()
 }
 
 /// The first container of `state` that does not run the updated spec yet, and why.

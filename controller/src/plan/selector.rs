@@ -6,6 +6,14 @@
 //! keys must be qualified names and values label values. An empty selector selects
 //! everything (its string is empty). Requirements print sorted by key, values sorted, so
 //! the string is deterministic.
+//!
+//! kube's `Selector` is used where it covers the use: matching a cache's labels
+//! (`watch.rs`) and list or watch calls (`imagepulljob`, the daemon's CRR watch). It does
+//! not cover the planner's: it checks neither key nor value syntax (an invalid CloneSet
+//! selector must be reported, not taken), prints requirements in the order written (the
+//! status string must be sorted by key like Kubernetes'), and exposes no requirement by
+//! itself (the update order matches per requirement, and errors name the first one
+//! unmet).
 
 use std::collections::BTreeMap;
 use std::fmt;

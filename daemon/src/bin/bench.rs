@@ -150,7 +150,7 @@ async fn pull_with_daemon(fx: &Fixture, refs: &[String], p: usize) -> anyhow::Re
         images: refs
             .iter()
             .map(|r| {
-                let name = r.rsplit_once(':').map(|(n, _)| n).unwrap_or(r).to_string();
+                let name = inplace_proto::image_ref::split(r).name.to_string();
                 (
                     name,
                     ImageSpec {

@@ -39,11 +39,13 @@ pub async fn watch_crrs(
     notify: Arc<Notify>,
     health: Arc<Health>,
 ) {
-    let cfg = watcher::Config::default().labels(&format!(
-        "{}={node},{}=true",
-        keys::CRR_NODE_NAME_LABEL,
-        keys::CRR_ACTIVE_LABEL
-    ));
+    let selector: kube::core::Selector = [
+        (keys::CRR_NODE_NAME_LABEL.to_owned(), node),
+        (keys::CRR_ACTIVE_LABEL.to_owned(), "true".to_owned()),
+    ]
+    .into_iter()
+    .collect();
+    let cfg = watcher::Config::default().labels_from(&selector);
     let mut stream = watcher::watcher(api, cfg)
         .default_backoff()
         .reflect(writer)

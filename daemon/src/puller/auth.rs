@@ -18,7 +18,7 @@ pub enum AuthError {
 #[error("invalid image reference {reference:?}: {reason}")]
 pub struct ReferenceError {
     pub reference: String,
-    pub reason: &'static str,
+    pub reason: inplace_proto::image_ref::ImageRefError,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -41,14 +41,13 @@ struct DockerAuth {
     registry_token: String,
 }
 
-/// Registry host of an image name (`docker.io` when the first component is no host).
-pub fn registry_of(image: &str) -> &str {
-    match image.split_once('/') {
-        Some((first, _)) if first.contains('.') || first.contains(':') || first == "localhost" => {
-            normalize_registry(first)
-        }
-        _ => "docker.io",
-    }
+/// Registry host of an image name (`docker.io` for Docker Hub, as
+/// [`inplace_proto::image_ref`] normalises it; also for a name that is no reference).
+pub fn registry_of(image: &str) -> String {
+    inplace_proto::image_ref::ImageRef::parse(image).map_or_else(
+        |_| "docker.io".to_owned(),
+        |r| normalize_registry(r.registry()).to_owned(),
+    )
 }
 
 fn normalize_registry(host: &str) -> &str {
@@ -106,72 +105,12 @@ pub fn credentials_for(
 /// Rejects references no runtime can pull, with a reason a person understands. Lenient
 /// on purpose: whatever passes is left to the runtime, whose message is then reported.
 pub fn check_reference(reference: &str) -> Result<(), ReferenceError> {
-    let err = |reason| {
-        Err(ReferenceError {
+    inplace_proto::image_ref::ImageRef::parse(reference)
+        .map(|_| ())
+        .map_err(|e| ReferenceError {
             reference: reference.into(),
-            reason,
+            reason: e,
         })
-    };
-    if reference.is_empty() {
-        return err("empty");
-    }
-    if reference.len() > 4096 {
-        return err("longer than 4096 characters");
-    }
-    if reference
-        .chars()
-        .any(|c| c.is_whitespace() || c.is_control())
-    {
-        return err("contains whitespace or control characters");
-    }
-    let (name, _digest) = match reference.split_once('@') {
-        Some((n, d)) => {
-            if !d.contains(':') {
-                return err("digest must look like algorithm:hex");
-            }
-            (n, Some(d))
-        }
-        None => (reference, None),
-    };
-    // split the tag off the last path component only (a registry port has a colon too)
-    let (path, tag) = match name.rsplit_once('/') {
-        Some((head, last)) => match last.split_once(':') {
-            Some((repo, tag)) => (format!("{head}/{repo}"), Some(tag)),
-            None => (name.to_string(), None),
-        },
-        None => match name.split_once(':') {
-            Some((repo, tag)) => (repo.to_string(), Some(tag)),
-            None => (name.to_string(), None),
-        },
-    };
-    if let Some(t) = tag {
-        let ok = !t.is_empty()
-            && t.len() <= 128
-            && t.chars()
-                .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
-            && !t.starts_with(['.', '-']);
-        if !ok {
-            return err("tag must be 1-128 of [A-Za-z0-9_.-], not starting with . or -");
-        }
-    }
-    let mut parts: Vec<&str> = path.split('/').collect();
-    if parts.len() > 1 && registry_of(&path) != "docker.io" || parts.first() == Some(&"docker.io") {
-        parts.remove(0);
-    }
-    if parts.is_empty() || parts.iter().any(|p| p.is_empty()) {
-        return err("empty path component");
-    }
-    for p in parts {
-        let ok = p
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-".contains(c))
-            && p.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
-            && p.ends_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit());
-        if !ok {
-            return err("repository path components must be lowercase [a-z0-9] joined by . _ -");
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -97,10 +97,17 @@ impl PullParams {
 
 /// Delay before attempt `attempt + 1`, after `attempt` (1-based) failed attempts.
 pub fn backoff(attempt: u32) -> Duration {
-    let shift = attempt.saturating_sub(1).min(16);
-    INITIAL_BACKOFF
-        .saturating_mul(1u32 << shift)
-        .min(MAX_BACKOFF)
+    use backon::BackoffBuilder as _;
+    // Past 16 doublings every delay is the maximum; the bound keeps `nth` short.
+    let nth = attempt.saturating_sub(1).min(16) as usize;
+    backon::ExponentialBuilder::default()
+        .with_min_delay(INITIAL_BACKOFF)
+        .with_max_delay(MAX_BACKOFF)
+        .with_factor(2.0)
+        .without_max_times()
+        .build()
+        .nth(nth)
+        .unwrap_or(MAX_BACKOFF)
 }
 
 /// A tag to start working on.

@@ -1,4 +1,7 @@
 //! Durations written the Go way (`500ms`, `2s`, `1m30s`, `1.5s`), as milliseconds.
+//!
+//! Not humantime (which the plugin's flags use): it takes no fractions (`1.5s`), which
+//! Go's `time.ParseDuration` and the simulator's flags do.
 
 use thiserror::Error;
 
