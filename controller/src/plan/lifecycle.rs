@@ -262,7 +262,21 @@ pub fn container_updated(
     if status.image_id != before.image_id {
         return true;
     }
-    spec_image.is_some_and(|image| image_with_default_tag(image) == status.image)
+    spec_image.is_some_and(|image| same_image(image, &status.image))
+}
+
+/// Whether the spec's image and the image a container status reports name the same
+/// image. The kubelet on containerd reports the fully qualified name
+/// (`docker.io/library/nginx:latest` for a spec's `nginx`), so both sides are compared
+/// normalised; a reference that does not parse is compared as written, `:latest` added.
+/// (OpenKruise compares repository and tag without Docker Hub normalisation, so a retag
+/// of a short Docker Hub name with an unchanged image ID never completes there.)
+fn same_image(spec_image: &str, status_image: &str) -> bool {
+    use inplace_proto::image_ref::ImageRef;
+    match (ImageRef::parse(spec_image), ImageRef::parse(status_image)) {
+        (Ok(spec), Ok(status)) => spec.normalized() == status.normalized(),
+        _ => image_with_default_tag(spec_image) == status_image,
+    }
 }
 
 /// `reason: message` of a container that is waiting with a reason (the kubelet's

@@ -207,6 +207,39 @@ fn in_place_update_with_the_same_image_id_completes_only_if_the_status_image_is_
     ));
 }
 
+/// The kubelet on containerd reports a Docker Hub short name fully qualified: a retag of
+/// `nginx` (same image ID) completes once the status names `docker.io/library/nginx:2`,
+/// and `localhost:5000/app` keeps its port as a host, not a tag.
+#[test]
+fn the_status_image_is_compared_with_the_spec_image_normalised() {
+    let progress = |spec: &str, status: &str| {
+        in_place_progress(
+            &pod("p", "demo-new")
+                .spec_image(spec)
+                .status_image(status, "sha-1")
+                .in_place_state(&state("demo-new", "sha-1"))
+                .facts(),
+        )
+    };
+    for (spec, status, done) in [
+        ("nginx:2", "docker.io/library/nginx:2", true),
+        ("nginx", "docker.io/library/nginx:latest", true),
+        ("library/nginx:2", "docker.io/library/nginx:2", true),
+        ("docker.io/library/nginx:2", "nginx:2", true),
+        ("nginx:2", "docker.io/library/nginx:1", false),
+        ("nginx:2", "docker.io/other/nginx:2", false),
+        ("localhost:5000/app", "localhost:5000/app:latest", true),
+        ("localhost:5000/app:v2", "localhost:5000/app:v1", false),
+    ] {
+        let got = progress(spec, status);
+        assert_eq!(
+            got == InPlaceProgress::Completed,
+            done,
+            "spec {spec}, status {status}: {got:?}"
+        );
+    }
+}
+
 /// With the old container's id recorded, a new container is the restart, whatever image ID
 /// or name the runtime reports: a retag (same image ID) whose status still names the old
 /// tag completes once the kubelet started the new container, and not before even when the
