@@ -430,6 +430,9 @@ fn run_rollout(
             } => {
                 online::rollout_history(&client, &ns, &cloneset, revision, output.output, out).await
             }
+            online::RolloutCommand::Restart { cloneset, output } => {
+                online::rollout_restart(&api, &cloneset, output.output, out).await
+            }
             online::RolloutCommand::Undo {
                 cloneset,
                 to_revision,
@@ -589,6 +592,7 @@ items:
                 "rollout",
                 "history",
                 "undo",
+                "restart",
                 "set",
                 "scale-down",
                 "warm-up",

@@ -5,6 +5,7 @@
 //! kubectl-inplace rollout pause|resume CLONESET [-o json|yaml]
 //! kubectl-inplace rollout history CLONESET [--revision N] [-o json|yaml]
 //! kubectl-inplace rollout undo CLONESET [--to-revision N] [-o json|yaml]
+//! kubectl-inplace rollout restart CLONESET [-o json|yaml]
 //! kubectl-inplace set image CLONESET CONTAINER=IMAGE... [-o json|yaml]
 //! kubectl-inplace scale-down CLONESET --pods a,b [-o json|yaml]
 //! kubectl-inplace warm-up IMAGE (--nodes n1,n2 | --selector k=v,...) [--parallelism N]
@@ -176,6 +177,15 @@ pub enum RolloutCommand {
         /// Print the pod template of this revision.
         #[arg(long, value_name = "N")]
         revision: Option<i64>,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// Restart every pod's containers in place (no pod recreated) as a new revision, under
+    /// maxUnavailable, partition and lifecycle hooks: sets the template annotation
+    /// kubectl.kubernetes.io/restartedAt to now.
+    Restart {
+        #[arg(value_parser = parse_cloneset)]
+        cloneset: String,
         #[command(flatten)]
         output: OutputArgs,
     },
@@ -569,6 +579,30 @@ pub async fn set_paused(
         &after,
         &format!("cloneset.apps.kruise.io/{name} {word}"),
     )
+}
+
+/// `rollout restart`: the merge patch of [`day2::restart_patch`] with the time now, then
+/// what to know about how the restart goes ([`day2::restart_notes`]).
+pub async fn rollout_restart(
+    api: &Api<CloneSet>,
+    name: &str,
+    output: Option<DataFormat>,
+    out: &mut dyn Write,
+) -> Result<(), OnlineError> {
+    get_cloneset(api, name).await?;
+    let at = k8s_openapi::jiff::Timestamp::now().to_string();
+    let after = api
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&day2::restart_patch(&at)),
+        )
+        .await?;
+    let mut line = format!("cloneset.apps.kruise.io/{name} restarted");
+    for note in day2::restart_notes(&after) {
+        line.push_str(&format!("\nnote: {note}"));
+    }
+    report(out, output, &after, &line)
 }
 
 /// Prints `object` in `format`, or `line` when no format was asked for.
