@@ -605,6 +605,39 @@ pub async fn rollout_restart(
     report(out, output, &after, &line)
 }
 
+/// What `plan NAME` plans from: the CloneSet, and every pod, PVC and ControllerRevision of
+/// its namespace (selected by [`super::live_inputs`]).
+pub async fn plan_objects(
+    client: &Client,
+    ns: &str,
+    name: &str,
+) -> Result<
+    (
+        CloneSet,
+        Vec<Pod>,
+        Vec<k8s_openapi::api::core::v1::PersistentVolumeClaim>,
+        Vec<ControllerRevision>,
+    ),
+    OnlineError,
+> {
+    let cs = get_cloneset(&Api::namespaced(client.clone(), ns), name).await?;
+    let lp = ListParams::default();
+    let pods = Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&lp)
+        .await?
+        .items;
+    let pvcs =
+        Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(client.clone(), ns)
+            .list(&lp)
+            .await?
+            .items;
+    let revisions = Api::<ControllerRevision>::namespaced(client.clone(), ns)
+        .list(&lp)
+        .await?
+        .items;
+    Ok((cs, pods, pvcs, revisions))
+}
+
 /// Prints `object` in `format`, or `line` when no format was asked for.
 fn report<T: serde::Serialize>(
     out: &mut dyn Write,
