@@ -762,6 +762,68 @@ async fn rollout_restart_restarts_every_container_in_place() -> TestResult {
         watch.worst()
     );
     assert_eq!(watch.max_live(), 3, "no pod was added");
+
+    // `get`: the same, per revision and per pod.
+    let (code, out, err) = plugin_in(&ns, &["get", "rr", "-o", "json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let view: Value = serde_json::from_str(&out)?;
+    let pods = view["pods"].as_array().ok_or("no pods in the view")?;
+    assert_eq!(pods.len(), 3, "{view}");
+    for p in pods {
+        assert_eq!(p["updated"], true, "{p}");
+        assert_eq!(p["inPlace"], "done", "{p}");
+        assert_eq!(p["ready"], true, "{p}");
+        assert_eq!(p["restarts"], 2, "{p}");
+        assert_eq!(p["lifecycle"], "Normal", "{p}");
+    }
+    let revisions = view["revisions"].as_array().ok_or("no revisions")?;
+    assert_eq!(revisions.len(), 2, "{view}");
+    assert_eq!(revisions[1]["pods"], 3, "{view}");
+    assert_eq!(revisions[1]["update"], true, "{view}");
+    let (code, table, err) = plugin_in(&ns, &["get", "cloneset/rr"]);
+    assert_eq!(code, 0, "{table}{err}");
+    assert!(
+        table.starts_with(
+            "cloneset.apps.kruise.io/rr: replicas 3/3, ready 3, updated 3, updated ready 3\n"
+        ),
+        "{table}"
+    );
+    assert_eq!(
+        table.lines().filter(|l| l.starts_with("rr-")).count(),
+        3,
+        "{table}"
+    );
+    // `--watch` with stdout not a terminal: the first view is printed plainly (no ANSI
+    // clear), and the process keeps watching.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kubectl-inplace"))
+        .arg("--kubeconfig")
+        .arg(e2e_support::kubeconfig())
+        .args(["-n", &ns.name, "get", "rr", "--watch"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stdout));
+    let mut first = Vec::new();
+    while first
+        .iter()
+        .filter(|l: &&String| l.starts_with("rr-"))
+        .count()
+        < 3
+    {
+        match lines.next() {
+            Some(line) => first.push(line?),
+            None => break,
+        }
+    }
+    let still_running = child.try_wait()?.is_none();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(still_running, "--watch ended: {first:?}");
+    let first = first.join("\n");
+    assert!(first.starts_with("cloneset.apps.kruise.io/rr: "), "{first}");
+    assert!(!first.contains('\u{1b}'), "{first}");
     Ok(())
 }
 

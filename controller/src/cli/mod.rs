@@ -37,6 +37,7 @@ pub mod day2;
 pub mod input;
 pub mod online;
 pub mod render;
+pub mod view;
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -81,6 +82,9 @@ pub enum Command {
     /// Delete chosen pods of a CloneSet through spec.scaleStrategy.podsToDelete, lowering
     /// spec.replicas by their number (online).
     ScaleDown(online::ScaleDownArgs),
+    /// A CloneSet per revision and per pod: revision, lifecycle state, in-place progress,
+    /// readiness, image pulls on the pod's node (online); --watch redraws on every change.
+    Get(online::GetArgs),
     /// Print a shell completion script (bash or zsh).
     Completion {
         #[arg(value_enum)]
@@ -495,6 +499,7 @@ where
         Command::WarmUp(args) => online_exit(run_warm_up(args, &cli.connect, out), err),
         Command::Set(args) => online_exit(run_set(args, &cli.connect, out), err),
         Command::ScaleDown(args) => online_exit(run_scale_down(args, &cli.connect, out), err),
+        Command::Get(args) => online_exit(run_get(args, &cli.connect, out), err),
         Command::Completion { shell } => {
             let _ = out.write_all(completion(shell).as_bytes());
             0
@@ -588,6 +593,27 @@ fn run_set(
                 output,
             } => online::set_image(&api, &cloneset, &images, output.output, out).await,
         }
+    })
+}
+
+fn run_get(
+    args: online::GetArgs,
+    connect: &online::ConnectArgs,
+    out: &mut dyn Write,
+) -> Result<(), online::OnlineError> {
+    let terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    runtime()?.block_on(async {
+        let (client, ns) = online::connect(connect).await?;
+        online::get(
+            &client,
+            &ns,
+            &args.cloneset,
+            args.watch,
+            args.output.output,
+            terminal,
+            out,
+        )
+        .await
     })
 }
 
@@ -810,6 +836,7 @@ items:
                 "set",
                 "scale-down",
                 "warm-up",
+                "get",
             ] {
                 assert!(script.contains(word), "{shell:?} lacks {word}");
             }
