@@ -268,4 +268,43 @@ fn a_restart_goes_in_place_within_partition_and_max_unavailable() {
     let actions = v["actions"].as_array().unwrap();
     assert_eq!(actions.len(), 1, "{actions:?}");
     assert_eq!(actions[0]["update"]["method"], "recreate");
+
+    // With an inPlaceUpdate hook that the pods carry, the chosen pod first waits in
+    // PreparingUpdate (the user's controller releases it), as for any in-place update.
+    let hooked = restarted.replace(
+        "  updateStrategy:\n",
+        "  lifecycle:\n    inPlaceUpdate:\n      labelsHandler: {example.io/hold: \"true\"}\n  updateStrategy:\n",
+    );
+    assert_ne!(hooked, restarted);
+    let pods = std::fs::read_to_string(fixture("partition-pods.yaml"))
+        .unwrap()
+        .replace(
+            "    lifecycle.apps.kruise.io/state: Normal\n",
+            "    lifecycle.apps.kruise.io/state: Normal\n    example.io/hold: \"true\"\n",
+        );
+    let pods_path = dir.path().join("pods.yaml");
+    std::fs::write(&pods_path, pods).unwrap();
+    let cs_path = dir.path().join("hooked.yaml");
+    std::fs::write(&cs_path, &hooked).unwrap();
+    let out = run(&[
+        "plan",
+        "-f",
+        cs_path.to_str().unwrap(),
+        "--pods",
+        pods_path.to_str().unwrap(),
+        "--revisions",
+        &fixture("partition-revisions.yaml"),
+        "--now",
+        NOW,
+        "-o",
+        "json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v = json(&out);
+    let actions = v["actions"].as_array().unwrap();
+    assert_eq!(actions.len(), 1, "{actions:?}");
+    assert_eq!(
+        actions[0]["lifecycle"]["to"], "PreparingUpdate",
+        "{actions:?}"
+    );
 }
