@@ -225,7 +225,9 @@ fn help_exits_0() {
 
 /// `kubectl inplace rollout restart` on the docs' partition sample (5 pods, partition 3,
 /// the default maxUnavailable 20% = 1): the restartedAt change moves 2 pods, one at a time,
-/// in place; with an env change as well, the same pod is recreated instead.
+/// in place; with an env change as well, the same pod is recreated instead; with an
+/// inPlaceUpdate hook the pod first goes to PreparingUpdate. (The restart of the containers
+/// itself is decided in `plan::inplace` and carried out by the daemon: see their tests.)
 #[test]
 fn a_restart_goes_in_place_within_partition_and_max_unavailable() {
     let dir = tempfile::tempdir().unwrap();
