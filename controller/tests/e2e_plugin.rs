@@ -4,6 +4,11 @@
 //!   the CloneSet itself and writes its status through the status subresource.
 //! - `set image`, `rollout history|undo` and `scale-down` run with the controller (one process
 //!   per namespace, see `e2e_support`), and check that pods update in place (same UIDs).
+//! - `rollout restart` runs with the controller and the node daemon: every container of
+//!   every pod restarted in place (same UID and IP, restartCount + 1), never more than
+//!   maxUnavailable pods unready; then `get` (one-shot, JSON and table, and `--watch` into a
+//!   pipe) shows the result.
+//! - `plan NAME` is compared with the offline plan of the same objects dumped with kubectl.
 //! - `completion` and argument errors need no bed (not ignored).
 //!
 //! ```text
