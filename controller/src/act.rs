@@ -976,6 +976,7 @@ impl Actor<'_> {
         let spec = self.in_place_spec(pod, revision)?;
         let resources_only = spec.container_images.is_empty()
             && spec.meta_data_patch.is_empty()
+            && spec.restart_containers.is_empty()
             && !spec.container_resources.is_empty();
         let gated = has_gate(pod, keys::INPLACE_UPDATE_READY_CONDITION) && !resources_only;
         // 1. Not ready first, so endpoints drop the pod before its containers restart.
@@ -1161,15 +1162,19 @@ impl Actor<'_> {
         // changes (with the id of the container running now: the kubelet replaces it) and
         // those resized (no restart: no id). A container whose only change is metadata its
         // env reads is not recorded; the daemon restarts it (`updateEnvFromMetadata`).
+        // A container restarted with an unchanged spec (`restartContainers`) is recorded
+        // with the id of the container running now, like an image change: the daemon stops
+        // that one, and the update is done once another one runs.
         for name in &changed {
-            let image_changes = spec.container_images.contains_key(*name);
-            if !image_changes && !spec.container_resources.contains_key(*name) {
+            let restarted = spec.container_images.contains_key(*name)
+                || spec.restart_containers.iter().any(|r| r == *name);
+            if !restarted && !spec.container_resources.contains_key(*name) {
                 continue;
             }
             let status = statuses.iter().find(|s| &&s.name == name);
             let container_id = status
                 .and_then(|s| s.container_id.clone())
-                .filter(|_| image_changes)
+                .filter(|_| restarted)
                 .unwrap_or_default();
             state.last_container_statuses.insert(
                 (*name).clone(),
@@ -1179,6 +1184,11 @@ impl Actor<'_> {
                     resources: None,
                 },
             );
+        }
+        for name in &spec.restart_containers {
+            if !state.restart_containers.contains(name) {
+                state.restart_containers.push(name.clone());
+            }
         }
         if !changed.is_empty() {
             state
@@ -1545,6 +1555,7 @@ pub fn spec_from_change(
         container_resources: change.resources.clone(),
         container_ref_metadata: change.env_from_metadata.clone(),
         update_env_from_metadata: !change.env_from_metadata.is_empty(),
+        restart_containers: change.restarts.iter().cloned().collect(),
         meta_data_patch,
         grace_seconds,
         ..InPlaceUpdateGrace::default()
@@ -1963,6 +1974,22 @@ mod tests {
                 "{what}"
             );
         }
+    }
+
+    #[test]
+    fn spec_from_change_carries_the_restarts() -> Result<(), Error> {
+        let mut change = crate::plan::inplace::InPlaceChange::default();
+        change.annotations.insert(
+            keys::RESTARTED_AT_ANNOTATION.into(),
+            Some("2026-01-02T00:00:00Z".into()),
+        );
+        change.restarts = ["main".to_owned(), "side".to_owned()].into();
+        let spec = spec_from_change(&change, "cs-abc", 0)?;
+        assert_eq!(spec.restart_containers, ["main", "side"]);
+        assert!(spec.container_images.is_empty());
+        // The annotation itself goes onto the pod, as with Deployments.
+        assert!(spec.meta_data_patch.contains(keys::RESTARTED_AT_ANNOTATION));
+        Ok(())
     }
 
     #[test]

@@ -4,6 +4,11 @@
 //!   the CloneSet itself and writes its status through the status subresource.
 //! - `set image`, `rollout history|undo` and `scale-down` run with the controller (one process
 //!   per namespace, see `e2e_support`), and check that pods update in place (same UIDs).
+//! - `rollout restart` runs with the controller and the node daemon: every container of
+//!   every pod restarted in place (same UID and IP, restartCount + 1), never more than
+//!   maxUnavailable pods unready; then `get` (one-shot, JSON and table, and `--watch` into a
+//!   pipe) shows the result.
+//! - `plan NAME` is compared with the offline plan of the same objects dumped with kubectl.
 //! - `completion` and argument errors need no bed (not ignored).
 //!
 //! ```text
@@ -606,5 +611,286 @@ spec:
     assert_eq!(kept, [names[2]], "{left:?}");
     assert_eq!(left.get(names[2]), uids.get(names[2]));
     assert!(left.contains_key("stranger"));
+    Ok(())
+}
+
+/// A three-pod CloneSet of two containers (`first` on :8080, `second` on :8081), in place,
+/// at most one pod unavailable.
+fn two_container_demo(name: &str, image: &str) -> String {
+    format!(
+        r#"apiVersion: apps.kruise.io/v1alpha1
+kind: CloneSet
+metadata:
+  name: {name}
+spec:
+  replicas: 3
+  selector:
+    matchLabels:
+      app: {name}
+  template:
+    metadata:
+      labels:
+        app: {name}
+    spec:
+      nodeSelector:
+        inplace.testbed/real: "true"
+      terminationGracePeriodSeconds: 2
+      containers:
+      - name: first
+        image: {image}
+        env: [{{name: PORT, value: "8080"}}]
+        readinessProbe:
+          httpGet: {{path: /version, port: 8080}}
+          periodSeconds: 1
+      - name: second
+        image: {image}
+        env: [{{name: PORT, value: "8081"}}]
+        readinessProbe:
+          httpGet: {{path: /version, port: 8081}}
+          periodSeconds: 1
+  updateStrategy:
+    type: InPlaceIfPossible
+    maxUnavailable: 1
+"#
+    )
+}
+
+/// Per pod name: (uid, pod IP, restart count per container).
+type PodIdentity = (String, String, std::collections::BTreeMap<String, i64>);
+
+fn identities(ns: &Namespace) -> TestResult<std::collections::BTreeMap<String, PodIdentity>> {
+    let mut out = std::collections::BTreeMap::new();
+    for (name, pod) in ns.pods()? {
+        if e2e_support::pod_terminating(&pod) {
+            continue;
+        }
+        let restarts = pod["status"]["containerStatuses"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                (
+                    c["name"].as_str().unwrap_or_default().to_owned(),
+                    c["restartCount"].as_i64().unwrap_or(-1),
+                )
+            })
+            .collect();
+        let uid = pod["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let ip = pod["status"]["podIP"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        out.insert(name, (uid, ip, restarts));
+    }
+    Ok(out)
+}
+
+/// `rollout restart` restarts every container of every pod in place: the same pods (UID
+/// and IP), each container's restartCount up by one, the CloneSet updated and ready, and
+/// never more than maxUnavailable (1) pods unready meanwhile (sampled at every pod event).
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the test bed"]
+async fn rollout_restart_restarts_every_container_in_place() -> TestResult {
+    let ns = Namespace::create("plugin-restart")?;
+    let _daemon = e2e_support::Daemon::start()?;
+    let ctl = ControllerProcess::start(&ns.name)?;
+    ns.apply(&two_container_demo("rr", &image("v1")))?;
+    wait_rolled_out(&ns, "rr", 3, ROLLOUT)?;
+    let before = identities(&ns)?;
+    assert_eq!(before.len(), 3, "{before:?}");
+    let revision_before = ns.cloneset("rr")?["status"]["updateRevision"].clone();
+    let watch = e2e_support::UnavailabilityWatch::start(&ns.name, 3).await?;
+
+    let (code, out, err) = plugin_in(&ns, &["rollout", "restart", "cloneset/rr"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(out, "cloneset.apps.kruise.io/rr restarted\n");
+    let cs = ns.cloneset("rr")?;
+    let at = cs["spec"]["template"]["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"]
+        .as_str()
+        .ok_or("no restartedAt on the template")?
+        .to_owned();
+
+    let done = wait_rolled_out(&ns, "rr", 3, ROLLOUT)
+        .map_err(|e| format!("{e}\n{}", ctl.log_excerpt()))?;
+    assert_ne!(
+        done["status"]["updateRevision"], revision_before,
+        "a new revision"
+    );
+    assert_eq!(done["status"]["updatedReplicas"], 3);
+    assert_eq!(done["status"]["updatedReadyReplicas"], 3);
+    let mut after = Default::default();
+    wait_for("every container restarted once", ROLLOUT, || {
+        after = identities(&ns)?;
+        Ok(after.values().all(|(_, _, r)| r.values().all(|n| *n == 1)))
+    })
+    .map_err(|e| format!("{e}: {after:?}"))?;
+    assert_eq!(after.len(), 3, "{after:?}");
+    for (name, (uid, ip, restarts)) in &after {
+        let (uid0, ip0, restarts0) = before.get(name).ok_or(format!("{name} is a new pod"))?;
+        assert_eq!(uid, uid0, "{name} kept its UID");
+        assert_eq!(ip, ip0, "{name} kept its IP");
+        assert_eq!(restarts0.len(), 2, "{name}: {restarts0:?}");
+        for (container, n) in restarts {
+            assert_eq!(*n, restarts0[container] + 1, "{name}/{container}");
+        }
+    }
+    for pod in ns.pods()?.values() {
+        let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+        assert_eq!(
+            pod["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"],
+            json!(at),
+            "{name}"
+        );
+        assert_eq!(
+            e2e_support::label(pod, "lifecycle.apps.kruise.io/state"),
+            Some("Normal")
+        );
+        let state: Value = serde_json::from_str(
+            pod["metadata"]["annotations"]["apps.kruise.io/inplace-update-state"]
+                .as_str()
+                .unwrap_or("null"),
+        )?;
+        assert_eq!(
+            state["restartContainers"],
+            json!(["first", "second"]),
+            "{name}: {state}"
+        );
+    }
+    assert!(watch.samples() > 0, "the watch saw no pod event");
+    assert!(
+        watch.max() <= 1,
+        "{} pods unavailable at once (maxUnavailable 1): {}",
+        watch.max(),
+        watch.worst()
+    );
+    assert_eq!(watch.max_live(), 3, "no pod was added");
+
+    // `get`: the same, per revision and per pod.
+    let (code, out, err) = plugin_in(&ns, &["get", "rr", "-o", "json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let view: Value = serde_json::from_str(&out)?;
+    let pods = view["pods"].as_array().ok_or("no pods in the view")?;
+    assert_eq!(pods.len(), 3, "{view}");
+    for p in pods {
+        assert_eq!(p["updated"], true, "{p}");
+        assert_eq!(p["inPlace"], "done", "{p}");
+        assert_eq!(p["ready"], true, "{p}");
+        assert_eq!(p["restarts"], 2, "{p}");
+        assert_eq!(p["lifecycle"], "Normal", "{p}");
+    }
+    let revisions = view["revisions"].as_array().ok_or("no revisions")?;
+    assert_eq!(revisions.len(), 2, "{view}");
+    assert_eq!(revisions[1]["pods"], 3, "{view}");
+    assert_eq!(revisions[1]["update"], true, "{view}");
+    let (code, table, err) = plugin_in(&ns, &["get", "cloneset/rr"]);
+    assert_eq!(code, 0, "{table}{err}");
+    assert!(
+        table.starts_with(
+            "cloneset.apps.kruise.io/rr: replicas 3/3, ready 3, updated 3, updated ready 3\n"
+        ),
+        "{table}"
+    );
+    assert_eq!(
+        table.lines().filter(|l| l.starts_with("rr-")).count(),
+        3,
+        "{table}"
+    );
+    // `--watch` with stdout not a terminal: the first view is printed plainly (no ANSI
+    // clear), and the process keeps watching.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kubectl-inplace"))
+        .arg("--kubeconfig")
+        .arg(e2e_support::kubeconfig())
+        .args(["-n", &ns.name, "get", "rr", "--watch"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stdout));
+    let mut first = Vec::new();
+    while first
+        .iter()
+        .filter(|l: &&String| l.starts_with("rr-"))
+        .count()
+        < 3
+    {
+        match lines.next() {
+            Some(line) => first.push(line?),
+            None => break,
+        }
+    }
+    let still_running = child.try_wait()?.is_none();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(still_running, "--watch ended: {first:?}");
+    let first = first.join("\n");
+    assert!(first.starts_with("cloneset.apps.kruise.io/rr: "), "{first}");
+    assert!(!first.contains('\u{1b}'), "{first}");
+    Ok(())
+}
+
+/// `plan NAME` prints exactly what the offline plan prints from the same objects dumped
+/// with kubectl (CloneSet, pods, ControllerRevisions, PVCs), as a table and as JSON. The
+/// controller is stopped after the first rollout and the image changed, so the plan is not
+/// empty: every pod is to be updated in place (within maxUnavailable).
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the test bed"]
+async fn live_plan_is_the_offline_plan_of_the_same_objects() -> TestResult {
+    let ns = Namespace::create("plugin-plan")?;
+    let mut ctl = ControllerProcess::start(&ns.name)?;
+    ns.apply(&sample_cloneset("lp", 3, &image("v1"), "InPlaceIfPossible"))?;
+    wait_rolled_out(&ns, "lp", 3, ROLLOUT)?;
+    ctl.kill();
+    ns.set_image("lp", &image("v2"))?;
+
+    let dir = tempfile::tempdir()?;
+    let dump = |file: &str, args: &[&str]| -> TestResult<String> {
+        let path = dir.path().join(file);
+        std::fs::write(&path, ns.kubectl(args)?)?;
+        Ok(path.display().to_string())
+    };
+    let cs = dump("cs.yaml", &["get", "cloneset", "lp", "-o", "yaml"])?;
+    let pods = dump("pods.yaml", &["get", "pods", "-l", "app=lp", "-o", "yaml"])?;
+    let revs = dump("revs.yaml", &["get", "controllerrevisions", "-o", "yaml"])?;
+    let pvcs = dump("pvcs.yaml", &["get", "pvc", "-o", "yaml"])?;
+    let now = "2030-01-01T00:00:00Z";
+    for format in ["table", "json"] {
+        let (code, live, err) =
+            plugin_in(&ns, &["plan", "cloneset/lp", "--now", now, "-o", format]);
+        assert_eq!(code, 0, "{live}{err}");
+        let (code, offline, err) = plugin_in(
+            &ns,
+            &[
+                "plan",
+                "-f",
+                &cs,
+                "--pods",
+                &pods,
+                "--revisions",
+                &revs,
+                "--pvcs",
+                &pvcs,
+                "--now",
+                now,
+                "-o",
+                format,
+            ],
+        );
+        assert_eq!(code, 0, "{offline}{err}");
+        assert_eq!(live, offline, "{format}");
+    }
+    let (_, live, _) = plugin_in(&ns, &["plan", "lp", "--now", now, "-o", "json"]);
+    let plan: Value = serde_json::from_str(&live)?;
+    let updates: Vec<&Value> = plan["actions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|a| a.get("update"))
+        .collect();
+    assert!(!updates.is_empty(), "{plan}");
+    assert!(updates.iter().all(|u| u["method"] == "inPlace"), "{plan}");
     Ok(())
 }

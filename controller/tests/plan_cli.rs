@@ -222,3 +222,91 @@ fn help_exits_0() {
     assert_eq!(out.status.code(), Some(0));
     assert!(stdout(&out).contains("--partition-rollback"));
 }
+
+/// `kubectl inplace rollout restart` on the docs' partition sample (5 pods, partition 3,
+/// the default maxUnavailable 20% = 1): the restartedAt change moves 2 pods, one at a time,
+/// in place; with an env change as well, the same pod is recreated instead; with an
+/// inPlaceUpdate hook the pod first goes to PreparingUpdate. (The restart of the containers
+/// itself is decided in `plan::inplace` and carried out by the daemon: see their tests.)
+#[test]
+fn a_restart_goes_in_place_within_partition_and_max_unavailable() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = std::fs::read_to_string(fixture("partition-cloneset.yaml")).unwrap();
+    let restarted = base.replace(
+        "      labels:\n        app: sample\n    spec:\n      containers:\n      - image: nginx:mainline",
+        "      labels:\n        app: sample\n      annotations:\n        kubectl.kubernetes.io/restartedAt: \"2026-03-01T11:59:00Z\"\n    spec:\n      containers:\n      - image: nginx:alpine",
+    );
+    assert_ne!(restarted, base, "the fixture changed shape");
+    let with_env = restarted.replace(
+        "        name: nginx\n",
+        "        name: nginx\n        env: [{name: A, value: b}]\n",
+    );
+    assert_ne!(with_env, restarted);
+    let plan = |text: &str| {
+        let path = dir.path().join("cs.yaml");
+        std::fs::write(&path, text).unwrap();
+        let out = run(&[
+            "plan",
+            "-f",
+            path.to_str().unwrap(),
+            "--pods",
+            &fixture("partition-pods.yaml"),
+            "--revisions",
+            &fixture("partition-revisions.yaml"),
+            "--now",
+            NOW,
+            "-o",
+            "json",
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        json(&out)
+    };
+    let v = plan(&restarted);
+    assert_eq!(v["diffs"]["update"], 2);
+    let actions = v["actions"].as_array().unwrap();
+    assert_eq!(actions.len(), 1, "{actions:?}");
+    assert_eq!(actions[0]["update"]["method"], "inPlace");
+    let v = plan(&with_env);
+    let actions = v["actions"].as_array().unwrap();
+    assert_eq!(actions.len(), 1, "{actions:?}");
+    assert_eq!(actions[0]["update"]["method"], "recreate");
+
+    // With an inPlaceUpdate hook that the pods carry, the chosen pod first waits in
+    // PreparingUpdate (the user's controller releases it), as for any in-place update.
+    let hooked = restarted.replace(
+        "  updateStrategy:\n",
+        "  lifecycle:\n    inPlaceUpdate:\n      labelsHandler: {example.io/hold: \"true\"}\n  updateStrategy:\n",
+    );
+    assert_ne!(hooked, restarted);
+    let pods = std::fs::read_to_string(fixture("partition-pods.yaml"))
+        .unwrap()
+        .replace(
+            "    lifecycle.apps.kruise.io/state: Normal\n",
+            "    lifecycle.apps.kruise.io/state: Normal\n    example.io/hold: \"true\"\n",
+        );
+    let pods_path = dir.path().join("pods.yaml");
+    std::fs::write(&pods_path, pods).unwrap();
+    let cs_path = dir.path().join("hooked.yaml");
+    std::fs::write(&cs_path, &hooked).unwrap();
+    let out = run(&[
+        "plan",
+        "-f",
+        cs_path.to_str().unwrap(),
+        "--pods",
+        pods_path.to_str().unwrap(),
+        "--revisions",
+        &fixture("partition-revisions.yaml"),
+        "--now",
+        NOW,
+        "-o",
+        "json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v = json(&out);
+    let actions = v["actions"].as_array().unwrap();
+    assert_eq!(actions.len(), 1, "{actions:?}");
+    assert_eq!(
+        actions[0]["lifecycle"]["to"], "PreparingUpdate",
+        "{actions:?}"
+    );
+}

@@ -27,6 +27,13 @@ pub struct InPlaceUpdateState {
     /// Containers whose environment comes from changed labels/annotations must be restarted.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub update_env_from_metadata: bool,
+    /// Containers restarted with an unchanged spec (the template's
+    /// `kubectl.kubernetes.io/restartedAt` changed: `kubectl inplace rollout restart`). Each
+    /// is also in `lastContainerStatuses` with the id of the container that ran: our node
+    /// daemon stops that container through CRI, the kubelet starts it again, and the update
+    /// is complete once another container runs. Not in the reference.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub restart_containers: Vec<String>,
     /// cpu/memory were changed in place.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub update_resources: bool,
@@ -42,6 +49,9 @@ pub struct InPlaceUpdateState {
     /// Resources still to apply in a later container batch.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub next_container_resources: BTreeMap<String, ResourceRequirements>,
+    /// Restarts ([`Self::restart_containers`]) still to do in a later container batch.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub next_container_restarts: Vec<String>,
     /// Containers that must be ready before the next batch starts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pre_check_before_next: Option<PreCheckBeforeNext>,
@@ -117,6 +127,10 @@ pub struct InPlaceUpdateGrace {
     pub container_ref_metadata: BTreeMap<String, ObjectMeta>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub container_resources: BTreeMap<String, ResourceRequirements>,
+    /// Containers to restart with an unchanged spec (see
+    /// [`InPlaceUpdateState::restart_containers`]). Not in the reference.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub restart_containers: Vec<String>,
     /// A strategic merge patch of labels/annotations, as a JSON string.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub meta_data_patch: String,
@@ -129,6 +143,14 @@ pub struct InPlaceUpdateGrace {
 }
 
 impl InPlaceUpdateState {
+    /// A later container batch is pending (images, metadata, resources or restarts).
+    pub fn has_next_batch(&self) -> bool {
+        !self.next_container_images.is_empty()
+            || !self.next_container_ref_metadata.is_empty()
+            || !self.next_container_resources.is_empty()
+            || !self.next_container_restarts.is_empty()
+    }
+
     /// Reads the state from pod annotations (new key first, then the legacy one).
     pub fn from_annotations(
         annotations: &BTreeMap<String, String>,

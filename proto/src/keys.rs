@@ -39,6 +39,10 @@ pub const CONTAINER_LAUNCH_ORDERED: &str = "Ordered";
 pub const CONTAINER_PRIORITY_ENV: &str = "KRUISE_CONTAINER_PRIORITY";
 /// Container env injected by the reference's webhook: a ConfigMap key `p_<priority>`.
 pub const CONTAINER_BARRIER_ENV: &str = "KRUISE_CONTAINER_BARRIER";
+/// Pod template annotation that `kubectl rollout restart` (and `kubectl inplace rollout
+/// restart`) sets to the time of the request: a change of it alone restarts every
+/// container in place.
+pub const RESTARTED_AT_ANNOTATION: &str = "kubectl.kubernetes.io/restartedAt";
 /// Pod annotation: scale-down preference, lower is deleted first.
 pub const POD_DELETION_COST_ANNOTATION: &str = "controller.kubernetes.io/pod-deletion-cost";
 

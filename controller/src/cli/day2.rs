@@ -6,6 +6,7 @@
 //!   cause and the image changes per container relative to the previous revision.
 //! - [`undo_patch`]: the JSON patch writing a revision's template back into `spec.template`.
 //! - [`parse_image_args`] and [`set_image_patch`]: `CONTAINER=IMAGE…` and its JSON patch.
+//! - [`restart_patch`] and [`restart_notes`]: `rollout restart`.
 //! - [`scale_down_patch`]: pods to delete merged into `spec.scaleStrategy.podsToDelete`, with
 //!   `spec.replicas` lowered by the number of pods newly named.
 
@@ -444,6 +445,46 @@ pub fn set_image_patch(
     Ok((!ops.is_empty()).then_some(Value::Array(ops)))
 }
 
+/// The merge patch of `rollout restart`: the template annotation
+/// `kubectl.kubernetes.io/restartedAt` set to `at` (what `kubectl rollout restart` writes
+/// for a Deployment). The new revision restarts every container in place
+/// ([`crate::plan::inplace`]).
+pub fn restart_patch(at: &str) -> Value {
+    json!({"spec": {"template": {"metadata": {"annotations": {
+        inplace_proto::keys::RESTARTED_AT_ANNOTATION: at
+    }}}}})
+}
+
+/// What a user should know about how a restart of `cs` will go, besides the default (every
+/// pod's containers restarted in place, within maxUnavailable and partition).
+pub fn restart_notes(cs: &CloneSet) -> Vec<String> {
+    use inplace_proto::CloneSetUpdateStrategyType as T;
+    let mut notes = Vec::new();
+    match cs.update_type() {
+        T::ReCreate => notes.push(
+            "updateStrategy.type is ReCreate: the pods are recreated, not restarted in place"
+                .to_string(),
+        ),
+        T::OnDelete => notes.push(
+            "updateStrategy.type is OnDelete: nothing restarts until pods are deleted".to_string(),
+        ),
+        T::InPlaceIfPossible | T::InPlaceOnly => {}
+    }
+    let strategy = cs.spec.update_strategy.clone().unwrap_or_default();
+    if strategy.paused {
+        notes.push("the rollout is paused: the restart starts on resume".to_string());
+    }
+    if strategy.partition.is_some() {
+        let partition = crate::plan::diffs::resolve(cs).partition;
+        if partition > 0 {
+            notes.push(format!(
+                "partition {partition}: that many pods stay on their revision and are not restarted"
+            ));
+        }
+    }
+    notes
+}
+
 /// Parses `--pods a,b` (also given several times): trimmed, empty parts skipped,
 /// duplicates dropped, order kept.
 pub fn parse_pods(args: &[String]) -> Result<Vec<String>, Day2Error> {
@@ -848,5 +889,71 @@ REVISION  NAME    CHANGE-CAUSE  IMAGES      CHANGES
             Err(Day2Error::TooFewReplicas { .. })
         ));
         assert_eq!(scale_down_patch(&cs, &[], &owned), Err(Day2Error::NoPods));
+    }
+
+    /// `rollout restart` writes only the template annotation; the planner then restarts
+    /// every container in place (never a recreate), and a second restart does it again.
+    #[test]
+    fn restart_patch_makes_an_in_place_restart_of_every_container() {
+        let before = template(&[("main", "nginx:1"), ("side", "busybox:1")]);
+        let cs = cloneset(&before);
+        let mut patched = serde_json::to_value(&cs).unwrap();
+        json_patch::merge(&mut patched, &restart_patch("2026-01-02T03:04:05Z"));
+        assert_eq!(
+            patched["spec"]["template"]["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"],
+            "2026-01-02T03:04:05Z"
+        );
+        assert_eq!(
+            patched["spec"]["template"]["metadata"]["labels"],
+            json!({"app": "demo"})
+        );
+        let after = patched["spec"]["template"].as_object().unwrap().clone();
+        let decide = |old: &Value, new: &Map<String, Value>| {
+            crate::plan::inplace::decide(
+                inplace_proto::CloneSetUpdateStrategyType::InPlaceIfPossible,
+                old.as_object(),
+                new,
+                None,
+                None,
+                &crate::plan::model::PlanOptions::default(),
+            )
+        };
+        let crate::plan::inplace::InPlaceDecision::InPlace(change) = decide(&before, &after) else {
+            panic!("a restart must go in place");
+        };
+        let restarts: Vec<&str> = change.restarts.iter().map(String::as_str).collect();
+        assert_eq!(restarts, ["main", "side"]);
+        assert!(change.images.is_empty());
+        let mut again = Value::Object(after.clone());
+        json_patch::merge(
+            &mut again,
+            &restart_patch("2026-01-02T03:05:00Z")["spec"]["template"],
+        );
+        let crate::plan::inplace::InPlaceDecision::InPlace(change) =
+            decide(&Value::Object(after), again.as_object().unwrap())
+        else {
+            panic!("a second restart must go in place");
+        };
+        assert_eq!(change.restarts.len(), 2);
+    }
+
+    #[test]
+    fn restart_notes_name_what_keeps_pods_from_restarting_in_place() {
+        let mut cs = cloneset(&template(&[("main", "nginx:1")]));
+        // The default type is ReCreate, as in the reference.
+        assert!(restart_notes(&cs)[0].contains("ReCreate"));
+        cs.spec.update_strategy =
+            serde_json::from_value(json!({"type": "InPlaceIfPossible", "partition": 0})).unwrap();
+        assert!(restart_notes(&cs).is_empty());
+        cs.spec.update_strategy = serde_json::from_value(json!({
+            "type": "ReCreate", "paused": true, "partition": 2}))
+        .unwrap();
+        let notes = restart_notes(&cs);
+        assert_eq!(notes.len(), 3, "{notes:?}");
+        assert!(notes[0].contains("ReCreate"));
+        assert!(notes[1].contains("paused"));
+        assert!(notes[2].starts_with("partition 2"));
+        cs.spec.update_strategy = serde_json::from_value(json!({"type": "OnDelete"})).unwrap();
+        assert!(restart_notes(&cs)[0].contains("OnDelete"));
     }
 }

@@ -5,7 +5,12 @@
 //! kubectl-inplace plan -f cloneset.yaml --pods pods.yaml [--revisions revisions.yaml]
 //!     [--pvcs pvcs.yaml] [--update-revision NAME] [--current-revision NAME] [--now RFC3339]
 //!     [--partition-rollback] [-o json|yaml|table]
+//! kubectl-inplace plan CLONESET [--update-revision ...] [--now ...] [-o json|yaml|table]
 //! ```
+//!
+//! With a CloneSet name instead of files, the same plan is made from the live objects: the
+//! CloneSet, and the pods, PVCs and ControllerRevisions of its namespace as the controller
+//! selects them ([`live_inputs`]).
 //!
 //! - `pods.yaml` is what `kubectl get pods -o yaml` prints, or a stream of Pods; every pod
 //!   must match the CloneSet's selector. `--revisions` (optional) is what
@@ -32,6 +37,7 @@ pub mod day2;
 pub mod input;
 pub mod online;
 pub mod render;
+pub mod view;
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -76,6 +82,9 @@ pub enum Command {
     /// Delete chosen pods of a CloneSet through spec.scaleStrategy.podsToDelete, lowering
     /// spec.replicas by their number (online).
     ScaleDown(online::ScaleDownArgs),
+    /// A CloneSet per revision and per pod: revision, lifecycle state, in-place progress,
+    /// readiness, image pulls on the pod's node (online); --watch redraws on every change.
+    Get(online::GetArgs),
     /// Print a shell completion script (bash or zsh).
     Completion {
         #[arg(value_enum)]
@@ -126,9 +135,22 @@ pub enum Format {
 
 #[derive(Debug, Args)]
 pub struct PlanArgs {
+    /// The CloneSet in the cluster (NAME or cloneset/NAME): plan from it, its pods, PVCs
+    /// and ControllerRevisions as the controller selects them, instead of from files.
+    #[arg(
+        value_name = "CLONESET",
+        value_parser = online::parse_cloneset,
+        conflicts_with_all = ["cloneset", "pods", "revisions", "pvcs"]
+    )]
+    pub name: Option<String>,
     /// The CloneSet (YAML or JSON).
-    #[arg(short = 'f', long = "filename", value_name = "FILE")]
-    pub cloneset: PathBuf,
+    #[arg(
+        short = 'f',
+        long = "filename",
+        value_name = "FILE",
+        required_unless_present = "name"
+    )]
+    pub cloneset: Option<PathBuf>,
     /// Its pods: a List (kubectl get pods -o yaml) or a stream of Pods.
     #[arg(long, value_name = "FILE")]
     pub pods: Option<PathBuf>,
@@ -216,6 +238,63 @@ pub fn load(
         pods: pod_list,
         revisions: revision_list,
         pvcs: pvc_list,
+    })
+}
+
+/// The objects the controller plans `cs` from, out of everything listed in its namespace
+/// (as its caches select them): the pods and ControllerRevisions it controls, pods only
+/// while they match its selector, and the PVCs it controls or that no CloneSet controls and
+/// that match its selector. Each list sorted by name.
+pub fn live_inputs(
+    cs: CloneSet,
+    pods: Vec<Pod>,
+    pvcs: Vec<PersistentVolumeClaim>,
+    revisions: Vec<ControllerRevision>,
+) -> Result<Inputs, InputError> {
+    let uid = cs.metadata.uid.clone().unwrap_or_default();
+    let selector = Selector::parse(&cs.spec.selector).map_err(|e| {
+        InputError::field(
+            &format!(
+                "cloneset/{}",
+                cs.metadata.name.as_deref().unwrap_or_default()
+            ),
+            "spec.selector",
+            e.to_string(),
+        )
+    })?;
+    let matches = |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+        selector
+            .first_mismatch(&meta.labels.clone().unwrap_or_default())
+            .is_none()
+    };
+    let by_name =
+        |a: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+         b: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+            a.name.cmp(&b.name)
+        };
+    let mut pods: Vec<Pod> = pods
+        .into_iter()
+        .filter(|p| day2::controlled_by(&p.metadata, &uid) && matches(&p.metadata))
+        .collect();
+    pods.sort_by(|a, b| by_name(&a.metadata, &b.metadata));
+    let mut pvcs: Vec<PersistentVolumeClaim> = pvcs
+        .into_iter()
+        .filter(|p| {
+            day2::controlled_by(&p.metadata, &uid)
+                || (crate::watch::cloneset_owner(&p.metadata).is_none() && matches(&p.metadata))
+        })
+        .collect();
+    pvcs.sort_by(|a, b| by_name(&a.metadata, &b.metadata));
+    let mut revisions: Vec<ControllerRevision> = revisions
+        .into_iter()
+        .filter(|r| day2::controlled_by(&r.metadata, &uid))
+        .collect();
+    revisions.sort_by(|a, b| by_name(&a.metadata, &b.metadata));
+    Ok(Inputs {
+        cloneset: cs,
+        pods,
+        revisions,
+        pvcs,
     })
 }
 
@@ -309,14 +388,53 @@ fn parse_now(text: Option<&str>) -> Result<Timestamp, InputError> {
     }
 }
 
+fn plan_settings(args: &PlanArgs) -> Settings {
+    Settings {
+        update_revision: args.update_revision.clone(),
+        current_revision: args.current_revision.clone(),
+        partition_rollback: args.partition_rollback,
+    }
+}
+
+/// `plan NAME`: the same plan as from files, from the live objects ([`live_inputs`]).
+fn live_plan_command(
+    args: &PlanArgs,
+    name: &str,
+    connect: &online::ConnectArgs,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<(), online::OnlineError> {
+    let bad = |e: InputError| online::OnlineError::BadInput(e.to_string());
+    let now = parse_now(args.now.as_deref()).map_err(bad)?;
+    let (cs, pods, pvcs, revisions) = runtime()?.block_on(async {
+        let (client, ns) = online::connect(connect).await?;
+        online::plan_objects(&client, &ns, name).await
+    })?;
+    let inputs = live_inputs(cs, pods, pvcs, revisions).map_err(bad)?;
+    let label = format!("cloneset/{name}");
+    let report = compute(&inputs, &plan_settings(args), now, &label).map_err(bad)?;
+    for w in &report.warnings {
+        let _ = writeln!(err, "warning: {label}: {w}");
+    }
+    out.write_all(render(&report, &inputs, args.output).as_bytes())?;
+    Ok(())
+}
+
 fn plan_command(
     args: &PlanArgs,
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> Result<(), InputError> {
     let now = parse_now(args.now.as_deref())?;
-    let cs_name = args.cloneset.display().to_string();
-    let cs_text = read(&args.cloneset)?;
+    let Some(cs_path) = args.cloneset.as_deref() else {
+        return Err(InputError::new(
+            "-f",
+            Place::Nowhere,
+            "give -f FILE or a CloneSet NAME".to_string(),
+        ));
+    };
+    let cs_name = cs_path.display().to_string();
+    let cs_text = read(cs_path)?;
     let pods_name = args.pods.as_ref().map(|p| p.display().to_string());
     let pods_text = args.pods.as_deref().map(read).transpose()?;
     let rev_name = args.revisions.as_ref().map(|p| p.display().to_string());
@@ -338,12 +456,7 @@ fn plan_command(
         revs.as_ref().map(|(name, text)| Source { name, text }),
         claims.as_ref().map(|(name, text)| Source { name, text }),
     )?;
-    let settings = Settings {
-        update_revision: args.update_revision.clone(),
-        current_revision: args.current_revision.clone(),
-        partition_rollback: args.partition_rollback,
-    };
-    let report = compute(&inputs, &settings, now, &cs_name)?;
+    let report = compute(&inputs, &plan_settings(args), now, &cs_name)?;
     for w in &report.warnings {
         let _ = writeln!(err, "warning: {cs_name}: {w}");
     }
@@ -371,6 +484,10 @@ where
         }
     };
     match cli.command {
+        Command::Plan(args) if args.name.is_some() => {
+            let name = args.name.clone().unwrap_or_default();
+            online_exit(live_plan_command(&args, &name, &cli.connect, out, err), err)
+        }
         Command::Plan(args) => match plan_command(&args, out, err) {
             Ok(()) => 0,
             Err(e) => {
@@ -382,6 +499,7 @@ where
         Command::WarmUp(args) => online_exit(run_warm_up(args, &cli.connect, out), err),
         Command::Set(args) => online_exit(run_set(args, &cli.connect, out), err),
         Command::ScaleDown(args) => online_exit(run_scale_down(args, &cli.connect, out), err),
+        Command::Get(args) => online_exit(run_get(args, &cli.connect, out), err),
         Command::Completion { shell } => {
             let _ = out.write_all(completion(shell).as_bytes());
             0
@@ -430,6 +548,9 @@ fn run_rollout(
             } => {
                 online::rollout_history(&client, &ns, &cloneset, revision, output.output, out).await
             }
+            online::RolloutCommand::Restart { cloneset, output } => {
+                online::rollout_restart(&api, &cloneset, output.output, out).await
+            }
             online::RolloutCommand::Undo {
                 cloneset,
                 to_revision,
@@ -475,6 +596,27 @@ fn run_set(
     })
 }
 
+fn run_get(
+    args: online::GetArgs,
+    connect: &online::ConnectArgs,
+    out: &mut dyn Write,
+) -> Result<(), online::OnlineError> {
+    let terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    runtime()?.block_on(async {
+        let (client, ns) = online::connect(connect).await?;
+        online::get(
+            &client,
+            &ns,
+            &args.cloneset,
+            args.watch,
+            args.output.output,
+            terminal,
+            out,
+        )
+        .await
+    })
+}
+
 fn run_scale_down(
     args: online::ScaleDownArgs,
     connect: &online::ConnectArgs,
@@ -499,6 +641,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use proptest::prelude::*;
+    use serde_json::json;
 
     use super::*;
 
@@ -580,6 +723,106 @@ items:
         assert_eq!(json, yaml);
     }
 
+    /// `plan NAME` keeps what the controller's caches select: pods it controls that match
+    /// its selector, its revisions, its PVCs and the unowned ones matching its selector.
+    #[test]
+    fn live_inputs_select_what_the_controller_plans_from() {
+        let cs = input::cloneset(Source {
+            name: "cs",
+            text: CS,
+        })
+        .unwrap();
+        let owner = |uid: &str, kind: &str| {
+            json!([{"apiVersion": "apps.kruise.io/v1alpha1", "kind": kind, "name": "x",
+                    "uid": uid, "controller": true}])
+        };
+        let obj = |name: &str, labels: serde_json::Value, owners: serde_json::Value| json!({"metadata": {"name": name, "labels": labels, "ownerReferences": owners}});
+        let pods: Vec<Pod> = vec![
+            obj("p-b", json!({"app": "demo"}), owner("u1", "CloneSet")),
+            obj("p-a", json!({"app": "demo"}), owner("u1", "CloneSet")),
+            obj(
+                "p-released",
+                json!({"app": "other"}),
+                owner("u1", "CloneSet"),
+            ),
+            obj("p-orphan", json!({"app": "demo"}), json!([])),
+            obj("p-foreign", json!({"app": "demo"}), owner("u2", "CloneSet")),
+        ]
+        .into_iter()
+        .map(|v| serde_json::from_value(v).unwrap())
+        .collect();
+        let pvcs: Vec<PersistentVolumeClaim> = vec![
+            obj("c-own", json!({}), owner("u1", "CloneSet")),
+            obj("c-orphan", json!({"app": "demo"}), json!([])),
+            obj("c-foreign", json!({"app": "demo"}), owner("u2", "CloneSet")),
+            obj("c-unmatched", json!({"app": "x"}), json!([])),
+        ]
+        .into_iter()
+        .map(|v| serde_json::from_value(v).unwrap())
+        .collect();
+        let revisions: Vec<ControllerRevision> = vec![
+            json!({"metadata": {"name": "r-own", "ownerReferences": owner("u1", "CloneSet")}, "revision": 1}),
+            json!({"metadata": {"name": "r-foreign", "ownerReferences": owner("u2", "CloneSet")}, "revision": 1}),
+        ]
+        .into_iter()
+        .map(|v| serde_json::from_value(v).unwrap())
+        .collect();
+        let inputs = live_inputs(cs, pods, pvcs, revisions).unwrap();
+        let names = |m: Vec<Option<String>>| -> Vec<String> { m.into_iter().flatten().collect() };
+        assert_eq!(
+            names(
+                inputs
+                    .pods
+                    .iter()
+                    .map(|p| p.metadata.name.clone())
+                    .collect()
+            ),
+            ["p-a", "p-b"]
+        );
+        assert_eq!(
+            names(
+                inputs
+                    .pvcs
+                    .iter()
+                    .map(|p| p.metadata.name.clone())
+                    .collect()
+            ),
+            ["c-orphan", "c-own"]
+        );
+        assert_eq!(
+            names(
+                inputs
+                    .revisions
+                    .iter()
+                    .map(|r| r.metadata.name.clone())
+                    .collect()
+            ),
+            ["r-own"]
+        );
+    }
+
+    #[test]
+    fn plan_takes_files_or_a_name_not_both_nor_neither() {
+        let run_args = |args: &[&str]| {
+            let (mut out, mut err) = (Vec::new(), Vec::new());
+            let code = run(
+                std::iter::once("kubectl-inplace").chain(args.iter().copied()),
+                &mut out,
+                &mut err,
+            );
+            (code, String::from_utf8_lossy(&err).into_owned())
+        };
+        let (code, err) = run_args(&["plan"]);
+        assert_eq!(code, EXIT_BAD_INPUT, "{err}");
+        assert!(err.contains("--filename"), "{err}");
+        let (code, err) = run_args(&["plan", "demo", "-f", "cs.yaml"]);
+        assert_eq!(code, EXIT_BAD_INPUT, "{err}");
+        assert!(err.contains("cannot be used with"), "{err}");
+        let (code, err) = run_args(&["plan", "deployment/demo"]);
+        assert_eq!(code, EXIT_BAD_INPUT, "{err}");
+        assert!(err.contains("is not a CloneSet"), "{err}");
+    }
+
     #[test]
     fn completion_scripts_name_every_command() {
         for shell in [CompletionShell::Bash, CompletionShell::Zsh] {
@@ -589,9 +832,11 @@ items:
                 "rollout",
                 "history",
                 "undo",
+                "restart",
                 "set",
                 "scale-down",
                 "warm-up",
+                "get",
             ] {
                 assert!(script.contains(word), "{shell:?} lacks {word}");
             }

@@ -5,6 +5,8 @@
 //! kubectl-inplace rollout pause|resume CLONESET [-o json|yaml]
 //! kubectl-inplace rollout history CLONESET [--revision N] [-o json|yaml]
 //! kubectl-inplace rollout undo CLONESET [--to-revision N] [-o json|yaml]
+//! kubectl-inplace rollout restart CLONESET [-o json|yaml]
+//! kubectl-inplace get CLONESET [--watch] [-o json|yaml]
 //! kubectl-inplace set image CLONESET CONTAINER=IMAGE... [-o json|yaml]
 //! kubectl-inplace scale-down CLONESET --pods a,b [-o json|yaml]
 //! kubectl-inplace warm-up IMAGE (--nodes n1,n2 | --selector k=v,...) [--parallelism N]
@@ -179,6 +181,15 @@ pub enum RolloutCommand {
         #[command(flatten)]
         output: OutputArgs,
     },
+    /// Restart every pod's containers in place (no pod recreated) as a new revision, under
+    /// maxUnavailable, partition and lifecycle hooks: sets the template annotation
+    /// kubectl.kubernetes.io/restartedAt to now.
+    Restart {
+        #[arg(value_parser = parse_cloneset)]
+        cloneset: String,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
     /// Write a revision's template back into spec.template (default: the newest revision
     /// that is not the current template); pods update in place where they can.
     Undo {
@@ -210,6 +221,17 @@ pub enum SetCommand {
         #[command(flatten)]
         output: OutputArgs,
     },
+}
+
+#[derive(Debug, Args)]
+pub struct GetArgs {
+    #[arg(value_parser = parse_cloneset)]
+    pub cloneset: String,
+    /// Keep watching: redraw on every change (in place on a terminal, appended otherwise).
+    #[arg(short = 'w', long)]
+    pub watch: bool,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 #[derive(Debug, Args)]
@@ -547,6 +569,147 @@ pub async fn set_paused(
         &after,
         &format!("cloneset.apps.kruise.io/{name} {word}"),
     )
+}
+
+/// `rollout restart`: the merge patch of [`day2::restart_patch`] with the time now, then
+/// what to know about how the restart goes ([`day2::restart_notes`]).
+pub async fn rollout_restart(
+    api: &Api<CloneSet>,
+    name: &str,
+    output: Option<DataFormat>,
+    out: &mut dyn Write,
+) -> Result<(), OnlineError> {
+    get_cloneset(api, name).await?;
+    let at = k8s_openapi::jiff::Timestamp::now().to_string();
+    let after = api
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&day2::restart_patch(&at)),
+        )
+        .await?;
+    let mut line = format!("cloneset.apps.kruise.io/{name} restarted");
+    for note in day2::restart_notes(&after) {
+        line.push_str(&format!("\nnote: {note}"));
+    }
+    report(out, output, &after, &line)
+}
+
+/// What `plan NAME` plans from: the CloneSet, and every pod, PVC and ControllerRevision of
+/// its namespace (selected by [`super::live_inputs`]).
+pub async fn plan_objects(
+    client: &Client,
+    ns: &str,
+    name: &str,
+) -> Result<
+    (
+        CloneSet,
+        Vec<Pod>,
+        Vec<k8s_openapi::api::core::v1::PersistentVolumeClaim>,
+        Vec<ControllerRevision>,
+    ),
+    OnlineError,
+> {
+    let cs = get_cloneset(&Api::namespaced(client.clone(), ns), name).await?;
+    let lp = ListParams::default();
+    let pods = Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&lp)
+        .await?
+        .items;
+    let pvcs =
+        Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(client.clone(), ns)
+            .list(&lp)
+            .await?
+            .items;
+    let revisions = Api::<ControllerRevision>::namespaced(client.clone(), ns)
+        .list(&lp)
+        .await?
+        .items;
+    Ok((cs, pods, pvcs, revisions))
+}
+
+/// The view of `name` ([`super::view::build`]) from the objects now. NodeImages are
+/// cluster-scoped: when they cannot be listed (no permission), pulls show as unknown.
+pub async fn read_view(
+    client: &Client,
+    ns: &str,
+    name: &str,
+) -> Result<super::view::View, OnlineError> {
+    let (cs, pods, _, revisions) = plan_objects(client, ns, name).await?;
+    let node_images = Api::<inplace_proto::NodeImage>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    Ok(super::view::build(&cs, &pods, &revisions, &node_images))
+}
+
+/// `get`: the view once, or with `watch` again on every event of the namespace's pods, the
+/// CloneSet and the NodeImages, printed only when it changed. `terminal`: stdout is a
+/// terminal (each redraw clears the screen); data output (`-o`) is never cleared, YAML
+/// documents are separated by `---`.
+pub async fn get(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    watch: bool,
+    output: Option<DataFormat>,
+    terminal: bool,
+    out: &mut dyn Write,
+) -> Result<(), OnlineError> {
+    use kube::runtime::WatchStreamExt;
+    let mut changes = if watch {
+        let pods = watcher(
+            Api::<Pod>::namespaced(client.clone(), ns),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .map(|_| ());
+        let cloneset = watcher(
+            Api::<CloneSet>::namespaced(client.clone(), ns),
+            watcher::Config::default().fields(&format!("metadata.name={name}")),
+        )
+        .default_backoff()
+        .map(|_| ());
+        let node_images = watcher(
+            Api::<inplace_proto::NodeImage>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .filter_map(|e| std::future::ready(e.ok().map(|_| ())));
+        Some(futures::stream::select_all([
+            pods.boxed(),
+            cloneset.boxed(),
+            node_images.boxed(),
+        ]))
+    } else {
+        None
+    };
+    let mut last: Option<String> = None;
+    loop {
+        let view = read_view(client, ns, name).await?;
+        let text = match output {
+            Some(f) => encode(&view, f)?,
+            None => super::view::table(&view),
+        };
+        if last.as_ref() != Some(&text) {
+            let first = last.is_none();
+            let frame = match output {
+                None => super::view::frame(&text, terminal, first),
+                Some(DataFormat::Yaml) if !first => format!("---\n{text}"),
+                Some(_) => text.clone(),
+            };
+            out.write_all(frame.as_bytes())?;
+            out.flush()?;
+            last = Some(text);
+        }
+        let Some(stream) = changes.as_mut() else {
+            return Ok(());
+        };
+        if stream.next().await.is_none() {
+            return Err(OnlineError::WatchEnded(format!("cloneset {name}")));
+        }
+    }
 }
 
 /// Prints `object` in `format`, or `line` when no format was asked for.

@@ -23,8 +23,12 @@
 //!   webhook refuses such a pod, we do not refuse the update);
 //! - else none.
 //!
+//! A restart with an unchanged spec (`restartContainers`, from `kubectl inplace rollout
+//! restart`) goes in batches like an image change.
+//!
 //! The split is kept in the in-place state: `nextContainerImages`,
-//! `nextContainerRefMetadata`, `nextContainerResources` hold what is left,
+//! `nextContainerRefMetadata`, `nextContainerResources`, `nextContainerRestarts` hold what
+//! is left,
 //! `preCheckBeforeNext.containersRequiredReady` the containers that must be Ready first.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -118,6 +122,8 @@ pub struct Split {
     pub next_ref_metadata:
         BTreeMap<String, k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>,
     pub next_resources: BTreeMap<String, k8s_openapi::api::core::v1::ResourceRequirements>,
+    /// Containers to restart (with an unchanged spec) in a later batch.
+    pub next_restarts: Vec<String>,
 }
 
 impl Split {
@@ -126,6 +132,7 @@ impl Split {
         !self.next_images.is_empty()
             || !self.next_ref_metadata.is_empty()
             || !self.next_resources.is_empty()
+            || !self.next_restarts.is_empty()
     }
 
     /// Writes the batch bookkeeping into `state`: what is left, the containers that must be
@@ -134,6 +141,7 @@ impl Split {
         state.next_container_images = self.next_images.clone();
         state.next_container_ref_metadata = self.next_ref_metadata.clone();
         state.next_container_resources = self.next_resources.clone();
+        state.next_container_restarts = self.next_restarts.clone();
         state.pre_check_before_next = self.has_next().then(|| inplace_proto::PreCheckBeforeNext {
             containers_required_ready: self.containers.clone(),
         });
@@ -146,6 +154,7 @@ pub fn split(spec: &InPlaceUpdateGrace, priorities: &[(String, Option<i64>)]) ->
         spec.container_images.contains_key(name)
             || spec.container_ref_metadata.contains_key(name)
             || spec.container_resources.contains_key(name)
+            || spec.restart_containers.iter().any(|r| r == name)
     };
     let mut now: BTreeSet<String> = BTreeSet::new();
     let mut highest: Option<i64> = None;
@@ -172,6 +181,7 @@ pub fn split(spec: &InPlaceUpdateGrace, priorities: &[(String, Option<i64>)]) ->
         .keys()
         .chain(spec.container_ref_metadata.keys())
         .chain(spec.container_resources.keys())
+        .chain(&spec.restart_containers)
     {
         if !listed.contains(name.as_str()) {
             now.insert(name.clone());
@@ -208,6 +218,13 @@ pub fn split(spec: &InPlaceUpdateGrace, priorities: &[(String, Option<i64>)]) ->
         &mut out.now.container_resources,
         &mut out.next_resources,
     );
+    let (now_restarts, next_restarts) = spec
+        .restart_containers
+        .iter()
+        .cloned()
+        .partition(|name| now.contains(name));
+    out.now.restart_containers = now_restarts;
+    out.next_restarts = next_restarts;
     out.now.update_env_from_metadata = !out.now.container_ref_metadata.is_empty();
     out
 }
@@ -274,10 +291,7 @@ pub enum NextBatch {
 
 /// Judges `state` against the pod's container statuses.
 pub fn next_batch(state: &InPlaceUpdateState, statuses: &[ContainerStatus]) -> NextBatch {
-    let pending = !state.next_container_images.is_empty()
-        || !state.next_container_ref_metadata.is_empty()
-        || !state.next_container_resources.is_empty();
-    if !pending {
+    if !state.has_next_batch() {
         return NextBatch::None;
     }
     let required = state
@@ -351,6 +365,7 @@ pub fn remaining(state: &InPlaceUpdateState) -> InPlaceUpdateGrace {
         container_images: state.next_container_images.clone(),
         container_ref_metadata: state.next_container_ref_metadata.clone(),
         container_resources: state.next_container_resources.clone(),
+        restart_containers: state.next_container_restarts.clone(),
         update_env_from_metadata: !state.next_container_ref_metadata.is_empty(),
         ..InPlaceUpdateGrace::default()
     }

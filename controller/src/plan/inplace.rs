@@ -13,6 +13,12 @@
 //!   [`InPlaceChange::env_from_metadata`]: the kubelet only evaluates such env at container
 //!   start, so the node daemon must restart them (reference gate
 //!   `InPlaceUpdateEnvFromMetadata`, beta and on by default; always on here);
+//! - the annotation `kubectl.kubernetes.io/restartedAt` added, changed or removed (what
+//!   `kubectl inplace rollout restart` writes) → in place, and every container whose image
+//!   does not change and whose env does not read a changed key anyway is listed in
+//!   [`InPlaceChange::restarts`]: the node daemon stops each through CRI and the kubelet
+//!   starts it again with the same spec (not in the reference, which only patches the
+//!   annotation onto the pod and restarts nothing);
 //! - with [`PlanOptions::in_place_vertical_scaling`]: `cpu`/`memory` in
 //!   `spec.containers[N].resources.{requests,limits}` replaced (not added or removed),
 //!   when the pod's QoS class stays the same → in place;
@@ -51,6 +57,9 @@ pub struct InPlaceChange {
     /// downward API, with their new values (the state's `containerRefMetadata`). Not
     /// empty means `updateEnvFromMetadata`: the daemon restarts these containers.
     pub env_from_metadata: BTreeMap<String, ObjectMeta>,
+    /// Containers restarted with an unchanged spec because the template's
+    /// `kubectl.kubernetes.io/restartedAt` changed (the state's `restartContainers`).
+    pub restarts: BTreeSet<String>,
 }
 
 impl InPlaceChange {
@@ -60,6 +69,7 @@ impl InPlaceChange {
             && self.labels.is_empty()
             && self.annotations.is_empty()
             && self.resources.is_empty()
+            && self.restarts.is_empty()
     }
 
     /// One line for events, logs and the plan preview.
@@ -82,6 +92,10 @@ impl InPlaceChange {
         if !self.env_from_metadata.is_empty() {
             let names: Vec<&str> = self.env_from_metadata.keys().map(String::as_str).collect();
             parts.push(format!("env from metadata of {}", names.join(", ")));
+        }
+        if !self.restarts.is_empty() {
+            let names: Vec<&str> = self.restarts.iter().map(String::as_str).collect();
+            parts.push(format!("restart of {}", names.join(", ")));
         }
         if parts.is_empty() {
             "revision label only".to_owned()
@@ -273,7 +287,31 @@ pub fn diff_templates(
         }
     }
     change.env_from_metadata = env_from_metadata(new, &change);
+    change.restarts = restarts(new, &change);
     Ok(change)
+}
+
+/// The containers of template `new` that a change of `kubectl.kubernetes.io/restartedAt`
+/// restarts: all of them, except those that restart anyway (their image changes, or their
+/// env reads a changed key). None when the annotation does not change.
+fn restarts(new: &Map<String, Value>, change: &InPlaceChange) -> BTreeSet<String> {
+    if !change
+        .annotations
+        .contains_key(keys::RESTARTED_AT_ANNOTATION)
+    {
+        return BTreeSet::new();
+    }
+    let spec = object(new.get("spec"));
+    let containers = spec.get("containers").and_then(Value::as_array);
+    containers
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.get("name").and_then(Value::as_str))
+        .filter(|name| {
+            !change.images.contains_key(*name) && !change.env_from_metadata.contains_key(*name)
+        })
+        .map(str::to_owned)
+        .collect()
 }
 
 /// The containers of template `new` whose env reads a label or annotation that `change`

@@ -186,10 +186,7 @@ pub fn in_place_progress(pod: &PodFacts) -> InPlaceProgress {
     let Some(state) = &pod.in_place_state else {
         return InPlaceProgress::NoState;
     };
-    if !state.next_container_images.is_empty()
-        || !state.next_container_ref_metadata.is_empty()
-        || !state.next_container_resources.is_empty()
-    {
+    if state.has_next_batch() {
         return InPlaceProgress::NextBatchPending;
     }
     if state.update_env_from_metadata && pod.in_place_update_ready != Some(true) {

@@ -44,6 +44,10 @@ pub enum Decision {
     /// Stop this container (the kubelet starts it again) because its environment
     /// comes from pod metadata that changed.
     Restart { container: String, id: String },
+    /// Stop this container (the kubelet starts it again with the same spec): the update
+    /// asks for its restart (`restartContainers`, `kubectl inplace rollout restart`) and
+    /// the container recorded before the update still runs.
+    RestartRequested { container: String, id: String },
     /// Every updated container runs what the spec asks: mark the pod ready and record
     /// these container ids (name → id).
     Complete(BTreeMap<String, String>),
@@ -219,9 +223,7 @@ pub fn decide_with_resize(
     {
         return Decision::Wait("grace period: spec not patched yet".into());
     }
-    let later_batches = !state.next_container_images.is_empty()
-        || !state.next_container_resources.is_empty()
-        || !state.next_container_ref_metadata.is_empty();
+    let later_batches = state.has_next_batch();
     let Some(spec) = pod.spec.as_ref() else {
         return Decision::Invalid("pod has no spec".into());
     };
@@ -253,6 +255,12 @@ pub fn decide_with_resize(
             .rsplit_once("://")
             .map_or(before.container_id.as_str(), |(_, id)| id);
         if !old_id.is_empty() && rc.id == old_id {
+            if rc.running && state.restart_containers.iter().any(|r| r == name) {
+                return Decision::RestartRequested {
+                    container: name.clone(),
+                    id: rc.id.clone(),
+                };
+            }
             return Decision::Wait(format!(
                 "{name} not restarted by the kubelet yet (still {old_id})"
             ));
@@ -593,6 +601,48 @@ mod tests {
             ),
             Decision::Complete(BTreeMap::from([("main".into(), "a1".into())]))
         );
+    }
+
+    /// `kubectl inplace rollout restart`: the containers in `restartContainers` keep their
+    /// spec; the daemon stops the recorded container while it runs (the kubelet would never
+    /// restart it), waits while it is stopped, and completes once a new one runs and the
+    /// kubelet reports it. A container not asked for is never stopped.
+    #[test]
+    fn requested_restarts_stop_the_recorded_container_once() {
+        let state = r#"{"revision":"cs-2","updateTimestamp":"2026-01-01T00:00:10Z","lastContainerStatuses":{"main":{"imageID":"reg/app@sha256:new","containerID":"containerd://a0"}},"restartContainers":["main"]}"#;
+        let p = pod(
+            json!({"metadata": {"annotations": {"apps.kruise.io/inplace-update-state": state}}}),
+        );
+        let old = rc("a0", "main", 0, true, T10 - 5, "sha256:new");
+        assert_eq!(
+            decide(&p, std::slice::from_ref(&old), &resolved()),
+            Decision::RestartRequested {
+                container: "main".into(),
+                id: "a0".into()
+            }
+        );
+        let stopped = rc("a0", "main", 0, false, T10 - 5, "sha256:new");
+        assert_eq!(
+            decide(&p, std::slice::from_ref(&stopped), &resolved()),
+            Decision::Wait("main not restarted by the kubelet yet (still a0)".into())
+        );
+        let new = rc("a1", "main", 1, true, T10 + 5, "sha256:new");
+        assert_eq!(
+            decide(&p, &[stopped.clone(), new.clone()], &resolved()),
+            Decision::Complete(BTreeMap::from([("main".into(), "a1".into())]))
+        );
+        // The kubelet still reports the old container: wait for it.
+        let stale = reported(&p, std::slice::from_ref(&old));
+        assert!(matches!(
+            super::decide(&stale, &[stopped, new], &resolved()),
+            Decision::Wait(_)
+        ));
+        // The same state without `restartContainers` (an image change): only wait.
+        let image_state = r#"{"revision":"cs-2","updateTimestamp":"2026-01-01T00:00:10Z","lastContainerStatuses":{"main":{"imageID":"reg/app@sha256:new","containerID":"containerd://a0"}},"updateImages":true}"#;
+        let p = pod(
+            json!({"metadata": {"annotations": {"apps.kruise.io/inplace-update-state": image_state}}}),
+        );
+        assert!(matches!(decide(&p, &[old], &resolved()), Decision::Wait(_)));
     }
 
     /// Env from metadata is judged by the value the running container was started with:

@@ -407,6 +407,25 @@ impl Executor {
                     })
                     .inc();
             }
+            Decision::RestartRequested { container, id } => {
+                let grace = pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.termination_grace_period_seconds)
+                    .and_then(|g| u64::try_from(g).ok())
+                    .unwrap_or(30)
+                    .clamp(2, 30);
+                tracing::info!(pod = %pod_name(pod), container, id, "stopping container so the kubelet restarts it (restart requested)");
+                self.cri
+                    .stop_container(id, Duration::from_secs(grace))
+                    .await?;
+                self.metrics
+                    .restarts
+                    .get_or_create(&ReasonLabel {
+                        reason: "restart".into(),
+                    })
+                    .inc();
+            }
             Decision::Resize {
                 container,
                 id,

@@ -278,3 +278,53 @@ fn an_env_only_batch_waits_for_the_daemons_check_of_the_running_container() {
     let checked = json!({"batch": 1, "containers": {"reader": "containerd://r2"}});
     assert!(env_restarts_awaited(&state(checked), &statuses).is_empty());
 }
+
+/// `kubectl inplace rollout restart` with launch priorities: the restarts go in batches,
+/// the highest priority first, and the state holds the rest as `nextContainerRestarts`.
+#[test]
+fn restarts_go_in_priority_batches() {
+    let priorities = vec![
+        ("sidecar".to_owned(), Some(10)),
+        ("main".to_owned(), Some(1)),
+        ("log".to_owned(), Some(1)),
+    ];
+    let spec = InPlaceUpdateGrace {
+        revision: "cs-2".into(),
+        restart_containers: vec!["log".into(), "main".into(), "sidecar".into()],
+        ..InPlaceUpdateGrace::default()
+    };
+    let first = split(&spec, &priorities);
+    assert_eq!(first.containers, ["sidecar"]);
+    assert_eq!(first.now.restart_containers, ["sidecar"]);
+    assert_eq!(first.next_restarts, ["log", "main"]);
+    assert!(first.has_next());
+    let mut state = InPlaceUpdateState {
+        revision: "cs-2".into(),
+        ..InPlaceUpdateState::default()
+    };
+    first.record_in(&mut state);
+    assert!(state.has_next_batch());
+    assert_eq!(state.next_container_restarts, ["log", "main"]);
+    let ready = ContainerStatus {
+        name: "sidecar".into(),
+        ready: true,
+        started: Some(true),
+        state: Some(k8s_openapi::api::core::v1::ContainerState {
+            running: Some(Default::default()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    assert_eq!(next_batch(&state, &[ready]), NextBatch::Due);
+    let second = split(&remaining(&state), &priorities);
+    assert_eq!(second.containers, ["log", "main"]);
+    assert_eq!(second.now.restart_containers, ["log", "main"]);
+    assert!(!second.has_next());
+    second.record_in(&mut state);
+    assert!(!state.has_next_batch());
+    assert_eq!(next_batch(&state, &[]), NextBatch::None);
+    // Without priorities every restart goes at once.
+    let all = split(&spec, &[]);
+    assert_eq!(all.containers, ["log", "main", "sidecar"]);
+    assert!(!all.has_next());
+}

@@ -392,3 +392,126 @@ fn an_image_only_change_needs_no_env_restart() {
     };
     assert!(change.env_from_metadata.is_empty());
 }
+
+/// `kubectl inplace rollout restart` writes `kubectl.kubernetes.io/restartedAt` into the
+/// template: every container that does not restart anyway is restarted in place, under
+/// both in-place types; with other changes the usual rules hold.
+#[test]
+fn restarted_at_restarts_every_container_in_place_table() {
+    let two = || {
+        template(json!([
+            {"name": "main", "image": "nginx:1"},
+            {"name": "side", "image": "busybox:1", "env": [{"name": "AT",
+                "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['kubectl.kubernetes.io/restartedAt']"}}}]},
+            {"name": "log", "image": "busybox:1"},
+        ]))
+    };
+    let with = |f: &dyn Fn(&mut Value)| {
+        let mut v = Value::Object(two());
+        f(&mut v);
+        v.as_object().unwrap().clone()
+    };
+    let at = |v: &mut Value, t: &str| {
+        v["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"] = json!(t);
+    };
+    let before_restart = with(&|v| at(v, "2026-01-01T00:00:00Z"));
+    type Case<'a> = (
+        &'a str,
+        Map<String, Value>,
+        Map<String, Value>,
+        CloneSetUpdateStrategyType,
+        Result<(&'a [&'a str], &'a [&'a str]), &'a str>,
+    );
+    // (case, old, new, type, Ok((restarts, env restarts)) or Err(recreate reason part))
+    let cases: Vec<Case> = vec![
+        (
+            "added",
+            two(),
+            with(&|v| at(v, "2026-01-02T00:00:00Z")),
+            InPlaceIfPossible,
+            Ok((&["log", "main"], &["side"])),
+        ),
+        (
+            "changed, InPlaceOnly",
+            before_restart.clone(),
+            with(&|v| at(v, "2026-01-02T00:00:00Z")),
+            InPlaceOnly,
+            Ok((&["log", "main"], &["side"])),
+        ),
+        (
+            "removed (undo to a revision without it)",
+            before_restart.clone(),
+            two(),
+            InPlaceIfPossible,
+            Ok((&["log", "main"], &["side"])),
+        ),
+        (
+            "with an image change: that container restarts through the kubelet",
+            two(),
+            with(&|v| {
+                at(v, "2026-01-02T00:00:00Z");
+                v["spec"]["containers"][0]["image"] = json!("nginx:2");
+            }),
+            InPlaceIfPossible,
+            Ok((&["log"], &["side"])),
+        ),
+        (
+            "another annotation only: no restart",
+            two(),
+            with(&|v| v["metadata"]["annotations"]["note"] = json!("b")),
+            InPlaceIfPossible,
+            Ok((&[], &[])),
+        ),
+        (
+            "with an env change: recreate as ever",
+            two(),
+            with(&|v| {
+                at(v, "2026-01-02T00:00:00Z");
+                v["spec"]["containers"][0]["env"] = json!([{"name": "X", "value": "1"}]);
+            }),
+            InPlaceIfPossible,
+            Err("spec.containers[main].env changed"),
+        ),
+        (
+            "ReCreate recreates",
+            two(),
+            with(&|v| at(v, "2026-01-02T00:00:00Z")),
+            ReCreate,
+            Err("update type is ReCreate"),
+        ),
+    ];
+    for (case, old, new, ty, want) in cases {
+        let got = decide(ty, Some(&old), &new, None, None, &PlanOptions::default());
+        match (got, want) {
+            (InPlaceDecision::InPlace(change), Ok((restarts, env))) => {
+                let restarts: BTreeSet<String> = restarts.iter().map(|s| s.to_string()).collect();
+                assert_eq!(change.restarts, restarts, "{case}");
+                let env_names: Vec<&str> = change
+                    .env_from_metadata
+                    .keys()
+                    .map(String::as_str)
+                    .collect();
+                assert_eq!(env_names, env, "{case}");
+                assert!(!change.is_empty(), "{case}");
+            }
+            (InPlaceDecision::Recreate { reason }, Err(part)) => {
+                assert!(reason.contains(part), "{case}: {reason}");
+            }
+            (got, want) => panic!("{case}: got {got:?}, want {want:?}"),
+        }
+    }
+    let InPlaceDecision::InPlace(change) = decide(
+        InPlaceIfPossible,
+        Some(&two()),
+        &with(&|v| at(v, "2026-01-02T00:00:00Z")),
+        None,
+        None,
+        &PlanOptions::default(),
+    ) else {
+        panic!("expected in place");
+    };
+    assert_eq!(
+        change.describe(),
+        "annotations kubectl.kubernetes.io/restartedAt; env from metadata of side; restart of log, main"
+    );
+}
