@@ -109,10 +109,16 @@ pub fn key_of(cs: &CloneSet) -> String {
     format!("{}/{}", cs.namespace().unwrap_or_default(), cs.name_any())
 }
 
+/// The span of one reconcile: every line logged in it names the CloneSet
+/// (`cloneset=namespace/name`; a field of the `span` object in JSON logs).
+pub fn reconcile_span(namespace: &str, name: &str) -> tracing::Span {
+    info_span!("reconcile", cloneset = %format_args!("{namespace}/{name}"))
+}
+
 /// Runs one reconcile of `cs`.
 pub async fn reconcile(cs: Arc<CloneSet>, ctx: Arc<Context>) -> Result<Action, Error> {
     let key = key_of(&cs);
-    let span = info_span!("reconcile", cloneset = %key);
+    let span = reconcile_span(&cs.namespace().unwrap_or_default(), &cs.name_any());
     let started = Instant::now();
     let result = reconcile_inner(&cs, &ctx, &key).instrument(span).await;
     crate::metrics::observe(&ctx.metrics, started.elapsed());

@@ -7,6 +7,7 @@ pub mod crr;
 pub mod events;
 pub mod inplace;
 pub mod kube_io;
+pub mod logging;
 pub mod metrics;
 pub mod puller;
 pub mod resize;

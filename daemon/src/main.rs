@@ -11,6 +11,7 @@ use inplace_daemon::api::{ContainerRecreateRequest, NodeImage};
 use inplace_daemon::cri::{self, CriClient};
 use inplace_daemon::inplace::{self, Executor};
 use inplace_daemon::kube_io::{self, Health, RateLimiter};
+use inplace_daemon::logging::{self, LogFormat};
 use inplace_daemon::metrics::Metrics;
 use inplace_daemon::puller::{Puller, PullerConfig};
 use inplace_daemon::{crr, events, server};
@@ -56,17 +57,16 @@ struct Args {
     /// see daemon/README.md for the caveats). Off: resizes are only verified.
     #[arg(long)]
     apply_resize_via_cri: bool,
+    /// Log lines as `text` or as `json` (one object per line, with the span naming the pod,
+    /// ContainerRecreateRequest or image worked on); the level comes from RUST_LOG.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "INPLACE_LOG_FORMAT")]
+    log_format: LogFormat,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
     let args = Args::parse();
+    logging::init(args.log_format, "info")?;
     let socket = cri::resolve_endpoint(
         args.cri_endpoint.as_deref(),
         &cri::DEFAULT_SOCKET_DIRS,

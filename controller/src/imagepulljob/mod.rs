@@ -160,7 +160,18 @@ where
     info!("ImagePullJob controller started");
     controller
         .graceful_shutdown_on(stop)
-        .run(reconcile, error_policy, ctx)
+        .run(
+            |job, ctx| {
+                // every line of a reconcile names its object
+                let span = tracing::info_span!(
+                    "reconcile",
+                    imagepulljob = %format_args!("{}/{}", job.namespace().unwrap_or_default(), job.name_any())
+                );
+                tracing::Instrument::instrument(reconcile(job, ctx), span)
+            },
+            error_policy,
+            ctx,
+        )
         .for_each(|r| async move {
             if let Err(e) = r {
                 tracing::debug!(error = %e, "imagepulljob reconcile");

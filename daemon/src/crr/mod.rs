@@ -120,7 +120,14 @@ impl CrrHandler {
                 let Some(active) = list.iter().find(|c| !c.is_completed()) else {
                     continue;
                 };
-                if let Err(e) = self.sync(&ns, &pod, active).await {
+                let span = crate::logging::crr_span(
+                    &ns,
+                    active.metadata.name.as_deref().unwrap_or_default(),
+                    &pod,
+                );
+                if let Err(e) =
+                    tracing::Instrument::instrument(self.sync(&ns, &pod, active), span).await
+                {
                     tracing::warn!(crr = ?active.metadata.name, error = %e, "CRR sync failed");
                 }
             }

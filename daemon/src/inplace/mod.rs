@@ -226,7 +226,11 @@ impl Executor {
                 }) {
                     continue;
                 }
-                match self.sync_pod(&pod).await {
+                let span = crate::logging::pod_span(
+                    pod.metadata.namespace.as_deref().unwrap_or_default(),
+                    pod.metadata.name.as_deref().unwrap_or_default(),
+                );
+                match tracing::Instrument::instrument(self.sync_pod(&pod), span).await {
                     Ok(_) => {
                         self.retry_after.remove(&uid);
                     }

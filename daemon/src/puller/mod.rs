@@ -227,13 +227,17 @@ impl Puller {
             self.live.insert(start.key.clone(), initial.clone());
             let key = start.key.clone();
             let version = start.version;
-            let h = tokio::spawn(pull_task(
-                self.shared.clone(),
-                start,
-                initial,
-                pull_secrets,
-                sandbox,
-                self.events_tx.clone(),
+            let span = crate::logging::pull_span(&key.to_string());
+            let h = tokio::spawn(tracing::Instrument::instrument(
+                pull_task(
+                    self.shared.clone(),
+                    start,
+                    initial,
+                    pull_secrets,
+                    sandbox,
+                    self.events_tx.clone(),
+                ),
+                span,
             ));
             self.running.insert(key, (version, h.abort_handle()));
         }
