@@ -341,8 +341,8 @@ const CONTROLLER_USES: &[(&str, &str, &[&str])] = &[
 /// pull secrets in the NodeImage's namespaces), inplace/mod.rs (watcher on Pods with a
 /// nodeName field selector; the state annotation and the condition both through
 /// `pods/status`, so never `pods: patch`, which would let a node change any pod's spec),
-/// crr/mod.rs (watcher on CRRs by label; CRR status merge patch). It records
-/// no Kubernetes events.
+/// crr/mod.rs (watcher on CRRs by label; CRR status merge patch), recorder.rs (kube
+/// Recorder: events.k8s.io Events created, and patched when repeated).
 const DAEMON_USES: &[(&str, &str, &[&str])] = &[
     ("apps.kruise.io", "nodeimages", &["list", "watch"]),
     ("apps.kruise.io", "nodeimages/status", &["patch"]),
@@ -359,6 +359,7 @@ const DAEMON_USES: &[(&str, &str, &[&str])] = &[
     ("", "pods", &["list", "watch"]),
     ("", "pods/status", &["patch"]),
     ("", "secrets", &["get"]),
+    ("events.k8s.io", "events", &["create", "patch"]),
 ];
 
 /// (apiGroup, resource) → verbs granted by the rules of `role`.

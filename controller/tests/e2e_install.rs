@@ -342,6 +342,25 @@ async fn installed_service_accounts_have_least_privilege() -> TestResult {
             Some("default"),
             true,
         ),
+        // Events on the pods it restarts (kube's Recorder creates them, patches repeats).
+        (
+            "inplace-daemon",
+            "create events.events.k8s.io",
+            Some("default"),
+            true,
+        ),
+        (
+            "inplace-daemon",
+            "patch events.events.k8s.io",
+            Some("default"),
+            true,
+        ),
+        (
+            "inplace-daemon",
+            "delete events.events.k8s.io",
+            Some("default"),
+            false,
+        ),
         // ...and nothing that changes what a pod runs or reaches into one.
         ("inplace-daemon", "patch pods", Some("default"), false),
         ("inplace-daemon", "update pods", Some("default"), false),
@@ -480,6 +499,44 @@ async fn installed_service_accounts_have_least_privilege() -> TestResult {
             .as_str()
             .is_some_and(|id| id.starts_with("containerd://")),
         "the daemon's ids written through pods/status: {state}"
+    );
+    // The daemon recorded its restart as an Event on the pod (published in the background,
+    // so waited for).
+    let mut seen = Vec::new();
+    let found = wait_for(
+        "the daemon's ContainerRestarted event on the pod",
+        Duration::from_secs(30),
+        || {
+            let events = ns.events()?;
+            seen = events
+                .iter()
+                .map(|e| {
+                    format!(
+                        "{} {} {} by {}: {}",
+                        e["type"],
+                        e["reason"],
+                        e["involvedObject"]["name"],
+                        e["reportingComponent"],
+                        e["message"]
+                    )
+                })
+                .collect();
+            Ok(events.iter().any(|e| {
+                e["involvedObject"]["kind"] == "Pod"
+                    && e["involvedObject"]["name"] == pod.as_str()
+                    && e["involvedObject"]["uid"] == uid_before.as_str()
+                    && e["reason"] == "ContainerRestarted"
+                    && e["type"] == "Normal"
+                    && e["reportingComponent"] == "inplace-daemon"
+                    && e["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains("container app"))
+            }))
+        },
+    );
+    assert!(
+        found.is_ok(),
+        "{found:?}; events in the namespace: {seen:#?}"
     );
     Ok(())
 }

@@ -10,6 +10,7 @@ pub mod kube_io;
 pub mod logging;
 pub mod metrics;
 pub mod puller;
+pub mod recorder;
 pub mod resize;
 pub mod server;
 pub mod testkit;

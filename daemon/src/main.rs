@@ -14,6 +14,7 @@ use inplace_daemon::kube_io::{self, Health, RateLimiter};
 use inplace_daemon::logging::{self, LogFormat};
 use inplace_daemon::metrics::Metrics;
 use inplace_daemon::puller::{Puller, PullerConfig};
+use inplace_daemon::recorder::EventRecorder;
 use inplace_daemon::{crr, events, server};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
@@ -92,6 +93,8 @@ async fn main() -> anyhow::Result<()> {
     let health = Arc::new(Health::default());
     let poll = Duration::from_millis(args.poll_interval_ms.max(50));
     let node = args.node_name.clone();
+    // Kubernetes Events: restarts and CRR outcomes on the pod, failed pulls on the NodeImage.
+    let recorder = EventRecorder::start(client.clone(), &node);
 
     // runtime liveness for /healthz
     {
@@ -123,6 +126,7 @@ async fn main() -> anyhow::Result<()> {
         kube_io::secret_fetcher(client.clone()),
         metrics.clone(),
     );
+    let puller = puller.with_events(recorder.clone(), &node);
     tokio::spawn(kube_io::watch_node_image(
         ni_api.clone(),
         node.clone(),
@@ -159,6 +163,7 @@ async fn main() -> anyhow::Result<()> {
         poll,
     );
     executor.apply_resize = args.apply_resize_via_cri;
+    executor.recorder = recorder.clone();
     tokio::spawn(executor.run());
 
     // container recreate requests
@@ -181,6 +186,7 @@ async fn main() -> anyhow::Result<()> {
             metrics.clone(),
             poll,
         )
+        .with_events(recorder.clone())
         .run(),
     );
 

@@ -70,6 +70,8 @@ pub struct CrrHandler {
     /// While the watch cache still shows the object as it was before that write, the
     /// written status is the base (else a kill already done would be forgotten).
     written: HashMap<String, (String, ContainerRecreateRequestStatus)>,
+    /// Kubernetes Events of the requests' outcomes, on their pods.
+    recorder: crate::recorder::EventRecorder,
 }
 
 impl CrrHandler {
@@ -91,7 +93,14 @@ impl CrrHandler {
             metrics,
             poll,
             written: HashMap::new(),
+            recorder: crate::recorder::EventRecorder::disabled(),
         }
+    }
+
+    /// Records an event on the pod when a request completes.
+    pub fn with_events(mut self, recorder: crate::recorder::EventRecorder) -> Self {
+        self.recorder = recorder;
+        self
     }
 
     pub async fn run(mut self) {
@@ -238,6 +247,11 @@ impl CrrHandler {
             let patch = serde_json::json!({ "status": step.status });
             api.patch_status(&name, &patch_params(), &Patch::Merge(&patch))
                 .await?;
+            if let Some(note) = pod.as_deref().and_then(|p| {
+                crate::recorder::crr_outcome_note(crr, p, crr.status.as_ref(), &step.status)
+            }) {
+                self.recorder.record(note);
+            }
             self.written.insert(
                 crr_uid,
                 (

@@ -123,6 +123,8 @@ pub struct Executor {
     pub poll: Duration,
     /// `--apply-resize-via-cri`.
     pub apply_resize: bool,
+    /// Kubernetes Events of the restarts it makes, on the pod.
+    pub recorder: crate::recorder::EventRecorder,
     last: HashMap<String, Decision>,
     /// uid → (revision, when) of completions written: the watch cache may show the pod
     /// with the condition still False for a moment (or the kubelet's status writes may
@@ -186,6 +188,7 @@ impl Executor {
             runtime_name,
             poll,
             apply_resize: false,
+            recorder: crate::recorder::EventRecorder::disabled(),
             last: HashMap::new(),
             completed: Default::default(),
             restarts: HashMap::new(),
@@ -404,6 +407,8 @@ impl Executor {
                 self.cri
                     .stop_container(id, Duration::from_secs(grace))
                     .await?;
+                self.recorder
+                    .record(crate::recorder::restart_note(pod, container, id, &revision));
                 self.metrics
                     .restarts
                     .get_or_create(&ReasonLabel {

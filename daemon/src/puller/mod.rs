@@ -88,6 +88,9 @@ pub struct Puller {
     events_tx: mpsc::UnboundedSender<TagEvent>,
     events_rx: mpsc::UnboundedReceiver<TagEvent>,
     status_tx: watch::Sender<NodeImageStatus>,
+    /// Kubernetes Events of failed pulls, on the NodeImage of `node`.
+    recorder: crate::recorder::EventRecorder,
+    node: String,
 }
 
 impl std::fmt::Debug for Puller {
@@ -128,9 +131,18 @@ impl Puller {
                 events_tx,
                 events_rx,
                 status_tx,
+                recorder: crate::recorder::EventRecorder::disabled(),
+                node: String::new(),
             },
             status_rx,
         )
+    }
+
+    /// Records a Warning event on `node`'s NodeImage for every pull that fails.
+    pub fn with_events(mut self, recorder: crate::recorder::EventRecorder, node: &str) -> Self {
+        self.recorder = recorder;
+        self.node = node.to_owned();
+        self
     }
 
     /// Follows `snapshots` (None = the NodeImage does not exist) until the sender drops.
@@ -169,6 +181,13 @@ impl Puller {
         }
         if ev.status.phase.is_finished() {
             self.running.remove(&ev.key);
+            if ev.status.phase == TagPhase::Failed {
+                self.recorder.record(crate::recorder::pull_failed_note(
+                    &self.node,
+                    &ev.key.to_string(),
+                    &ev.status.message,
+                ));
+            }
         }
         self.live.insert(ev.key, ev.status);
     }
