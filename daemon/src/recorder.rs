@@ -266,6 +266,13 @@ mod tests {
         assert!(n.message.contains("rev-2"), "{}", n.message);
     }
 
+    /// (status before, status after, the event: (warning, reason, parts of the message)).
+    type Case<'a> = (
+        Option<&'a ContainerRecreateRequestStatus>,
+        &'a ContainerRecreateRequestStatus,
+        Option<(bool, &'static str, Vec<&'static str>)>,
+    );
+
     #[test]
     fn crr_outcomes_table() {
         use CrrPhase::*;
@@ -289,11 +296,7 @@ mod tests {
             "recreating has exceeded the activeDeadlineSeconds",
         );
         let recreating = status(Recreating, &[("app", Recreating, "")], "");
-        let cases: Vec<(
-            Option<&ContainerRecreateRequestStatus>,
-            &ContainerRecreateRequestStatus,
-            Option<(bool, &str, Vec<&str>)>,
-        )> = vec![
+        let cases: Vec<Case> = vec![
             (
                 Some(&recreating),
                 &ok,
