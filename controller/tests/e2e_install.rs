@@ -237,6 +237,15 @@ async fn installed_components_are_ready_and_serve() -> TestResult {
         let (code, metrics) = http_get(&format!("{ip}:8080"), "/metrics")?;
         assert_eq!(code, 200);
         assert!(metrics.contains("inplace_leader "), "{metrics}");
+        // deploy/images/build compiled the source revision in.
+        let head = std::process::Command::new("git")
+            .args(["-C", env!("CARGO_MANIFEST_DIR"), "rev-parse", "HEAD"])
+            .output()?;
+        let head = String::from_utf8_lossy(&head.stdout).trim().to_owned();
+        assert!(
+            metrics.contains(&format!("revision=\"{head}\"}} 1")),
+            "inplace_build_info of {head} in {metrics}"
+        );
     }
     eprintln!("controller replicas: {roles:?}");
     assert_eq!(
