@@ -383,6 +383,11 @@ async fn installed_service_accounts_have_least_privilege() -> TestResult {
             false,
         ),
         ("inplace-daemon", "list secrets", Some("default"), false),
+        // Secrets: the daemon reads only the pull-secret copies in inplace-system, by name.
+        ("inplace-daemon", "get secrets", Some("default"), false),
+        ("inplace-daemon", "get secrets", Some(SYSTEM_NS), true),
+        ("inplace-daemon", "list secrets", Some(SYSTEM_NS), false),
+        ("inplace-daemon", "create secrets", Some(SYSTEM_NS), false),
         ("inplace-daemon", "patch nodes", None, false),
         (
             "inplace-daemon",
@@ -435,7 +440,53 @@ async fn installed_service_accounts_have_least_privilege() -> TestResult {
             Some("default"),
             false,
         ),
-        ("inplace-controller", "get secrets", Some("default"), false),
+        // Secrets: the pull secrets ImagePullJobs name, by name only (it cannot list
+        // them); their copies are written in inplace-system only.
+        ("inplace-controller", "get secrets", Some("default"), true),
+        ("inplace-controller", "list secrets", Some("default"), false),
+        (
+            "inplace-controller",
+            "watch secrets",
+            Some("default"),
+            false,
+        ),
+        (
+            "inplace-controller",
+            "create secrets",
+            Some("default"),
+            false,
+        ),
+        (
+            "inplace-controller",
+            "update secrets",
+            Some("default"),
+            false,
+        ),
+        (
+            "inplace-controller",
+            "delete secrets",
+            Some("default"),
+            false,
+        ),
+        ("inplace-controller", "list secrets", Some(SYSTEM_NS), true),
+        (
+            "inplace-controller",
+            "create secrets",
+            Some(SYSTEM_NS),
+            true,
+        ),
+        (
+            "inplace-controller",
+            "update secrets",
+            Some(SYSTEM_NS),
+            true,
+        ),
+        (
+            "inplace-controller",
+            "delete secrets",
+            Some(SYSTEM_NS),
+            true,
+        ),
         ("inplace-controller", "patch nodes", None, false),
         ("inplace-controller", "delete nodes", None, false),
         (
@@ -547,6 +598,123 @@ async fn installed_service_accounts_have_least_privilege() -> TestResult {
         found.is_ok(),
         "{found:?}; events in the namespace: {seen:#?}"
     );
+    Ok(())
+}
+
+/// An ImagePullJob in a user namespace names a pull secret of its namespace: the installed
+/// controller mirrors it into inplace-system (same type and data, the source's uid, key and
+/// the job as references), the NodeImage names the copy and not the original, the daemon
+/// (which may read Secrets only in inplace-system) reads the copy and pulls the image from
+/// the bed's registry, and deleting the job deletes the copy. The bed's registry has no
+/// authentication, so the pull itself does not prove the credentials; the daemon's log
+/// line for the copy does.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the test bed with the product installed (tests/testbed/up --install)"]
+async fn installed_imagepulljob_pull_secret_is_mirrored_for_the_daemon() -> TestResult {
+    let _guard = lock().await;
+    wait_installed()?;
+    let ns = Namespace::create("inst-pullsecret")?;
+    let repo = format!(
+        "{}/inplace-test/app",
+        std::env::var("INPLACE_REGISTRY").unwrap_or_else(|_| "127.0.0.1:5000".into())
+    );
+    let tag = format!("secret-{:08x}", rand::random::<u32>());
+    copy_image(&format!("{repo}:v3"), &format!("{repo}:{tag}"))?;
+    ns.kubectl(&[
+        "create",
+        "secret",
+        "docker-registry",
+        "regcred",
+        "--docker-server=127.0.0.1:5000",
+        "--docker-username=puller",
+        "--docker-password=not-checked-by-the-bed-registry",
+    ])?;
+    let source = ns.json(&["get", "secret", "regcred", "-o", "json"])?;
+    let copy = format!("{}.regcred", ns.name);
+    ns.apply(&format!(
+        r#"apiVersion: apps.kruise.io/v1alpha1
+kind: ImagePullJob
+metadata:
+  name: warm
+spec:
+  image: {repo}:{tag}
+  pullSecrets: [regcred]
+  selector:
+    names: [{NODE}]
+  pullPolicy:
+    timeoutSeconds: 60
+    backoffLimit: 0
+  completionPolicy:
+    type: Always
+"#
+    ))?;
+
+    // The copy, in inplace-system.
+    let mut mirrored = Value::Null;
+    wait_for("the pull secret's copy in inplace-system", ROLLOUT, || {
+        mirrored = sys_json(&["get", "secret", &copy, "-o", "json"]).unwrap_or(Value::Null);
+        Ok(mirrored["metadata"]["name"] == copy.as_str())
+    })?;
+    assert_eq!(mirrored["type"], "kubernetes.io/dockerconfigjson");
+    assert_eq!(mirrored["data"], source["data"], "the same content");
+    let meta = &mirrored["metadata"];
+    assert_eq!(
+        meta["labels"]["imagepulljobs.kruise.io/source-uid"],
+        source["metadata"]["uid"]
+    );
+    assert_eq!(
+        meta["annotations"]["imagepulljobs.kruise.io/source-key"],
+        format!("{}/regcred", ns.name)
+    );
+    assert_eq!(
+        meta["annotations"]["imagepulljobs.kruise.io/references"],
+        format!("{}/warm", ns.name)
+    );
+
+    // The NodeImage names the copy, never the user's Secret.
+    let ni = kubectl_json(&["get", "nodeimage", NODE, "-o", "json"])?;
+    let refs = &ni["spec"]["images"][&repo]["pullSecrets"];
+    assert!(
+        refs.as_array().is_some_and(|r| r
+            .iter()
+            .any(|r| r["namespace"] == SYSTEM_NS && r["name"] == copy.as_str())),
+        "{refs}"
+    );
+    assert!(
+        refs.as_array()
+            .is_some_and(|r| r.iter().all(|r| r["namespace"] != ns.name.as_str())),
+        "{refs}"
+    );
+
+    // The daemon pulls, reading the copy from inplace-system.
+    let mut status = Value::Null;
+    wait_for("the ImagePullJob to complete", ROLLOUT, || {
+        status = ns.json(&["get", "imagepulljob", "warm", "-o", "json"])?["status"].clone();
+        Ok(status["completionTime"].is_string())
+    })?;
+    assert_eq!(status["succeeded"], 1, "{status}");
+    let daemon = component_pods("daemon")?
+        .into_iter()
+        .find(|p| p["spec"]["nodeName"] == NODE)
+        .ok_or("no daemon on the node")?;
+    let log = strip_ansi(&sys(&[
+        "logs",
+        daemon["metadata"]["name"].as_str().unwrap_or_default(),
+    ])?);
+    let read = format!("{SYSTEM_NS}/{copy}");
+    assert!(
+        log.lines()
+            .any(|l| l.contains("pull secret read") && l.contains(&read)),
+        "no 'pull secret read' of {read} in the daemon's log"
+    );
+
+    // Deleting the job deletes the copy.
+    ns.kubectl(&["delete", "imagepulljob", "warm"])?;
+    wait_for("the copy deleted with its last job", ROLLOUT, || {
+        Ok(sys(&["get", "secrets", "-o", "name"])?
+            .lines()
+            .all(|l| l.trim() != format!("secret/{copy}")))
+    })?;
     Ok(())
 }
 

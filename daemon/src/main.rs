@@ -58,6 +58,10 @@ struct Args {
     /// see daemon/README.md for the caveats). Off: resizes are only verified.
     #[arg(long)]
     apply_resize_via_cri: bool,
+    /// The only namespace whose Secrets (pull secrets, mirrored there by the controller)
+    /// are read; the DaemonSet sets it to its own namespace. Unset: any namespace.
+    #[arg(long, env = "POD_NAMESPACE")]
+    secrets_namespace: Option<String>,
     /// Log lines as `text` or as `json` (one object per line, with the span naming the pod,
     /// ContainerRecreateRequest or image worked on); the level comes from RUST_LOG.
     #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "INPLACE_LOG_FORMAT")]
@@ -123,7 +127,7 @@ async fn main() -> anyhow::Result<()> {
         PullerConfig {
             max_concurrent: args.max_concurrent_pulls,
         },
-        kube_io::secret_fetcher(client.clone()),
+        kube_io::secret_fetcher(client.clone(), args.secrets_namespace.clone()),
         metrics.clone(),
     );
     let puller = puller.with_events(recorder.clone(), &node);

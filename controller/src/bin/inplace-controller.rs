@@ -85,6 +85,11 @@ struct Args {
     /// TTL) next to the CloneSet one.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "INPLACE_CRR_CONTROLLER")]
     crr_controller: bool,
+    /// Namespace the pull secrets of ImagePullJobs are mirrored into, the only one whose
+    /// Secrets the daemon reads (default: $POD_NAMESPACE; neither: NodeImages name the
+    /// jobs' own Secrets).
+    #[arg(long, env = "INPLACE_SECRETS_NAMESPACE")]
+    secrets_namespace: Option<String>,
     /// Log lines as `text` or as `json` (one object per line, with the span naming the
     /// object being reconciled); the level comes from RUST_LOG.
     #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "INPLACE_LOG_FORMAT")]
@@ -355,6 +360,10 @@ async fn run_controller() -> anyhow::Result<()> {
                 namespace: args.namespace.clone(),
             },
             args.imagepulljob_workers.max(1),
+            args.secrets_namespace
+                .clone()
+                .or_else(|| std::env::var("POD_NAMESPACE").ok())
+                .filter(|ns| !ns.is_empty()),
             stop.clone(),
         ))
     });

@@ -313,7 +313,10 @@ async fn resolve_auth(
         let name = format!("{}/{}", s.namespace, s.name);
         match (shared.secrets)(s.namespace.clone(), s.name.clone()).await {
             Ok(Some(data)) => match auth::credentials_for(reference, &name, &data) {
-                Ok(c) => creds.extend(c),
+                Ok(c) => {
+                    tracing::info!(secret = %name, credentials = c.len(), "pull secret read");
+                    creds.extend(c);
+                }
                 Err(e) => notes.push(e.to_string()),
             },
             Ok(None) => notes.push(format!("pull secret {name} not found")),
