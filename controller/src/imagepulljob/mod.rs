@@ -268,7 +268,16 @@ async fn reconcile(job: Arc<ImagePullJob>, ctx: Arc<Ctx>) -> Result<Action, Erro
     let nis: Api<NodeImage> = Api::all(ctx.client.clone());
     let mut writes = p.writes;
     if let Some(mirror) = &ctx.secrets_namespace {
-        // The daemon reads Secrets in the mirror namespace only: name the copies.
+        // The daemon reads Secrets in the mirror namespace only: name the copies, once
+        // they exist (the mirror task makes them within seconds).
+        if !writes.is_empty()
+            && !secrets::copies_ready(&ctx.client, &job, mirror)
+                .await
+                .map_err(kube_err(format!("reading the pull secrets of {ns}/{name}")))?
+        {
+            info!(job = %format!("{ns}/{name}"), "waiting for the pull secrets' copies in {mirror}");
+            return Ok(Action::requeue(Duration::from_secs(1)));
+        }
         for w in &mut writes {
             w.spec.pull_secrets = secrets::mirror_references(&w.spec.pull_secrets, mirror);
         }

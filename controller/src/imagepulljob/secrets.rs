@@ -214,6 +214,32 @@ pub fn steps(
     out
 }
 
+/// Whether the daemon can find every pull secret `job` names: its copy exists in
+/// `mirror_namespace`, or its source does not exist (then there is nothing to wait for;
+/// the pull goes without it and reports the missing Secret). A NodeImage written before
+/// the copy exists would have the daemon pull without the credentials.
+pub async fn copies_ready(
+    client: &Client,
+    job: &ImagePullJob,
+    mirror_namespace: &str,
+) -> Result<bool, kube::Error> {
+    let ns = job.namespace().unwrap_or_default();
+    if ns == mirror_namespace {
+        return Ok(true);
+    }
+    let copies: Api<Secret> = Api::namespaced(client.clone(), mirror_namespace);
+    let sources: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    for name in job.spec.pull_secrets.iter().filter(|s| !s.is_empty()) {
+        if copies.get_opt(&copy_name(&ns, name)).await?.is_some() {
+            continue;
+        }
+        if sources.get_opt(name).await?.is_some() {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 /// Keeps the copies of the pull secrets of `jobs` in `mirror_namespace` until `stop`.
 pub async fn run(
     client: Client,
