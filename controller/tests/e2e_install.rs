@@ -671,15 +671,17 @@ spec:
         format!("{}/warm", ns.name)
     );
 
-    // The NodeImage names the copy, never the user's Secret.
-    let ni = kubectl_json(&["get", "nodeimage", NODE, "-o", "json"])?;
-    let refs = &ni["spec"]["images"][&repo]["pullSecrets"];
-    assert!(
-        refs.as_array().is_some_and(|r| r
-            .iter()
-            .any(|r| r["namespace"] == SYSTEM_NS && r["name"] == copy.as_str())),
-        "{refs}"
-    );
+    // The NodeImage names the copy (written once the copy exists), never the user's Secret.
+    let mut refs = Value::Null;
+    wait_for("the NodeImage to name the copy", ROLLOUT, || {
+        let ni = kubectl_json(&["get", "nodeimage", NODE, "-o", "json"])?;
+        refs = ni["spec"]["images"][&repo]["pullSecrets"].clone();
+        Ok(refs.as_array().is_some_and(|r| {
+            r.iter()
+                .any(|r| r["namespace"] == SYSTEM_NS && r["name"] == copy.as_str())
+        }))
+    })
+    .map_err(|e| format!("{e}: {refs}"))?;
     assert!(
         refs.as_array()
             .is_some_and(|r| r.iter().all(|r| r["namespace"] != ns.name.as_str())),
