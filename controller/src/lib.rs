@@ -22,6 +22,7 @@ pub mod feature_gates;
 pub mod fence;
 pub mod imagepulljob;
 pub mod leader;
+pub mod logging;
 pub mod metrics;
 pub mod pod_events;
 pub mod predownload;

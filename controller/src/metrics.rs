@@ -97,6 +97,16 @@ pub fn parse_vm_rss(text: &str) -> Option<u64> {
     }
 }
 
+/// The `revision` label of `inplace_build_info`: the git revision the build was given
+/// (`INPLACE_GIT_REVISION` at compile time, set by `deploy/images/build` and the
+/// Containerfile), or `unknown`.
+pub fn build_revision(given: Option<&'static str>) -> &'static str {
+    match given.map(str::trim) {
+        Some(r) if !r.is_empty() => r,
+        _ => "unknown",
+    }
+}
+
 /// Every metric the controller exports.
 #[derive(Debug)]
 pub struct Metrics {
@@ -121,6 +131,12 @@ pub struct Metrics {
     pub process_cpu_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
     pub process_resident_memory_bytes: Gauge,
     pub process_start_time_seconds: Gauge,
+    /// CloneSets waiting for a reconcile (see [`Metrics::queue_add`]).
+    pub workqueue_depth: Gauge,
+    /// From a CloneSet's first trigger to the start of its reconcile.
+    pub workqueue_queue_duration: Histogram,
+    /// `namespace/name` → when its oldest unanswered trigger came.
+    waiting: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
     registry: Registry,
 }
 
@@ -155,12 +171,12 @@ impl Metrics {
         let process_cpu_seconds = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
         let process_resident_memory_bytes = Gauge::default();
         let process_start_time_seconds = Gauge::default();
+        let workqueue_depth = Gauge::default();
+        let workqueue_queue_duration = Histogram::new(exponential_buckets(0.001, 2.0, 16));
         build_info
             .get_or_create(&BuildInfoLabels {
                 version: env!("CARGO_PKG_VERSION").to_owned(),
-                revision: option_env!("INPLACE_GIT_REVISION")
-                    .unwrap_or("unknown")
-                    .to_owned(),
+                revision: build_revision(option_env!("INPLACE_GIT_REVISION")).to_owned(),
             })
             .set(1);
         registry.register(
@@ -192,6 +208,16 @@ impl Metrics {
             "process_start_time_seconds",
             "Start time of the process, seconds since the Unix epoch",
             process_start_time_seconds.clone(),
+        );
+        registry.register(
+            "workqueue_depth",
+            "CloneSets triggered (by a change of the CloneSet or of a pod it owns) whose reconcile has not started yet",
+            workqueue_depth.clone(),
+        );
+        registry.register(
+            "workqueue_queue_duration_seconds",
+            "Time a triggered CloneSet waited until its reconcile started",
+            workqueue_queue_duration.clone(),
         );
         registry.register("reconciles", "CloneSet reconciles run", reconciles.clone());
         registry.register(
@@ -278,8 +304,50 @@ impl Metrics {
             process_cpu_seconds,
             process_resident_memory_bytes,
             process_start_time_seconds,
+            workqueue_depth,
+            workqueue_queue_duration,
+            waiting: std::sync::Mutex::default(),
             registry,
         }
+    }
+
+    fn waiting(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, std::time::Instant>> {
+        self.waiting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The CloneSet `key` was triggered at `at` (client-go's workqueue `Add`): it counts
+    /// in the depth until its reconcile starts; a second trigger before that is the same
+    /// item, as in the reconciler's queue.
+    pub fn queue_add(&self, key: &str, at: std::time::Instant) {
+        let mut waiting = self.waiting();
+        waiting.entry(key.to_owned()).or_insert(at);
+        self.workqueue_depth
+            .set(i64::try_from(waiting.len()).unwrap_or(i64::MAX));
+    }
+
+    /// The reconcile of `key` starts at `at`: it leaves the queue, and the time it waited
+    /// since its first trigger is observed. A reconcile nobody triggered (a requeue after
+    /// a delay) observes nothing.
+    pub fn queue_start(&self, key: &str, at: std::time::Instant) {
+        let mut waiting = self.waiting();
+        if let Some(since) = waiting.remove(key) {
+            self.workqueue_queue_duration
+                .observe(at.saturating_duration_since(since).as_secs_f64());
+        }
+        self.workqueue_depth
+            .set(i64::try_from(waiting.len()).unwrap_or(i64::MAX));
+    }
+
+    /// `key` was deleted: it will not be reconciled.
+    pub fn queue_drop(&self, key: &str) {
+        let mut waiting = self.waiting();
+        waiting.remove(key);
+        self.workqueue_depth
+            .set(i64::try_from(waiting.len()).unwrap_or(i64::MAX));
     }
 
     /// Counts one request to the API server (its duration too unless it is a watch).
@@ -537,8 +605,51 @@ mod tests {
             .inc();
         m.reconcile_duration.observe(0.1);
         m.record_api_request("patch", "200", Duration::from_millis(3));
+        let t0 = std::time::Instant::now();
+        m.queue_add("ns/demo", t0);
+        m.queue_start("ns/demo", t0 + Duration::from_millis(5));
         m.refresh_process();
         m.encode().unwrap_or_default()
+    }
+
+    #[test]
+    fn the_work_queue_counts_each_triggered_cloneset_once_until_its_reconcile_starts()
+    -> Result<(), std::fmt::Error> {
+        let m = Metrics::new();
+        let t0 = std::time::Instant::now();
+        m.queue_add("ns/a", t0);
+        m.queue_add("ns/a", t0 + Duration::from_millis(10)); // the same item
+        m.queue_add("ns/b", t0 + Duration::from_millis(20));
+        m.queue_add("ns/gone", t0 + Duration::from_millis(20));
+        assert_eq!(m.workqueue_depth.get(), 3);
+        m.queue_drop("ns/gone");
+        assert_eq!(m.workqueue_depth.get(), 2);
+        // a waited 250 ms since its first trigger
+        m.queue_start("ns/a", t0 + Duration::from_millis(250));
+        assert_eq!(m.workqueue_depth.get(), 1);
+        // a requeue nobody triggered: nothing waited
+        m.queue_start("ns/c", t0 + Duration::from_millis(300));
+        m.queue_start("ns/b", t0 + Duration::from_millis(20));
+        assert_eq!(m.workqueue_depth.get(), 0);
+        let text = m.encode()?;
+        assert!(text.contains("inplace_workqueue_depth 0"), "{text}");
+        assert!(
+            text.contains("inplace_workqueue_queue_duration_seconds_count 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("inplace_workqueue_queue_duration_seconds_sum 0.25\n"),
+            "{text}"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn build_info_revision_is_the_given_one_or_unknown() {
+        assert_eq!(build_revision(Some("0123abcd")), "0123abcd");
+        assert_eq!(build_revision(Some("")), "unknown");
+        assert_eq!(build_revision(Some("  ")), "unknown");
+        assert_eq!(build_revision(None), "unknown");
     }
 
     /// The shipped dashboard and alert rules use only metrics the controller exports
@@ -583,6 +694,52 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("inplace_build_info{version=\""), "{text}");
+    }
+
+    /// Every registered family is in the exposition under the name the README gives it.
+    #[test]
+    fn every_metric_is_exported() {
+        let text = every_family_touched();
+        let families: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        let want = [
+            "inplace_api_requests",
+            "inplace_api_request_duration_seconds",
+            "inplace_build_info",
+            "inplace_process_cpu_seconds",
+            "inplace_process_resident_memory_bytes",
+            "inplace_process_start_time_seconds",
+            "inplace_workqueue_depth",
+            "inplace_workqueue_queue_duration_seconds",
+            "inplace_reconciles",
+            "inplace_reconcile_duration_seconds",
+            "inplace_reconcile_errors",
+            "inplace_reconciles_waiting_expectations",
+            "inplace_pods_created",
+            "inplace_pods_deleted",
+            "inplace_pods_updated_in_place",
+            "inplace_pods_recreated",
+            "inplace_expectation_timeouts",
+            "inplace_cloneset_replicas",
+            "inplace_cloneset_updated_replicas",
+            "inplace_cloneset_updated_ready_replicas",
+            "inplace_cloneset_expected_updated_replicas",
+            "inplace_leader",
+            "inplace_cached_pods",
+        ];
+        assert_eq!(families, want, "{text}");
+        let readme = include_str!("../../README.md");
+        for name in want {
+            let documented = readme.contains(&format!("`{name}"))
+                || readme.contains(&format!("`{}", name.trim_start_matches("inplace_")))
+                || (name.starts_with("inplace_pods_") && readme.contains("inplace_pods_{created"))
+                || (name.starts_with("inplace_cloneset_")
+                    && readme.contains("inplace_cloneset_{replicas"));
+            assert!(documented, "{name} is not in README.md");
+        }
     }
 
     #[test]

@@ -16,7 +16,7 @@ use futures::StreamExt;
 use inplace_proto::CloneSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Client, Resource, ResourceExt};
 use tracing::{Instrument, debug, info, info_span, warn};
 
@@ -109,15 +109,31 @@ pub fn key_of(cs: &CloneSet) -> String {
     format!("{}/{}", cs.namespace().unwrap_or_default(), cs.name_any())
 }
 
+/// The span of one reconcile: every line logged in it names the CloneSet
+/// (`cloneset=namespace/name`; a field of the `span` object in JSON logs).
+pub fn reconcile_span(namespace: &str, name: &str) -> tracing::Span {
+    info_span!("reconcile", cloneset = %format_args!("{namespace}/{name}"))
+}
+
 /// Runs one reconcile of `cs`.
 pub async fn reconcile(cs: Arc<CloneSet>, ctx: Arc<Context>) -> Result<Action, Error> {
     let key = key_of(&cs);
-    let span = info_span!("reconcile", cloneset = %key);
+    let span = reconcile_span(&cs.namespace().unwrap_or_default(), &cs.name_any());
     let started = Instant::now();
+    ctx.metrics.queue_start(&key, started);
     let result = reconcile_inner(&cs, &ctx, &key).instrument(span).await;
     crate::metrics::observe(&ctx.metrics, started.elapsed());
     let labels = CloneSetLabels::new(&cs.namespace().unwrap_or_default(), &cs.name_any());
     ctx.metrics.reconciles.get_or_create(&labels).inc();
+    if ctx
+        .stores
+        .clonesets
+        .get(&kube::runtime::reflector::ObjectRef::from_obj(cs.as_ref()))
+        .is_none()
+    {
+        // Deleted while it was reconciled: the series just written go with it.
+        ctx.metrics.forget(&labels);
+    }
     if result.is_ok() {
         ctx.failures().remove(&key);
     }
@@ -372,7 +388,49 @@ pub async fn run(
     } else {
         streams.pods
     };
-    let controller = Controller::new(cs_api, watcher::Config::default())
+    let (cs_reader, cs_writer) = kube::runtime::reflector::store();
+    // A pod's change queues its CloneSet (for inplace_workqueue_depth), if it exists: the
+    // pods of a deleted CloneSet trigger nothing the controller runs.
+    let queue_metrics = metrics.clone();
+    let queued_clonesets = cs_reader.clone();
+    let pod_triggers = pod_triggers.inspect(move |pod| {
+        if let Ok(pod) = pod {
+            let owner = pod.metadata.owner_references.iter().flatten().find(|o| {
+                o.controller == Some(true)
+                    && o.kind == "CloneSet"
+                    && o.api_version.starts_with("apps.kruise.io/")
+            });
+            if let (Some(o), Some(ns)) = (owner, pod.metadata.namespace.as_deref())
+                && queued_clonesets
+                    .get(&kube::runtime::reflector::ObjectRef::new(&o.name).within(ns))
+                    .is_some()
+            {
+                queue_metrics.queue_add(&format!("{ns}/{}", o.name), Instant::now());
+            }
+        }
+    });
+    // The CloneSet watch of the controller, with its events seen on the way: a change
+    // queues the CloneSet, a deletion removes its metric series (a CloneSet without a
+    // finalizer is gone before any reconcile could see its deletionTimestamp).
+    let cs_metrics = metrics.clone();
+    let clonesets = watcher(cs_api, watcher::Config::default())
+        .default_backoff()
+        .reflect(cs_writer)
+        .inspect(move |event| match event {
+            Ok(watcher::Event::Apply(cs) | watcher::Event::InitApply(cs)) => {
+                cs_metrics.queue_add(&key_of(cs), Instant::now());
+            }
+            Ok(watcher::Event::Delete(cs)) => {
+                cs_metrics.queue_drop(&key_of(cs));
+                cs_metrics.forget(&CloneSetLabels::new(
+                    &cs.namespace().unwrap_or_default(),
+                    &cs.name_any(),
+                ));
+            }
+            _ => {}
+        })
+        .applied_objects();
+    let controller = Controller::for_stream(clonesets, cs_reader)
         .with_config(ControllerConfig::default().concurrency(settings.workers))
         .owns_stream(pod_triggers)
         .owns_stream(streams.pvcs)

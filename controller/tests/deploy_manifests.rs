@@ -278,7 +278,8 @@ fn chart_crds_equal_the_generated_crds() {
 /// CloneSets, Pods, PVCs, ControllerRevisions, Nodes), act.rs (pod/PVC/revision
 /// create/delete/patch, pod status patch, CloneSet spec patch of podsToDelete),
 /// status_writer.rs (CloneSet status merge patch), events.rs (kube Recorder: events.k8s.io
-/// create/patch). The Lease is in a namespaced Role and is not checked here.
+/// create/patch), imagepulljob/secrets.rs (the pull secrets jobs name, read by name).
+/// The Lease and the pull-secret copies are in namespaced Roles (checked below).
 const CONTROLLER_USES: &[(&str, &str, &[&str])] = &[
     (
         "apps.kruise.io",
@@ -304,6 +305,7 @@ const CONTROLLER_USES: &[(&str, &str, &[&str])] = &[
     ),
     ("", "nodes", &["get", "list", "watch"]),
     ("events.k8s.io", "events", &["create", "patch"]),
+    ("", "secrets", &["get"]),
     // imagepulljob/mod.rs; predownload.rs (create, delete, watch; revision label patch above)
     (
         "apps.kruise.io",
@@ -338,11 +340,11 @@ const CONTROLLER_USES: &[(&str, &str, &[&str])] = &[
 
 /// What `inplace-daemon` calls, read from daemon/src: main.rs + kube_io.rs (watcher on
 /// NodeImages with a name field selector; NodeImage status merge patch; Secret GET for
-/// pull secrets in the NodeImage's namespaces), inplace/mod.rs (watcher on Pods with a
+/// pull secrets, in inplace-system only: a Role, checked below), inplace/mod.rs (watcher on Pods with a
 /// nodeName field selector; the state annotation and the condition both through
 /// `pods/status`, so never `pods: patch`, which would let a node change any pod's spec),
-/// crr/mod.rs (watcher on CRRs by label; CRR status merge patch). It records
-/// no Kubernetes events.
+/// crr/mod.rs (watcher on CRRs by label; CRR status merge patch), recorder.rs (kube
+/// Recorder: events.k8s.io Events created, and patched when repeated).
 const DAEMON_USES: &[(&str, &str, &[&str])] = &[
     ("apps.kruise.io", "nodeimages", &["list", "watch"]),
     ("apps.kruise.io", "nodeimages/status", &["patch"]),
@@ -358,7 +360,7 @@ const DAEMON_USES: &[(&str, &str, &[&str])] = &[
     ),
     ("", "pods", &["list", "watch"]),
     ("", "pods/status", &["patch"]),
-    ("", "secrets", &["get"]),
+    ("events.k8s.io", "events", &["create", "patch"]),
 ];
 
 /// (apiGroup, resource) → verbs granted by the rules of `role`.
@@ -436,6 +438,68 @@ fn daemon_cluster_role_grants_what_the_daemon_calls_and_no_more() {
             extra.is_empty(),
             "ClusterRole inplace-daemon grants {extra:?} on {key:?}, which the daemon never uses"
         );
+    }
+}
+
+fn role(file: &str, name: &str) -> Value {
+    parse_docs(&deploy_dir().join(file))
+        .into_iter()
+        .find(|d| d["kind"] == "Role" && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no Role {name} in deploy/{file}"))
+}
+
+/// Secrets: the daemon reads (GET) only in the controller's namespace, the controller
+/// reads the jobs' pull secrets by name anywhere (no list: it cannot enumerate them) and
+/// writes their copies only in its own namespace; neither ClusterRole grants more.
+#[test]
+fn secrets_are_written_and_read_by_the_daemon_only_in_inplace_system() {
+    let secrets = |g: &BTreeMap<(String, String), BTreeSet<String>>| {
+        g.get(&(String::new(), "secrets".into()))
+            .cloned()
+            .unwrap_or_default()
+    };
+    let set = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+    let daemon = role("daemon/rbac.yaml", "inplace-daemon-pull-secrets");
+    assert_eq!(daemon["metadata"]["namespace"], "inplace-system");
+    assert_eq!(secrets(&grants(&daemon)), set(&["get"]));
+    assert!(
+        secrets(&grants(&cluster_role("daemon/rbac.yaml", "inplace-daemon"))).is_empty(),
+        "the daemon reads no Secret outside inplace-system"
+    );
+    let controller = role("controller/rbac.yaml", "inplace-controller-pull-secrets");
+    assert_eq!(controller["metadata"]["namespace"], "inplace-system");
+    assert_eq!(
+        secrets(&grants(&controller)),
+        set(&["get", "list", "watch", "create", "update", "delete"])
+    );
+    assert_eq!(
+        secrets(&grants(&cluster_role(
+            "controller/rbac.yaml",
+            "inplace-controller"
+        ))),
+        set(&["get"])
+    );
+    // Each Role is bound to its ServiceAccount in the same namespace.
+    for (file, name, sa) in [
+        (
+            "daemon/rbac.yaml",
+            "inplace-daemon-pull-secrets",
+            "inplace-daemon",
+        ),
+        (
+            "controller/rbac.yaml",
+            "inplace-controller-pull-secrets",
+            "inplace-controller",
+        ),
+    ] {
+        let binding = parse_docs(&deploy_dir().join(file))
+            .into_iter()
+            .find(|d| d["kind"] == "RoleBinding" && d["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no RoleBinding {name}"));
+        assert_eq!(binding["metadata"]["namespace"], "inplace-system");
+        assert_eq!(binding["roleRef"]["name"], name);
+        assert_eq!(binding["subjects"][0]["name"], sa);
+        assert_eq!(binding["subjects"][0]["namespace"], "inplace-system");
     }
 }
 

@@ -107,6 +107,59 @@ async fn sample_reaches_five_ready_pods() -> TestResult {
     Ok(())
 }
 
+/// A deleted CloneSet's series leave `/metrics` (the CloneSet has no finalizer, so no
+/// reconcile ever sees it being deleted), the other CloneSet's stay; the work queue's
+/// depth and wait are exported.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the test bed"]
+async fn a_deleted_clonesets_metric_series_are_removed() -> TestResult {
+    let ns = Namespace::create("metrics-gc")?;
+    let ctl = ControllerProcess::start(&ns.name)?;
+    ns.apply(&sample_cloneset("gone", 1, &image("v1"), "ReCreate"))?;
+    ns.apply(&sample_cloneset("kept", 1, &image("v1"), "ReCreate"))?;
+    wait_rolled_out(&ns, "gone", 1, ROLLOUT)?;
+    wait_rolled_out(&ns, "kept", 1, ROLLOUT)?;
+    let series = |name: &str| {
+        format!(
+            "inplace_cloneset_replicas{{namespace=\"{}\",cloneset=\"{name}\"}}",
+            ns.name
+        )
+    };
+    let selector = |name: &str| format!("namespace=\"{}\",cloneset=\"{name}\"", ns.name);
+    wait_for("both CloneSets' series", ROLLOUT, || {
+        let (_, m) = ctl.http_get("/metrics")?;
+        Ok(m.contains(&series("gone")) && m.contains(&series("kept")))
+    })?;
+    let (_, before) = ctl.http_get("/metrics")?;
+    assert!(
+        before.contains(&format!(
+            "inplace_pods_created_total{{{}}} 1",
+            selector("gone")
+        )),
+        "{before}"
+    );
+    assert!(before.contains("inplace_workqueue_depth "), "{before}");
+    assert!(
+        before.contains("inplace_workqueue_queue_duration_seconds_count "),
+        "{before}"
+    );
+    ns.kubectl(&["delete", "cloneset", "gone", "--wait=true"])?;
+    wait_for("the deleted CloneSet's series removed", ROLLOUT, || {
+        let (_, m) = ctl.http_get("/metrics")?;
+        Ok(!m.contains(&selector("gone")))
+    })?;
+    let (_, after) = ctl.http_get("/metrics")?;
+    assert!(after.contains(&series("kept")), "{after}");
+    assert!(
+        after.contains(&format!(
+            "inplace_pods_created_total{{{}}} 1",
+            selector("kept")
+        )),
+        "{after}"
+    );
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs the test bed"]
 async fn an_invalid_cloneset_is_reported_and_does_not_stall_others() -> TestResult {

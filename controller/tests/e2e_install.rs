@@ -237,6 +237,15 @@ async fn installed_components_are_ready_and_serve() -> TestResult {
         let (code, metrics) = http_get(&format!("{ip}:8080"), "/metrics")?;
         assert_eq!(code, 200);
         assert!(metrics.contains("inplace_leader "), "{metrics}");
+        // deploy/images/build compiled the source revision in.
+        let head = std::process::Command::new("git")
+            .args(["-C", env!("CARGO_MANIFEST_DIR"), "rev-parse", "HEAD"])
+            .output()?;
+        let head = String::from_utf8_lossy(&head.stdout).trim().to_owned();
+        assert!(
+            metrics.contains(&format!("revision=\"{head}\"}} 1")),
+            "inplace_build_info of {head} in {metrics}"
+        );
     }
     eprintln!("controller replicas: {roles:?}");
     assert_eq!(
@@ -342,6 +351,25 @@ async fn installed_service_accounts_have_least_privilege() -> TestResult {
             Some("default"),
             true,
         ),
+        // Events on the pods it restarts (kube's Recorder creates them, patches repeats).
+        (
+            "inplace-daemon",
+            "create events.events.k8s.io",
+            Some("default"),
+            true,
+        ),
+        (
+            "inplace-daemon",
+            "patch events.events.k8s.io",
+            Some("default"),
+            true,
+        ),
+        (
+            "inplace-daemon",
+            "delete events.events.k8s.io",
+            Some("default"),
+            false,
+        ),
         // ...and nothing that changes what a pod runs or reaches into one.
         ("inplace-daemon", "patch pods", Some("default"), false),
         ("inplace-daemon", "update pods", Some("default"), false),
@@ -355,6 +383,11 @@ async fn installed_service_accounts_have_least_privilege() -> TestResult {
             false,
         ),
         ("inplace-daemon", "list secrets", Some("default"), false),
+        // Secrets: the daemon reads only the pull-secret copies in inplace-system, by name.
+        ("inplace-daemon", "get secrets", Some("default"), false),
+        ("inplace-daemon", "get secrets", Some(SYSTEM_NS), true),
+        ("inplace-daemon", "list secrets", Some(SYSTEM_NS), false),
+        ("inplace-daemon", "create secrets", Some(SYSTEM_NS), false),
         ("inplace-daemon", "patch nodes", None, false),
         (
             "inplace-daemon",
@@ -407,7 +440,53 @@ async fn installed_service_accounts_have_least_privilege() -> TestResult {
             Some("default"),
             false,
         ),
-        ("inplace-controller", "get secrets", Some("default"), false),
+        // Secrets: the pull secrets ImagePullJobs name, by name only (it cannot list
+        // them); their copies are written in inplace-system only.
+        ("inplace-controller", "get secrets", Some("default"), true),
+        ("inplace-controller", "list secrets", Some("default"), false),
+        (
+            "inplace-controller",
+            "watch secrets",
+            Some("default"),
+            false,
+        ),
+        (
+            "inplace-controller",
+            "create secrets",
+            Some("default"),
+            false,
+        ),
+        (
+            "inplace-controller",
+            "update secrets",
+            Some("default"),
+            false,
+        ),
+        (
+            "inplace-controller",
+            "delete secrets",
+            Some("default"),
+            false,
+        ),
+        ("inplace-controller", "list secrets", Some(SYSTEM_NS), true),
+        (
+            "inplace-controller",
+            "create secrets",
+            Some(SYSTEM_NS),
+            true,
+        ),
+        (
+            "inplace-controller",
+            "update secrets",
+            Some(SYSTEM_NS),
+            true,
+        ),
+        (
+            "inplace-controller",
+            "delete secrets",
+            Some(SYSTEM_NS),
+            true,
+        ),
         ("inplace-controller", "patch nodes", None, false),
         ("inplace-controller", "delete nodes", None, false),
         (
@@ -481,6 +560,163 @@ async fn installed_service_accounts_have_least_privilege() -> TestResult {
             .is_some_and(|id| id.starts_with("containerd://")),
         "the daemon's ids written through pods/status: {state}"
     );
+    // The daemon recorded its restart as an Event on the pod (published in the background,
+    // so waited for).
+    let mut seen = Vec::new();
+    let found = wait_for(
+        "the daemon's ContainerRestarted event on the pod",
+        Duration::from_secs(30),
+        || {
+            let events = ns.events()?;
+            seen = events
+                .iter()
+                .map(|e| {
+                    format!(
+                        "{} {} {} by {}: {}",
+                        e["type"],
+                        e["reason"],
+                        e["involvedObject"]["name"],
+                        e["reportingComponent"],
+                        e["message"]
+                    )
+                })
+                .collect();
+            Ok(events.iter().any(|e| {
+                e["involvedObject"]["kind"] == "Pod"
+                    && e["involvedObject"]["name"] == pod.as_str()
+                    && e["involvedObject"]["uid"] == uid_before.as_str()
+                    && e["reason"] == "ContainerRestarted"
+                    && e["type"] == "Normal"
+                    && e["reportingComponent"] == "inplace-daemon"
+                    && e["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains("container app"))
+            }))
+        },
+    );
+    assert!(
+        found.is_ok(),
+        "{found:?}; events in the namespace: {seen:#?}"
+    );
+    Ok(())
+}
+
+/// An ImagePullJob in a user namespace names a pull secret of its namespace: the installed
+/// controller mirrors it into inplace-system (same type and data, the source's uid, key and
+/// the job as references), the NodeImage names the copy and not the original, the daemon
+/// (which may read Secrets only in inplace-system) reads the copy and pulls the image from
+/// the bed's registry, and deleting the job deletes the copy. The bed's registry has no
+/// authentication, so the pull itself does not prove the credentials; the daemon's log
+/// line for the copy does.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the test bed with the product installed (tests/testbed/up --install)"]
+async fn installed_imagepulljob_pull_secret_is_mirrored_for_the_daemon() -> TestResult {
+    let _guard = lock().await;
+    wait_installed()?;
+    let ns = Namespace::create("inst-pullsecret")?;
+    let repo = format!(
+        "{}/inplace-test/app",
+        std::env::var("INPLACE_REGISTRY").unwrap_or_else(|_| "127.0.0.1:5000".into())
+    );
+    let tag = format!("secret-{:08x}", rand::random::<u32>());
+    copy_image(&format!("{repo}:v3"), &format!("{repo}:{tag}"))?;
+    ns.kubectl(&[
+        "create",
+        "secret",
+        "docker-registry",
+        "regcred",
+        "--docker-server=127.0.0.1:5000",
+        "--docker-username=puller",
+        "--docker-password=not-checked-by-the-bed-registry",
+    ])?;
+    let source = ns.json(&["get", "secret", "regcred", "-o", "json"])?;
+    let copy = format!("{}.regcred", ns.name);
+    ns.apply(&format!(
+        r#"apiVersion: apps.kruise.io/v1alpha1
+kind: ImagePullJob
+metadata:
+  name: warm
+spec:
+  image: {repo}:{tag}
+  pullSecrets: [regcred]
+  selector:
+    names: [{NODE}]
+  pullPolicy:
+    timeoutSeconds: 60
+    backoffLimit: 0
+  completionPolicy:
+    type: Always
+"#
+    ))?;
+
+    // The copy, in inplace-system.
+    let mut mirrored = Value::Null;
+    wait_for("the pull secret's copy in inplace-system", ROLLOUT, || {
+        mirrored = sys_json(&["get", "secret", &copy, "-o", "json"]).unwrap_or(Value::Null);
+        Ok(mirrored["metadata"]["name"] == copy.as_str())
+    })?;
+    assert_eq!(mirrored["type"], "kubernetes.io/dockerconfigjson");
+    assert_eq!(mirrored["data"], source["data"], "the same content");
+    let meta = &mirrored["metadata"];
+    assert_eq!(
+        meta["labels"]["imagepulljobs.kruise.io/source-uid"],
+        source["metadata"]["uid"]
+    );
+    assert_eq!(
+        meta["annotations"]["imagepulljobs.kruise.io/source-key"],
+        format!("{}/regcred", ns.name)
+    );
+    assert_eq!(
+        meta["annotations"]["imagepulljobs.kruise.io/references"],
+        format!("{}/warm", ns.name)
+    );
+
+    // The NodeImage names the copy (written once the copy exists), never the user's Secret.
+    let mut refs = Value::Null;
+    wait_for("the NodeImage to name the copy", ROLLOUT, || {
+        let ni = kubectl_json(&["get", "nodeimage", NODE, "-o", "json"])?;
+        refs = ni["spec"]["images"][&repo]["pullSecrets"].clone();
+        Ok(refs.as_array().is_some_and(|r| {
+            r.iter()
+                .any(|r| r["namespace"] == SYSTEM_NS && r["name"] == copy.as_str())
+        }))
+    })
+    .map_err(|e| format!("{e}: {refs}"))?;
+    assert!(
+        refs.as_array()
+            .is_some_and(|r| r.iter().all(|r| r["namespace"] != ns.name.as_str())),
+        "{refs}"
+    );
+
+    // The daemon pulls, reading the copy from inplace-system.
+    let mut status = Value::Null;
+    wait_for("the ImagePullJob to complete", ROLLOUT, || {
+        status = ns.json(&["get", "imagepulljob", "warm", "-o", "json"])?["status"].clone();
+        Ok(status["completionTime"].is_string())
+    })?;
+    assert_eq!(status["succeeded"], 1, "{status}");
+    let daemon = component_pods("daemon")?
+        .into_iter()
+        .find(|p| p["spec"]["nodeName"] == NODE)
+        .ok_or("no daemon on the node")?;
+    let log = strip_ansi(&sys(&[
+        "logs",
+        daemon["metadata"]["name"].as_str().unwrap_or_default(),
+    ])?);
+    let read = format!("{SYSTEM_NS}/{copy}");
+    assert!(
+        log.lines()
+            .any(|l| l.contains("pull secret read") && l.contains(&read)),
+        "no 'pull secret read' of {read} in the daemon's log"
+    );
+
+    // Deleting the job deletes the copy.
+    ns.kubectl(&["delete", "imagepulljob", "warm"])?;
+    wait_for("the copy deleted with its last job", ROLLOUT, || {
+        Ok(sys(&["get", "secrets", "-o", "name"])?
+            .lines()
+            .all(|l| l.trim() != format!("secret/{copy}")))
+    })?;
     Ok(())
 }
 

@@ -224,10 +224,18 @@ pub async fn write_node_image_status(
 }
 
 /// Reads pull secrets through the API (namespace and name from the NodeImage).
-pub fn secret_fetcher(client: kube::Client) -> SecretFetcher {
+///
+/// With `only_namespace` (the controller's namespace, into which it mirrors the pull
+/// secrets of ImagePullJobs), a Secret of any other namespace is not asked for: the
+/// daemon's Role grants `get` there only.
+pub fn secret_fetcher(client: kube::Client, only_namespace: Option<String>) -> SecretFetcher {
     Arc::new(move |ns: String, name: String| {
         let api: Api<Secret> = Api::namespaced(client.clone(), &ns);
+        let refused = outside(only_namespace.as_deref(), &ns, &name);
         Box::pin(async move {
+            if let Some(why) = refused {
+                return Err(why);
+            }
             match api.get_opt(&name).await {
                 Ok(Some(s)) => Ok(Some(
                     s.data
@@ -243,9 +251,34 @@ pub fn secret_fetcher(client: kube::Client) -> SecretFetcher {
     })
 }
 
+/// Why `namespace/name` is not read when the daemon reads Secrets of `only` alone.
+pub fn outside(only: Option<&str>, namespace: &str, name: &str) -> Option<String> {
+    match only {
+        Some(only) if only != namespace => Some(format!(
+            "pull secret {namespace}/{name} is outside {only}, the only namespace whose Secrets \
+             the daemon reads (the controller mirrors the Secrets ImagePullJobs name into it)"
+        )),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secrets_are_read_only_in_the_mirror_namespace() {
+        assert_eq!(outside(None, "team-a", "regcred"), None);
+        assert_eq!(
+            outside(Some("inplace-system"), "inplace-system", "team-a.regcred"),
+            None
+        );
+        let why = outside(Some("inplace-system"), "team-a", "regcred").unwrap_or_default();
+        assert!(
+            why.contains("team-a/regcred is outside inplace-system"),
+            "{why}"
+        );
+    }
 
     #[tokio::test(start_paused = true)]
     async fn rate_limiter_allows_a_burst_then_the_rate() {

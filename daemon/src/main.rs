@@ -11,8 +11,10 @@ use inplace_daemon::api::{ContainerRecreateRequest, NodeImage};
 use inplace_daemon::cri::{self, CriClient};
 use inplace_daemon::inplace::{self, Executor};
 use inplace_daemon::kube_io::{self, Health, RateLimiter};
+use inplace_daemon::logging::{self, LogFormat};
 use inplace_daemon::metrics::Metrics;
 use inplace_daemon::puller::{Puller, PullerConfig};
+use inplace_daemon::recorder::EventRecorder;
 use inplace_daemon::{crr, events, server};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
@@ -56,17 +58,20 @@ struct Args {
     /// see daemon/README.md for the caveats). Off: resizes are only verified.
     #[arg(long)]
     apply_resize_via_cri: bool,
+    /// The only namespace whose Secrets (pull secrets, mirrored there by the controller)
+    /// are read; the DaemonSet sets it to its own namespace. Unset: any namespace.
+    #[arg(long, env = "POD_NAMESPACE")]
+    secrets_namespace: Option<String>,
+    /// Log lines as `text` or as `json` (one object per line, with the span naming the pod,
+    /// ContainerRecreateRequest or image worked on); the level comes from RUST_LOG.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "INPLACE_LOG_FORMAT")]
+    log_format: LogFormat,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
     let args = Args::parse();
+    logging::init(args.log_format, "info")?;
     let socket = cri::resolve_endpoint(
         args.cri_endpoint.as_deref(),
         &cri::DEFAULT_SOCKET_DIRS,
@@ -92,6 +97,8 @@ async fn main() -> anyhow::Result<()> {
     let health = Arc::new(Health::default());
     let poll = Duration::from_millis(args.poll_interval_ms.max(50));
     let node = args.node_name.clone();
+    // Kubernetes Events: restarts and CRR outcomes on the pod, failed pulls on the NodeImage.
+    let recorder = EventRecorder::start(client.clone(), &node);
 
     // runtime liveness for /healthz
     {
@@ -120,9 +127,10 @@ async fn main() -> anyhow::Result<()> {
         PullerConfig {
             max_concurrent: args.max_concurrent_pulls,
         },
-        kube_io::secret_fetcher(client.clone()),
+        kube_io::secret_fetcher(client.clone(), args.secrets_namespace.clone()),
         metrics.clone(),
     );
+    let puller = puller.with_events(recorder.clone(), &node);
     tokio::spawn(kube_io::watch_node_image(
         ni_api.clone(),
         node.clone(),
@@ -159,6 +167,7 @@ async fn main() -> anyhow::Result<()> {
         poll,
     );
     executor.apply_resize = args.apply_resize_via_cri;
+    executor.recorder = recorder.clone();
     tokio::spawn(executor.run());
 
     // container recreate requests
@@ -181,6 +190,7 @@ async fn main() -> anyhow::Result<()> {
             metrics.clone(),
             poll,
         )
+        .with_events(recorder.clone())
         .run(),
     );
 

@@ -15,6 +15,7 @@ use inplace_controller::feature_gates::FeatureGates;
 use inplace_controller::fence::{self, Fence, RenewalObserverLayer, WriteGateLayer};
 use inplace_controller::imagepulljob;
 use inplace_controller::leader::{Election, LeaseConfig};
+use inplace_controller::logging::{self, LogFormat};
 use inplace_controller::metrics::{Health, Metrics, Phase};
 use inplace_controller::plan::PlanOptions;
 use inplace_controller::runtime::{self, Settings};
@@ -84,6 +85,15 @@ struct Args {
     /// TTL) next to the CloneSet one.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "INPLACE_CRR_CONTROLLER")]
     crr_controller: bool,
+    /// Namespace the pull secrets of ImagePullJobs are mirrored into, the only one whose
+    /// Secrets the daemon reads (default: $POD_NAMESPACE; neither: NodeImages name the
+    /// jobs' own Secrets).
+    #[arg(long, env = "INPLACE_SECRETS_NAMESPACE")]
+    secrets_namespace: Option<String>,
+    /// Log lines as `text` or as `json` (one object per line, with the span naming the
+    /// object being reconciled); the level comes from RUST_LOG.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "INPLACE_LOG_FORMAT")]
+    log_format: LogFormat,
 }
 
 fn feature_gates(args: &Args) -> anyhow::Result<FeatureGates> {
@@ -201,9 +211,7 @@ fn main() -> anyhow::Result<()> {
 #[tokio::main]
 async fn run_controller() -> anyhow::Result<()> {
     let args = Args::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube_lease_manager=warn"));
-    tracing_subscriber::fmt().with_env_filter(filter).init();
+    logging::init(args.log_format, "info,kube_lease_manager=warn")?;
 
     let gates = feature_gates(&args)?;
     gates.log_notes();
@@ -352,6 +360,10 @@ async fn run_controller() -> anyhow::Result<()> {
                 namespace: args.namespace.clone(),
             },
             args.imagepulljob_workers.max(1),
+            args.secrets_namespace
+                .clone()
+                .or_else(|| std::env::var("POD_NAMESPACE").ok())
+                .filter(|ns| !ns.is_empty()),
             stop.clone(),
         ))
     });

@@ -122,7 +122,18 @@ where
     info!("ContainerRecreateRequest controller started");
     controller
         .graceful_shutdown_on(stop)
-        .run(reconcile, error_policy, ctx)
+        .run(
+            |crr, ctx| {
+                // every line of a reconcile names its object
+                let span = tracing::info_span!(
+                    "reconcile",
+                    crr = %format_args!("{}/{}", crr.namespace().unwrap_or_default(), crr.name_any())
+                );
+                tracing::Instrument::instrument(reconcile(crr, ctx), span)
+            },
+            error_policy,
+            ctx,
+        )
         .for_each(|r| async move {
             if let Err(e) = r {
                 tracing::debug!(error = %e, "crr reconcile");

@@ -14,6 +14,7 @@
 pub mod lifecycle;
 pub mod nodeimages;
 pub mod plan;
+pub mod secrets;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -68,6 +69,9 @@ struct Ctx {
     nodes: Store<Node>,
     /// True once the two stores above have listed.
     synced: tokio::sync::watch::Receiver<bool>,
+    /// The namespace the pull secrets are mirrored into ([`secrets`]); `None`: the
+    /// NodeImages name the jobs' own Secrets.
+    secrets_namespace: Option<String>,
 }
 
 fn strip_node(node: &mut Node) {
@@ -81,10 +85,16 @@ fn strip_node_image(ni: &mut NodeImage) {
     ni.metadata.managed_fields = None;
 }
 
-/// Runs the ImagePullJob controller until `stop` completes.
-pub async fn run<S>(client: Client, scope: Scope, workers: u16, stop: S)
-where
-    S: Future<Output = ()> + Send + Sync + 'static,
+/// Runs the ImagePullJob controller until `stop` completes. With `secrets_namespace`, the
+/// jobs' pull secrets are mirrored there and the NodeImages name the copies ([`secrets`]).
+pub async fn run<S>(
+    client: Client,
+    scope: Scope,
+    workers: u16,
+    secrets_namespace: Option<String>,
+    stop: S,
+) where
+    S: Future<Output = ()> + Clone + Send + Sync + 'static,
 {
     let (ni_store, ni_writer) = reflector::store();
     let ni_stream = watcher(
@@ -151,16 +161,36 @@ where
             }
         });
     }
+    if let Some(ns) = &secrets_namespace {
+        tokio::spawn(secrets::run(
+            client.clone(),
+            jobs.clone(),
+            ns.clone(),
+            stop.clone(),
+        ));
+    }
     let ctx = Arc::new(Ctx {
         client,
         node_images: ni_store,
         nodes: node_store,
         synced,
+        secrets_namespace,
     });
     info!("ImagePullJob controller started");
     controller
         .graceful_shutdown_on(stop)
-        .run(reconcile, error_policy, ctx)
+        .run(
+            |job, ctx| {
+                // every line of a reconcile names its object
+                let span = tracing::info_span!(
+                    "reconcile",
+                    imagepulljob = %format_args!("{}/{}", job.namespace().unwrap_or_default(), job.name_any())
+                );
+                tracing::Instrument::instrument(reconcile(job, ctx), span)
+            },
+            error_policy,
+            ctx,
+        )
         .for_each(|r| async move {
             if let Err(e) = r {
                 tracing::debug!(error = %e, "imagepulljob reconcile");
@@ -236,7 +266,23 @@ async fn reconcile(job: Arc<ImagePullJob>, ctx: Arc<Ctx>) -> Result<Action, Erro
     }
 
     let nis: Api<NodeImage> = Api::all(ctx.client.clone());
-    for w in &p.writes {
+    let mut writes = p.writes;
+    if let Some(mirror) = &ctx.secrets_namespace {
+        // The daemon reads Secrets in the mirror namespace only: name the copies, once
+        // they exist (the mirror task makes them within seconds).
+        if !writes.is_empty()
+            && !secrets::copies_ready(&ctx.client, &job, mirror)
+                .await
+                .map_err(kube_err(format!("reading the pull secrets of {ns}/{name}")))?
+        {
+            info!(job = %format!("{ns}/{name}"), "waiting for the pull secrets' copies in {mirror}");
+            return Ok(Action::requeue(Duration::from_secs(1)));
+        }
+        for w in &mut writes {
+            w.spec.pull_secrets = secrets::mirror_references(&w.spec.pull_secrets, mirror);
+        }
+    }
+    for w in &writes {
         if w.create {
             let ni = NodeImage {
                 metadata: ObjectMeta {

@@ -72,6 +72,8 @@ pub struct CrrHandler {
     /// While the watch cache still shows the object as it was before that write, the
     /// written status is the base (else a kill already done would be forgotten).
     written: HashMap<String, (String, ContainerRecreateRequestStatus)>,
+    /// Kubernetes Events of the requests' outcomes, on their pods.
+    recorder: crate::recorder::EventRecorder,
 }
 
 impl CrrHandler {
@@ -93,7 +95,14 @@ impl CrrHandler {
             metrics,
             poll,
             written: HashMap::new(),
+            recorder: crate::recorder::EventRecorder::disabled(),
         }
+    }
+
+    /// Records an event on the pod when a request completes.
+    pub fn with_events(mut self, recorder: crate::recorder::EventRecorder) -> Self {
+        self.recorder = recorder;
+        self
     }
 
     pub async fn run(mut self) {
@@ -122,7 +131,14 @@ impl CrrHandler {
                 let Some(active) = list.iter().find(|c| !c.is_completed()) else {
                     continue;
                 };
-                if let Err(e) = self.sync(&ns, &pod, active).await {
+                let span = crate::logging::crr_span(
+                    &ns,
+                    active.metadata.name.as_deref().unwrap_or_default(),
+                    &pod,
+                );
+                if let Err(e) =
+                    tracing::Instrument::instrument(self.sync(&ns, &pod, active), span).await
+                {
                     tracing::warn!(crr = ?active.metadata.name, error = %e, "CRR sync failed");
                 }
             }
@@ -233,6 +249,11 @@ impl CrrHandler {
             let patch = serde_json::json!({ "status": step.status });
             api.patch_status(&name, &patch_params(), &Patch::Merge(&patch))
                 .await?;
+            if let Some(note) = pod.as_deref().and_then(|p| {
+                crate::recorder::crr_outcome_note(crr, p, crr.status.as_ref(), &step.status)
+            }) {
+                self.recorder.record(note);
+            }
             self.written.insert(
                 crr_uid,
                 (

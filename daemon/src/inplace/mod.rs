@@ -123,6 +123,8 @@ pub struct Executor {
     pub poll: Duration,
     /// `--apply-resize-via-cri`.
     pub apply_resize: bool,
+    /// Kubernetes Events of the restarts it makes, on the pod.
+    pub recorder: crate::recorder::EventRecorder,
     last: HashMap<String, Decision>,
     /// uid → (revision, when) of completions written: the watch cache may show the pod
     /// with the condition still False for a moment (or the kubelet's status writes may
@@ -186,6 +188,7 @@ impl Executor {
             runtime_name,
             poll,
             apply_resize: false,
+            recorder: crate::recorder::EventRecorder::disabled(),
             last: HashMap::new(),
             completed: Default::default(),
             restarts: HashMap::new(),
@@ -226,7 +229,11 @@ impl Executor {
                 }) {
                     continue;
                 }
-                match self.sync_pod(&pod).await {
+                let span = crate::logging::pod_span(
+                    pod.metadata.namespace.as_deref().unwrap_or_default(),
+                    pod.metadata.name.as_deref().unwrap_or_default(),
+                );
+                match tracing::Instrument::instrument(self.sync_pod(&pod), span).await {
                     Ok(_) => {
                         self.retry_after.remove(&uid);
                     }
@@ -400,6 +407,8 @@ impl Executor {
                 self.cri
                     .stop_container(id, Duration::from_secs(grace))
                     .await?;
+                self.recorder
+                    .record(crate::recorder::restart_note(pod, container, id, &revision));
                 self.metrics
                     .restarts
                     .get_or_create(&ReasonLabel {

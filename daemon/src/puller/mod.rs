@@ -88,6 +88,9 @@ pub struct Puller {
     events_tx: mpsc::UnboundedSender<TagEvent>,
     events_rx: mpsc::UnboundedReceiver<TagEvent>,
     status_tx: watch::Sender<NodeImageStatus>,
+    /// Kubernetes Events of failed pulls, on the NodeImage of `node`.
+    recorder: crate::recorder::EventRecorder,
+    node: String,
 }
 
 impl std::fmt::Debug for Puller {
@@ -128,9 +131,18 @@ impl Puller {
                 events_tx,
                 events_rx,
                 status_tx,
+                recorder: crate::recorder::EventRecorder::disabled(),
+                node: String::new(),
             },
             status_rx,
         )
+    }
+
+    /// Records a Warning event on `node`'s NodeImage for every pull that fails.
+    pub fn with_events(mut self, recorder: crate::recorder::EventRecorder, node: &str) -> Self {
+        self.recorder = recorder;
+        self.node = node.to_owned();
+        self
     }
 
     /// Follows `snapshots` (None = the NodeImage does not exist) until the sender drops.
@@ -169,6 +181,13 @@ impl Puller {
         }
         if ev.status.phase.is_finished() {
             self.running.remove(&ev.key);
+            if ev.status.phase == TagPhase::Failed {
+                self.recorder.record(crate::recorder::pull_failed_note(
+                    &self.node,
+                    &ev.key.to_string(),
+                    &ev.status.message,
+                ));
+            }
         }
         self.live.insert(ev.key, ev.status);
     }
@@ -227,13 +246,17 @@ impl Puller {
             self.live.insert(start.key.clone(), initial.clone());
             let key = start.key.clone();
             let version = start.version;
-            let h = tokio::spawn(pull_task(
-                self.shared.clone(),
-                start,
-                initial,
-                pull_secrets,
-                sandbox,
-                self.events_tx.clone(),
+            let span = crate::logging::pull_span(&key.to_string());
+            let h = tokio::spawn(tracing::Instrument::instrument(
+                pull_task(
+                    self.shared.clone(),
+                    start,
+                    initial,
+                    pull_secrets,
+                    sandbox,
+                    self.events_tx.clone(),
+                ),
+                span,
             ));
             self.running.insert(key, (version, h.abort_handle()));
         }
@@ -290,7 +313,10 @@ async fn resolve_auth(
         let name = format!("{}/{}", s.namespace, s.name);
         match (shared.secrets)(s.namespace.clone(), s.name.clone()).await {
             Ok(Some(data)) => match auth::credentials_for(reference, &name, &data) {
-                Ok(c) => creds.extend(c),
+                Ok(c) => {
+                    tracing::info!(secret = %name, credentials = c.len(), "pull secret read");
+                    creds.extend(c);
+                }
                 Err(e) => notes.push(e.to_string()),
             },
             Ok(None) => notes.push(format!("pull secret {name} not found")),

@@ -1,0 +1,201 @@
+//! The log output of the binaries: `--log-format text` (the default, human-readable lines)
+//! or `--log-format json` (one JSON object per line, for log collectors).
+//!
+//! A JSON line carries the event's fields under `fields`, the innermost span under `span`
+//! and every enclosing span under `spans`, each with its fields: the lines about one pod,
+//! ContainerRecreateRequest or image name it (`{"span":{"name":"pod","pod":"ns/demo"},…}`).
+//! (The same as the controller's `logging` module.)
+
+use tracing::Subscriber;
+use tracing_subscriber::EnvFilter;
+use tracing_subscriber::fmt::MakeWriter;
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line, with the current span and its parents.
+    Json,
+}
+
+/// The filter: `RUST_LOG` when it is set and valid, else `default`.
+pub fn filter(default: &str) -> EnvFilter {
+    EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default))
+}
+
+/// A subscriber writing `format` lines through `writer`.
+pub fn subscriber<W>(
+    format: LogFormat,
+    filter: EnvFilter,
+    writer: W,
+) -> Box<dyn Subscriber + Send + Sync>
+where
+    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+{
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(writer);
+    match format {
+        LogFormat::Text => Box::new(builder.finish()),
+        LogFormat::Json => Box::new(
+            builder
+                .json()
+                .with_current_span(true)
+                .with_span_list(true)
+                .finish(),
+        ),
+    }
+}
+
+/// Installs the process-wide subscriber, writing to stdout (as the text format always
+/// did).
+pub fn init(format: LogFormat, default_filter: &str) -> Result<(), LogInitError> {
+    tracing::subscriber::set_global_default(subscriber(
+        format,
+        filter(default_filter),
+        std::io::stdout,
+    ))
+    .map_err(|_| LogInitError)
+}
+
+/// The span of the work on one pod (`pod=namespace/name`).
+pub fn pod_span(namespace: &str, name: &str) -> tracing::Span {
+    tracing::info_span!("pod", pod = %format_args!("{namespace}/{name}"))
+}
+
+/// The span of the work on one ContainerRecreateRequest and its pod.
+pub fn crr_span(namespace: &str, name: &str, pod: &str) -> tracing::Span {
+    tracing::info_span!(
+        "crr",
+        crr = %format_args!("{namespace}/{name}"),
+        pod = %format_args!("{namespace}/{pod}")
+    )
+}
+
+/// The span of one image pull (`image=name:tag`).
+pub fn pull_span(image: &str) -> tracing::Span {
+    tracing::info_span!("pull", image = %image)
+}
+
+/// A global subscriber was installed already.
+#[derive(Debug, thiserror::Error)]
+#[error("a log subscriber is installed already")]
+pub struct LogInitError;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    /// Collects what a subscriber writes.
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Buffer {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Buffer {
+        fn text(&self) -> String {
+            String::from_utf8_lossy(
+                &self
+                    .0
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            )
+            .into_owned()
+        }
+    }
+
+    /// Logs two lines in the span the in-place executor opens for a pod, with `format`.
+    fn log_a_reconcile(format: LogFormat) -> String {
+        let buf = Buffer::default();
+        let writer = buf.clone();
+        let sub = subscriber(format, EnvFilter::new("info"), move || writer.clone());
+        tracing::subscriber::with_default(sub, || {
+            let span = pod_span("ns", "demo");
+            let _in = span.enter();
+            tracing::info!(actions = 3, "planned");
+            tracing::warn!(error = "conflict", "retrying");
+        });
+        buf.text()
+    }
+
+    #[test]
+    fn json_lines_parse_and_carry_the_pod() -> Result<(), serde_json::Error> {
+        let out = log_a_reconcile(LogFormat::Json);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 2, "{out}");
+        for line in &lines {
+            let v: serde_json::Value = serde_json::from_str(line)?;
+            assert_eq!(v["span"]["name"], "pod", "{line}");
+            assert_eq!(v["span"]["pod"], "ns/demo", "{line}");
+            assert_eq!(v["spans"][0]["pod"], "ns/demo", "{line}");
+            assert!(v["timestamp"].is_string(), "{line}");
+        }
+        let first: serde_json::Value = serde_json::from_str(lines[0])?;
+        assert_eq!(first["level"], "INFO");
+        assert_eq!(first["fields"]["message"], "planned");
+        assert_eq!(first["fields"]["actions"], 3);
+        let second: serde_json::Value = serde_json::from_str(lines[1])?;
+        assert_eq!(second["level"], "WARN");
+        assert_eq!(second["fields"]["error"], "conflict");
+        Ok(())
+    }
+
+    #[test]
+    fn crr_and_pull_spans_name_their_objects() -> Result<(), serde_json::Error> {
+        let buf = Buffer::default();
+        let writer = buf.clone();
+        let sub = subscriber(LogFormat::Json, EnvFilter::new("info"), move || {
+            writer.clone()
+        });
+        tracing::subscriber::with_default(sub, || {
+            crr_span("ns", "restart-1", "web-0").in_scope(|| tracing::info!("killed"));
+            pull_span("nginx:1.25").in_scope(|| tracing::info!("pulled"));
+        });
+        let out = buf.text();
+        let lines: Vec<serde_json::Value> = out
+            .lines()
+            .map(serde_json::from_str)
+            .collect::<Result<_, _>>()?;
+        assert_eq!(lines.len(), 2, "{out}");
+        assert_eq!(lines[0]["span"]["crr"], "ns/restart-1");
+        assert_eq!(lines[0]["span"]["pod"], "ns/web-0");
+        assert_eq!(lines[1]["span"]["image"], "nginx:1.25");
+        Ok(())
+    }
+
+    #[test]
+    fn text_is_the_default_and_is_not_json() {
+        assert_eq!(LogFormat::default(), LogFormat::Text);
+        let out = log_a_reconcile(LogFormat::Text);
+        assert_eq!(out.lines().count(), 2, "{out}");
+        for line in out.lines() {
+            assert!(
+                serde_json::from_str::<serde_json::Value>(line).is_err(),
+                "{line}"
+            );
+            assert!(line.contains("pod") && line.contains("ns/demo"), "{line}");
+        }
+    }
+
+    #[test]
+    fn the_flag_takes_text_and_json() {
+        use clap::ValueEnum as _;
+        assert_eq!(LogFormat::from_str("json", false), Ok(LogFormat::Json));
+        assert_eq!(LogFormat::from_str("text", false), Ok(LogFormat::Text));
+        assert!(LogFormat::from_str("logfmt", false).is_err());
+    }
+}
