@@ -25,11 +25,13 @@ pub fn filter(default: &str) -> EnvFilter {
     EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default))
 }
 
-/// A subscriber writing `format` lines through `writer`.
+/// A subscriber writing `format` lines through `writer`; text has colours only when
+/// `ansi` (a terminal: in a container's log they are escape codes in every line).
 pub fn subscriber<W>(
     format: LogFormat,
     filter: EnvFilter,
     writer: W,
+    ansi: bool,
 ) -> Box<dyn Subscriber + Send + Sync>
 where
     W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
@@ -38,7 +40,7 @@ where
         .with_env_filter(filter)
         .with_writer(writer);
     match format {
-        LogFormat::Text => Box::new(builder.finish()),
+        LogFormat::Text => Box::new(builder.with_ansi(ansi).finish()),
         LogFormat::Json => Box::new(
             builder
                 .json()
@@ -56,6 +58,7 @@ pub fn init(format: LogFormat, default_filter: &str) -> Result<(), LogInitError>
         format,
         filter(default_filter),
         std::io::stdout,
+        std::io::IsTerminal::is_terminal(&std::io::stdout()),
     ))
     .map_err(|_| LogInitError)
 }
@@ -122,7 +125,12 @@ mod tests {
     fn log_a_reconcile(format: LogFormat) -> String {
         let buf = Buffer::default();
         let writer = buf.clone();
-        let sub = subscriber(format, EnvFilter::new("info"), move || writer.clone());
+        let sub = subscriber(
+            format,
+            EnvFilter::new("info"),
+            move || writer.clone(),
+            false,
+        );
         tracing::subscriber::with_default(sub, || {
             let span = pod_span("ns", "demo");
             let _in = span.enter();
@@ -158,9 +166,12 @@ mod tests {
     fn crr_and_pull_spans_name_their_objects() -> Result<(), serde_json::Error> {
         let buf = Buffer::default();
         let writer = buf.clone();
-        let sub = subscriber(LogFormat::Json, EnvFilter::new("info"), move || {
-            writer.clone()
-        });
+        let sub = subscriber(
+            LogFormat::Json,
+            EnvFilter::new("info"),
+            move || writer.clone(),
+            false,
+        );
         tracing::subscriber::with_default(sub, || {
             crr_span("ns", "restart-1", "web-0").in_scope(|| tracing::info!("killed"));
             pull_span("nginx:1.25").in_scope(|| tracing::info!("pulled"));
