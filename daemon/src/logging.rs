@@ -4,64 +4,9 @@
 //! A JSON line carries the event's fields under `fields`, the innermost span under `span`
 //! and every enclosing span under `spans`, each with its fields: the lines about one pod,
 //! ContainerRecreateRequest or image name it (`{"span":{"name":"pod","pod":"ns/demo"},…}`).
-//! (The same as the controller's `logging` module.)
+//! The format itself is `inplace_proto::logging`, shared with the controller.
 
-use tracing::Subscriber;
-use tracing_subscriber::EnvFilter;
-use tracing_subscriber::fmt::MakeWriter;
-
-/// How log lines are written.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    #[default]
-    Text,
-    /// One JSON object per line, with the current span and its parents.
-    Json,
-}
-
-/// The filter: `RUST_LOG` when it is set and valid, else `default`.
-pub fn filter(default: &str) -> EnvFilter {
-    EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default))
-}
-
-/// A subscriber writing `format` lines through `writer`; text has colours only when
-/// `ansi` (a terminal: in a container's log they are escape codes in every line).
-pub fn subscriber<W>(
-    format: LogFormat,
-    filter: EnvFilter,
-    writer: W,
-    ansi: bool,
-) -> Box<dyn Subscriber + Send + Sync>
-where
-    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
-{
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(writer);
-    match format {
-        LogFormat::Text => Box::new(builder.with_ansi(ansi).finish()),
-        LogFormat::Json => Box::new(
-            builder
-                .json()
-                .with_current_span(true)
-                .with_span_list(true)
-                .finish(),
-        ),
-    }
-}
-
-/// Installs the process-wide subscriber, writing to stdout (as the text format always
-/// did).
-pub fn init(format: LogFormat, default_filter: &str) -> Result<(), LogInitError> {
-    tracing::subscriber::set_global_default(subscriber(
-        format,
-        filter(default_filter),
-        std::io::stdout,
-        std::io::IsTerminal::is_terminal(&std::io::stdout()),
-    ))
-    .map_err(|_| LogInitError)
-}
+pub use inplace_proto::logging::*;
 
 /// The span of the work on one pod (`pod=namespace/name`).
 pub fn pod_span(namespace: &str, name: &str) -> tracing::Span {
@@ -82,15 +27,11 @@ pub fn pull_span(image: &str) -> tracing::Span {
     tracing::info_span!("pull", image = %image)
 }
 
-/// A global subscriber was installed already.
-#[derive(Debug, thiserror::Error)]
-#[error("a log subscriber is installed already")]
-pub struct LogInitError;
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::{Arc, Mutex};
+    use tracing_subscriber::EnvFilter;
 
     /// Collects what a subscriber writes.
     #[derive(Clone, Default)]

@@ -11,6 +11,7 @@ pub mod image_ref;
 pub mod imagepulljob;
 pub mod inplace_state;
 pub mod keys;
+pub mod logging;
 pub mod monitoring;
 pub mod nodeimage;
 pub mod quantity;
