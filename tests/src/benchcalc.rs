@@ -322,6 +322,8 @@ pub struct PodFacts {
     pub spec: String,
     pub node: Option<String>,
     pub deleting: bool,
+    /// `metadata.deletionGracePeriodSeconds`.
+    pub deletion_grace: Option<i64>,
     /// The [`CONTROLLER_CONDITIONS`] of the status.
     pub controller_status: String,
     /// The rest of the status (the kubelet's part).
@@ -360,6 +362,7 @@ impl PodFacts {
             spec,
             node,
             deleting: m.deletion_timestamp.is_some(),
+            deletion_grace: m.deletion_grace_period_seconds,
             controller_status,
             kubelet_status,
         }
@@ -375,7 +378,9 @@ pub enum PodWriter {
     Workload,
     /// kube-scheduler: the binding.
     Scheduler,
-    /// The (simulated) kubelet: status, and the final delete after the grace period.
+    /// The (simulated) kubelet: status, and the final delete after the grace period (a
+    /// delete with grace 0 of a terminating pod shows as a modification that only lowers
+    /// `deletionGracePeriodSeconds`, then as the deletion).
     Kubelet,
     /// A modification that changed none of the parts above (e.g. managedFields only).
     Unknown,
@@ -391,6 +396,8 @@ pub fn pod_writer(old: Option<&PodFacts>, new: Option<&PodFacts>) -> PodWriter {
     };
     if old.node.is_none() && new.node.is_some() {
         PodWriter::Scheduler
+    } else if old.deleting && new.deleting && new.deletion_grace != old.deletion_grace {
+        PodWriter::Kubelet
     } else if new.deleting != old.deleting
         || new.meta != old.meta
         || new.spec != old.spec
@@ -609,12 +616,15 @@ apiserver_request_total_other{verb="POST",resource="pods"} 5
         let labelled = facts(&l)?;
         let mut d = v.clone();
         d["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z".into();
+        d["metadata"]["deletionGracePeriodSeconds"] = 1.into();
         let deleting = facts(&d)?;
+        d["metadata"]["deletionGracePeriodSeconds"] = 0.into();
+        let final_delete = facts(&d)?;
         let mut rv = v.clone();
         rv["metadata"]["resourceVersion"] = "7".into();
         let same = facts(&rv)?;
         use PodWriter::*;
-        let table: [(Option<&PodFacts>, Option<&PodFacts>, PodWriter); 9] = [
+        let table: [(Option<&PodFacts>, Option<&PodFacts>, PodWriter); 10] = [
             (None, Some(&created), Workload),
             (Some(&created), Some(&bound), Scheduler),
             (Some(&bound), Some(&running), Kubelet),
@@ -622,6 +632,7 @@ apiserver_request_total_other{verb="POST",resource="pods"} 5
             (Some(&gated), Some(&patched), Workload),
             (Some(&running), Some(&labelled), Workload),
             (Some(&running), Some(&deleting), Workload),
+            (Some(&deleting), Some(&final_delete), Kubelet),
             (Some(&deleting), None, Kubelet),
             (Some(&running), Some(&same), Unknown),
         ];
