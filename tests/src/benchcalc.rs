@@ -2,7 +2,10 @@
 //! minimum of a rollout, percentiles, rollout milestones, /proc figures of a child
 //! process and the target verdicts. No I/O here; unit tested.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
 
 pub use crate::nodesim::procstat::{cpu_seconds, rss_kib};
 
@@ -175,6 +178,268 @@ pub fn split(total: u32, sets: u32) -> Vec<u32> {
     (0..sets).map(|i| base + u32::from(i < rem)).collect()
 }
 
+/// `deployment / in_place`: how many times faster the in-place rollout was (infinite when
+/// the in-place time is zero).
+pub fn speedup(in_place: Duration, deployment: Duration) -> f64 {
+    ratio(deployment, in_place)
+}
+
+/// The headline of `--scenario versus-deployment`.
+pub fn versus_line(in_place: Duration, deployment: Duration) -> String {
+    format!(
+        "versus-deployment: in-place {:.2} s, deployment {:.2} s, speed-up {:.2}",
+        in_place.as_secs_f64(),
+        deployment.as_secs_f64(),
+        speedup(in_place, deployment)
+    )
+}
+
+/// Verbs of `apiserver_request_total` that write.
+pub const WRITE_VERBS: [&str; 6] = [
+    "POST",
+    "PUT",
+    "PATCH",
+    "DELETE",
+    "DELETECOLLECTION",
+    "APPLY",
+];
+
+/// (verb, resource, subresource) of a request counter.
+pub type RequestKey = (String, String, String);
+
+/// The labels of one Prometheus sample line `name{k="v",...} value`: `None` when the line
+/// is not a sample of `name`.
+fn sample<'a>(line: &'a str, name: &str) -> Option<(BTreeMap<&'a str, String>, f64)> {
+    let rest = line.strip_prefix(name)?;
+    let (labels, value) = match rest.strip_prefix('{') {
+        Some(r) => {
+            let end = r.rfind('}')?;
+            (&r[..end], &r[end + 1..])
+        }
+        None if rest.starts_with(' ') => ("", rest),
+        None => return None,
+    };
+    let value: f64 = value.split_whitespace().next()?.parse().ok()?;
+    let mut out = BTreeMap::new();
+    let mut s = labels;
+    while !s.is_empty() {
+        let (key, r) = s.split_once("=\"")?;
+        let mut val = String::new();
+        let mut chars = r.char_indices();
+        let mut end = None;
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '\\' => match chars.next() {
+                    Some((_, 'n')) => val.push('\n'),
+                    Some((_, e)) => val.push(e),
+                    None => return None,
+                },
+                '"' => {
+                    end = Some(i);
+                    break;
+                }
+                c => val.push(c),
+            }
+        }
+        let end = end?;
+        out.insert(key.trim_start_matches(',').trim(), val);
+        s = r[end + 1..].trim_start_matches(',');
+    }
+    Some((out, value))
+}
+
+/// The API server's write requests so far, summed by (verb, resource, subresource) over
+/// response codes, groups and scopes, from the text of its `/metrics`.
+pub fn write_requests(metrics: &str) -> BTreeMap<RequestKey, f64> {
+    let mut out = BTreeMap::new();
+    for line in metrics.lines() {
+        let Some((labels, value)) = sample(line, "apiserver_request_total") else {
+            continue;
+        };
+        let verb = labels.get("verb").cloned().unwrap_or_default();
+        if !WRITE_VERBS.contains(&verb.as_str()) {
+            continue;
+        }
+        let key = (
+            verb,
+            labels.get("resource").cloned().unwrap_or_default(),
+            labels.get("subresource").cloned().unwrap_or_default(),
+        );
+        *out.entry(key).or_insert(0.0) += value;
+    }
+    out
+}
+
+/// `after - before` for every counter that grew (a counter missing before counts from 0).
+pub fn request_delta(
+    before: &BTreeMap<RequestKey, f64>,
+    after: &BTreeMap<RequestKey, f64>,
+) -> BTreeMap<RequestKey, u64> {
+    after
+        .iter()
+        .filter_map(|(k, a)| {
+            let d = a - before.get(k).copied().unwrap_or(0.0);
+            (d >= 0.5).then(|| (k.clone(), d.round() as u64))
+        })
+        .collect()
+}
+
+/// Sum of the deltas whose resource is `resource` (any verb and subresource).
+pub fn requests_on(delta: &BTreeMap<RequestKey, u64>, resource: &str) -> u64 {
+    delta
+        .iter()
+        .filter(|((_, r, _), _)| r == resource)
+        .map(|(_, n)| n)
+        .sum()
+}
+
+/// `POST pods/binding=200 PATCH pods/status=812 ...`, largest first.
+pub fn delta_line(delta: &BTreeMap<RequestKey, u64>) -> String {
+    let mut v: Vec<(&RequestKey, &u64)> = delta.iter().collect();
+    v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    v.iter()
+        .map(|((verb, res, sub), n)| {
+            if sub.is_empty() {
+                format!("{verb} {res}={n}")
+            } else {
+                format!("{verb} {res}/{sub}={n}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Pod conditions written by a workload controller, not by the kubelet.
+pub const CONTROLLER_CONDITIONS: [&str; 2] = ["InPlaceUpdateReady", "KruisePodReady"];
+
+/// What one pod watch event tells about who wrote it: the parts of a pod that different
+/// writers own, each as comparable text.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodFacts {
+    /// Labels, annotations, finalizers and owner references.
+    pub meta: String,
+    /// The spec without `nodeName`.
+    pub spec: String,
+    pub node: Option<String>,
+    pub deleting: bool,
+    /// `metadata.deletionGracePeriodSeconds`.
+    pub deletion_grace: Option<i64>,
+    /// The [`CONTROLLER_CONDITIONS`] of the status.
+    pub controller_status: String,
+    /// The rest of the status (the kubelet's part).
+    pub kubelet_status: String,
+}
+
+impl PodFacts {
+    pub fn of(pod: &Pod) -> PodFacts {
+        let m = &pod.metadata;
+        let meta = serde_json::json!([m.labels, m.annotations, m.finalizers, m.owner_references]);
+        let (spec, node) = match pod.spec.as_ref() {
+            Some(s) => {
+                let mut s = s.clone();
+                let node = s.node_name.take();
+                (serde_json::to_string(&s).unwrap_or_default(), node)
+            }
+            None => (String::new(), None),
+        };
+        let (controller_status, kubelet_status) = match pod.status.as_ref() {
+            Some(st) => {
+                let mut st = st.clone();
+                let conds = st.conditions.take().unwrap_or_default();
+                let (ours, theirs): (Vec<_>, Vec<_>) = conds
+                    .into_iter()
+                    .partition(|c| CONTROLLER_CONDITIONS.contains(&c.type_.as_str()));
+                st.conditions = Some(theirs);
+                (
+                    serde_json::to_string(&ours).unwrap_or_default(),
+                    serde_json::to_string(&st).unwrap_or_default(),
+                )
+            }
+            None => (String::new(), String::new()),
+        };
+        PodFacts {
+            meta: meta.to_string(),
+            spec,
+            node,
+            deleting: m.deletion_timestamp.is_some(),
+            deletion_grace: m.deletion_grace_period_seconds,
+            controller_status,
+            kubelet_status,
+        }
+    }
+}
+
+/// Who made a pod write, judged by what it changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum PodWriter {
+    /// The workload controller (inplace's CloneSet controller, or the ReplicaSet
+    /// controller of kube-controller-manager): creation, deletion mark, spec, labels and
+    /// annotations, its own pod conditions.
+    Workload,
+    /// kube-scheduler: the binding.
+    Scheduler,
+    /// The (simulated) kubelet: status, and the final delete after the grace period (a
+    /// delete with grace 0 of a terminating pod shows as a modification that only lowers
+    /// `deletionGracePeriodSeconds`, then as the deletion).
+    Kubelet,
+    /// A modification that changed none of the parts above (e.g. managedFields only).
+    Unknown,
+}
+
+/// The writer of a watch event: `old` is the pod before (`None` for a creation), `new`
+/// after (`None` for the final deletion).
+pub fn pod_writer(old: Option<&PodFacts>, new: Option<&PodFacts>) -> PodWriter {
+    let (old, new) = match (old, new) {
+        (None, Some(_)) => return PodWriter::Workload,
+        (_, None) => return PodWriter::Kubelet,
+        (Some(o), Some(n)) => (o, n),
+    };
+    if old.node.is_none() && new.node.is_some() {
+        PodWriter::Scheduler
+    } else if old.deleting && new.deleting && new.deletion_grace != old.deletion_grace {
+        PodWriter::Kubelet
+    } else if new.deleting != old.deleting
+        || new.meta != old.meta
+        || new.spec != old.spec
+        || new.controller_status != old.controller_status
+    {
+        PodWriter::Workload
+    } else if new.kubelet_status != old.kubelet_status {
+        PodWriter::Kubelet
+    } else {
+        PodWriter::Unknown
+    }
+}
+
+/// Pod writes seen through a watch, by writer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodWrites {
+    pub by: BTreeMap<PodWriter, u64>,
+}
+
+impl PodWrites {
+    pub fn add(&mut self, w: PodWriter) {
+        *self.by.entry(w).or_insert(0) += 1;
+    }
+
+    pub fn get(&self, w: PodWriter) -> u64 {
+        self.by.get(&w).copied().unwrap_or(0)
+    }
+
+    pub fn total(&self) -> u64 {
+        self.by.values().sum()
+    }
+
+    /// Writes per pod (`pods` = 0 gives 0).
+    pub fn per_pod(&self, w: Option<PodWriter>, pods: u32) -> f64 {
+        if pods == 0 {
+            return 0.0;
+        }
+        let n = w.map_or_else(|| self.total(), |w| self.get(w));
+        n as f64 / f64::from(pods)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -271,5 +536,118 @@ mod tests {
         assert_eq!(split(10, 3), vec![4, 3, 3]);
         assert_eq!(split(5, 0), vec![5]);
         assert_eq!(split(10, 3).iter().sum::<u32>(), 10);
+    }
+
+    #[test]
+    fn speedup_and_headline() {
+        let (a, b) = (Duration::from_secs(10), Duration::from_secs(55));
+        assert!((speedup(a, b) - 5.5).abs() < 1e-9);
+        assert!(speedup(Duration::ZERO, b).is_infinite());
+        assert_eq!(
+            versus_line(Duration::from_millis(15_250), Duration::from_millis(30_500)),
+            "versus-deployment: in-place 15.25 s, deployment 30.50 s, speed-up 2.00"
+        );
+    }
+
+    const METRICS: &str = r#"# HELP apiserver_request_total [STABLE] Counter of apiserver requests
+# TYPE apiserver_request_total counter
+apiserver_request_total{code="201",component="",contentType="application/json",dry_run="",group="",resource="pods",scope="resource",subresource="binding",verb="POST",version="v1"} 10
+apiserver_request_total{code="200",component="apiserver",contentType="application/vnd.kubernetes.protobuf",dry_run="",group="",resource="pods",scope="resource",subresource="status",verb="PATCH",version="v1"} 40
+apiserver_request_total{code="409",component="apiserver",contentType="application/json",dry_run="",group="",resource="pods",scope="resource",subresource="status",verb="PATCH",version="v1"} 2
+apiserver_request_total{code="200",component="apiserver",contentType="application/json",dry_run="",group="",resource="pods",scope="namespace",subresource="",verb="LIST",version="v1"} 99
+apiserver_request_total{code="200",component="apiserver",contentType="a\"b,c",dry_run="",group="apps",resource="replicasets",scope="resource",subresource="",verb="PUT",version="v1"} 3e0
+apiserver_request_total_other{verb="POST",resource="pods"} 5
+"#;
+
+    #[test]
+    fn write_requests_from_metrics() {
+        let w = write_requests(METRICS);
+        let key = |v: &str, r: &str, s: &str| (v.to_owned(), r.to_owned(), s.to_owned());
+        assert_eq!(w.get(&key("POST", "pods", "binding")), Some(&10.0));
+        assert_eq!(w.get(&key("PATCH", "pods", "status")), Some(&42.0)); // codes summed
+        assert_eq!(w.get(&key("PUT", "replicasets", "")), Some(&3.0)); // escaped quote
+        assert_eq!(w.get(&key("LIST", "pods", "")), None); // not a write
+        assert_eq!(w.len(), 3); // the _other metric is not ours
+        let mut after = w.clone();
+        *after.entry(key("PATCH", "pods", "status")).or_default() += 8.0;
+        after.insert(key("DELETE", "pods", ""), 4.0);
+        let d = request_delta(&w, &after);
+        assert_eq!(
+            d.clone().into_iter().collect::<Vec<_>>(),
+            vec![
+                (key("DELETE", "pods", ""), 4),
+                (key("PATCH", "pods", "status"), 8)
+            ]
+        );
+        assert_eq!(requests_on(&d, "pods"), 12);
+        assert_eq!(requests_on(&d, "replicasets"), 0);
+        assert_eq!(delta_line(&d), "PATCH pods/status=8 DELETE pods=4");
+        assert_eq!(delta_line(&BTreeMap::new()), "");
+    }
+
+    fn facts(v: &serde_json::Value) -> Result<PodFacts, serde_json::Error> {
+        Ok(PodFacts::of(&serde_json::from_value::<Pod>(v.clone())?))
+    }
+
+    #[test]
+    fn pod_writers_by_what_changed() -> Result<(), serde_json::Error> {
+        let base = serde_json::json!({
+            "metadata": { "name": "p", "labels": { "app": "a" } },
+            "spec": { "containers": [{ "name": "app", "image": "v1" }] },
+            "status": { "phase": "Pending" },
+        });
+        let created = facts(&base)?;
+        let mut v = base.clone();
+        v["spec"]["nodeName"] = "n1".into();
+        let bound = facts(&v)?;
+        v["status"]["phase"] = "Running".into();
+        v["status"]["conditions"] = serde_json::json!([{ "type": "Ready", "status": "True" }]);
+        let running = facts(&v)?;
+        let mut g = v.clone();
+        g["status"]["conditions"] = serde_json::json!([
+            { "type": "Ready", "status": "True" },
+            { "type": "InPlaceUpdateReady", "status": "False" }]);
+        let gated = facts(&g)?;
+        let mut s = g.clone();
+        s["spec"]["containers"][0]["image"] = "v2".into();
+        let patched = facts(&s)?;
+        let mut l = v.clone();
+        l["metadata"]["labels"]["lifecycle"] = "Normal".into();
+        let labelled = facts(&l)?;
+        let mut d = v.clone();
+        d["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z".into();
+        d["metadata"]["deletionGracePeriodSeconds"] = 1.into();
+        let deleting = facts(&d)?;
+        d["metadata"]["deletionGracePeriodSeconds"] = 0.into();
+        let final_delete = facts(&d)?;
+        let mut rv = v.clone();
+        rv["metadata"]["resourceVersion"] = "7".into();
+        let same = facts(&rv)?;
+        use PodWriter::*;
+        let table: [(Option<&PodFacts>, Option<&PodFacts>, PodWriter); 10] = [
+            (None, Some(&created), Workload),
+            (Some(&created), Some(&bound), Scheduler),
+            (Some(&bound), Some(&running), Kubelet),
+            (Some(&running), Some(&gated), Workload),
+            (Some(&gated), Some(&patched), Workload),
+            (Some(&running), Some(&labelled), Workload),
+            (Some(&running), Some(&deleting), Workload),
+            (Some(&deleting), Some(&final_delete), Kubelet),
+            (Some(&deleting), None, Kubelet),
+            (Some(&running), Some(&same), Unknown),
+        ];
+        for (i, (old, new, want)) in table.into_iter().enumerate() {
+            assert_eq!(pod_writer(old, new), want, "case {i}");
+        }
+        let mut w = PodWrites::default();
+        for x in [Workload, Workload, Kubelet, Scheduler] {
+            w.add(x);
+        }
+        assert_eq!(w.total(), 4);
+        assert_eq!(w.get(Unknown), 0);
+        assert!((w.per_pod(Some(Workload), 2) - 1.0).abs() < 1e-9);
+        assert!((w.per_pod(None, 2) - 2.0).abs() < 1e-9);
+        assert_eq!(w.per_pod(None, 0), 0.0);
+        Ok(())
     }
 }
