@@ -114,8 +114,8 @@ fn truncate(s: &str, max: usize) -> String {
 }
 
 /// The container `container` (runtime id `id`) of `pod` was stopped for the kubelet to
-/// restart it with the pod's changed metadata, for `revision`.
-pub fn restart_note(pod: &Pod, container: &str, id: &str, revision: &str) -> Note {
+/// restart it in place, because `why`, for `revision`.
+pub fn restart_note(pod: &Pod, container: &str, id: &str, why: &str, revision: &str) -> Note {
     let short: String = id.chars().take(12).collect();
     Note {
         regarding: pod.object_ref(&()),
@@ -125,7 +125,7 @@ pub fn restart_note(pod: &Pod, container: &str, id: &str, revision: &str) -> Not
         action: "Restart",
         message: format!(
             "Stopped container {container} ({short}) so that the kubelet restarts it in place: \
-             its env reads pod metadata that changed (revision {revision})"
+             {why} (revision {revision})"
         ),
     }
 }
@@ -251,7 +251,13 @@ mod tests {
 
     #[test]
     fn a_restart_is_a_normal_event_on_the_pod() {
-        let n = restart_note(&pod(), "app", "0123456789abcdef0123", "rev-2");
+        let n = restart_note(
+            &pod(),
+            "app",
+            "0123456789abcdef0123",
+            "a restart was requested",
+            "rev-2",
+        );
         assert_eq!(n.regarding.kind.as_deref(), Some("Pod"));
         assert_eq!(n.regarding.name.as_deref(), Some("web-0"));
         assert_eq!(n.regarding.namespace.as_deref(), Some("ns"));
@@ -264,6 +270,11 @@ mod tests {
             n.message
         );
         assert!(n.message.contains("rev-2"), "{}", n.message);
+        assert!(
+            n.message.contains("a restart was requested"),
+            "{}",
+            n.message
+        );
     }
 
     /// (status before, status after, the event: (warning, reason, parts of the message)).

@@ -396,44 +396,26 @@ impl Executor {
         }
         match &d {
             Decision::Restart { container, id } => {
-                let grace = pod
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.termination_grace_period_seconds)
-                    .and_then(|g| u64::try_from(g).ok())
-                    .unwrap_or(30)
-                    .clamp(2, 30);
-                tracing::info!(pod = %pod_name(pod), container, id, "stopping container so the kubelet restarts it with the new metadata");
-                self.cri
-                    .stop_container(id, Duration::from_secs(grace))
-                    .await?;
-                self.recorder
-                    .record(crate::recorder::restart_note(pod, container, id, &revision));
-                self.metrics
-                    .restarts
-                    .get_or_create(&ReasonLabel {
-                        reason: "env-from-metadata".into(),
-                    })
-                    .inc();
+                self.stop_for_restart(
+                    pod,
+                    container,
+                    id,
+                    &revision,
+                    "env-from-metadata",
+                    "its env reads pod metadata that changed",
+                )
+                .await?;
             }
             Decision::RestartRequested { container, id } => {
-                let grace = pod
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.termination_grace_period_seconds)
-                    .and_then(|g| u64::try_from(g).ok())
-                    .unwrap_or(30)
-                    .clamp(2, 30);
-                tracing::info!(pod = %pod_name(pod), container, id, "stopping container so the kubelet restarts it (restart requested)");
-                self.cri
-                    .stop_container(id, Duration::from_secs(grace))
-                    .await?;
-                self.metrics
-                    .restarts
-                    .get_or_create(&ReasonLabel {
-                        reason: "restart".into(),
-                    })
-                    .inc();
+                self.stop_for_restart(
+                    pod,
+                    container,
+                    id,
+                    &revision,
+                    "restart",
+                    "a restart was requested (kubectl inplace rollout restart)",
+                )
+                .await?;
             }
             Decision::Resize {
                 container,
@@ -461,6 +443,41 @@ impl Executor {
             Decision::NotInUpdate | Decision::Wait(_) | Decision::Invalid(_) => {}
         }
         Ok(d)
+    }
+
+    /// Stops container `container` (runtime id `id`) so that the kubelet starts it again
+    /// in place, with the pod's own grace period (2–30 s); records the event on the pod
+    /// and counts the restart under `reason`. `why` says what asked for it.
+    async fn stop_for_restart(
+        &self,
+        pod: &Pod,
+        container: &str,
+        id: &str,
+        revision: &str,
+        reason: &str,
+        why: &str,
+    ) -> Result<(), ExecError> {
+        let grace = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.termination_grace_period_seconds)
+            .and_then(|g| u64::try_from(g).ok())
+            .unwrap_or(30)
+            .clamp(2, 30);
+        tracing::info!(pod = %pod_name(pod), container, id, why, "stopping container so the kubelet restarts it");
+        self.cri
+            .stop_container(id, Duration::from_secs(grace))
+            .await?;
+        self.recorder.record(crate::recorder::restart_note(
+            pod, container, id, why, revision,
+        ));
+        self.metrics
+            .restarts
+            .get_or_create(&ReasonLabel {
+                reason: reason.into(),
+            })
+            .inc();
+        Ok(())
     }
 
     /// Records `daemonEnvChecked` for `batch` in the state annotation, unless it says so
