@@ -422,20 +422,35 @@ impl Metrics {
     /// Drops every per-CloneSet series of a deleted CloneSet (counters too: a CloneSet
     /// created again under the same name starts from zero, as a restarted process would).
     pub fn forget(&self, labels: &CloneSetLabels) {
-        for counters in [
+        for counters in self.per_cloneset_counters() {
+            counters.remove(labels);
+        }
+        for gauges in self.per_cloneset_gauges() {
+            gauges.remove(labels);
+        }
+    }
+
+    /// The counter families with a series per CloneSet (all of them: [`Self::forget`]
+    /// removes exactly these).
+    fn per_cloneset_counters(&self) -> [&Family<CloneSetLabels, Counter>; 6] {
+        [
             &self.reconciles,
             &self.reconciles_skipped_expectations,
             &self.pods_created,
             &self.pods_deleted,
             &self.pods_updated_in_place,
             &self.pods_recreated,
-        ] {
-            counters.remove(labels);
-        }
-        self.rollout_replicas.remove(labels);
-        self.rollout_updated_replicas.remove(labels);
-        self.rollout_updated_ready_replicas.remove(labels);
-        self.rollout_expected_updated_replicas.remove(labels);
+        ]
+    }
+
+    /// The gauge families with a series per CloneSet.
+    fn per_cloneset_gauges(&self) -> [&Family<CloneSetLabels, Gauge>; 4] {
+        [
+            &self.rollout_replicas,
+            &self.rollout_updated_replicas,
+            &self.rollout_updated_ready_replicas,
+            &self.rollout_expected_updated_replicas,
+        ]
     }
 }
 
@@ -586,14 +601,7 @@ mod tests {
     fn every_family_touched() -> String {
         let m = Metrics::new();
         let cs = CloneSetLabels::new("ns", "demo");
-        for counters in [
-            &m.reconciles,
-            &m.reconciles_skipped_expectations,
-            &m.pods_created,
-            &m.pods_deleted,
-            &m.pods_updated_in_place,
-            &m.pods_recreated,
-        ] {
+        for counters in m.per_cloneset_counters() {
             counters.get_or_create(&cs).inc();
         }
         m.record_status(&cs, &inplace_proto::CloneSetStatus::default());
@@ -765,14 +773,7 @@ mod tests {
         let gone = CloneSetLabels::new("ns", "gone");
         let kept = CloneSetLabels::new("ns", "kept");
         for l in [&gone, &kept] {
-            for counters in [
-                &m.reconciles,
-                &m.reconciles_skipped_expectations,
-                &m.pods_created,
-                &m.pods_deleted,
-                &m.pods_updated_in_place,
-                &m.pods_recreated,
-            ] {
+            for counters in m.per_cloneset_counters() {
                 counters.get_or_create(l).inc();
             }
             m.rollout_replicas.get_or_create(l).set(1);
