@@ -10,55 +10,14 @@ pub use inplace_proto::logging::*;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::{Arc, Mutex};
-    use tracing_subscriber::EnvFilter;
-
-    /// Collects what a subscriber writes.
-    #[derive(Clone, Default)]
-    struct Buffer(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Buffer {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    impl Buffer {
-        fn text(&self) -> String {
-            String::from_utf8_lossy(
-                &self
-                    .0
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner),
-            )
-            .into_owned()
-        }
-    }
-
     /// Logs a reconcile's lines, in the span the reconciler opens, with `format`.
     fn log_a_reconcile(format: LogFormat) -> String {
-        let buf = Buffer::default();
-        let writer = buf.clone();
-        let sub = subscriber(
-            format,
-            EnvFilter::new("info"),
-            move || writer.clone(),
-            false,
-        );
-        tracing::subscriber::with_default(sub, || {
+        capture(format, || {
             let span = crate::runtime::reconcile_span("ns", "demo");
             let _in = span.enter();
             tracing::info!(actions = 3, "planned");
             tracing::warn!(error = "conflict", "retrying");
-        });
-        buf.text()
+        })
     }
 
     #[test]
@@ -103,13 +62,5 @@ mod tests {
                 "{line}"
             );
         }
-    }
-
-    #[test]
-    fn the_flag_takes_text_and_json() {
-        use clap::ValueEnum as _;
-        assert_eq!(LogFormat::from_str("json", false), Ok(LogFormat::Json));
-        assert_eq!(LogFormat::from_str("text", false), Ok(LogFormat::Text));
-        assert!(LogFormat::from_str("logfmt", false).is_err());
     }
 }

@@ -30,55 +30,14 @@ pub fn pull_span(image: &str) -> tracing::Span {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::{Arc, Mutex};
-    use tracing_subscriber::EnvFilter;
-
-    /// Collects what a subscriber writes.
-    #[derive(Clone, Default)]
-    struct Buffer(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Buffer {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    impl Buffer {
-        fn text(&self) -> String {
-            String::from_utf8_lossy(
-                &self
-                    .0
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner),
-            )
-            .into_owned()
-        }
-    }
-
     /// Logs two lines in the span the in-place executor opens for a pod, with `format`.
     fn log_a_reconcile(format: LogFormat) -> String {
-        let buf = Buffer::default();
-        let writer = buf.clone();
-        let sub = subscriber(
-            format,
-            EnvFilter::new("info"),
-            move || writer.clone(),
-            false,
-        );
-        tracing::subscriber::with_default(sub, || {
+        capture(format, || {
             let span = pod_span("ns", "demo");
             let _in = span.enter();
             tracing::info!(actions = 3, "planned");
             tracing::warn!(error = "conflict", "retrying");
-        });
-        buf.text()
+        })
     }
 
     #[test]
@@ -105,19 +64,10 @@ mod tests {
 
     #[test]
     fn crr_and_pull_spans_name_their_objects() -> Result<(), serde_json::Error> {
-        let buf = Buffer::default();
-        let writer = buf.clone();
-        let sub = subscriber(
-            LogFormat::Json,
-            EnvFilter::new("info"),
-            move || writer.clone(),
-            false,
-        );
-        tracing::subscriber::with_default(sub, || {
+        let out = capture(LogFormat::Json, || {
             crr_span("ns", "restart-1", "web-0").in_scope(|| tracing::info!("killed"));
             pull_span("nginx:1.25").in_scope(|| tracing::info!("pulled"));
         });
-        let out = buf.text();
         let lines: Vec<serde_json::Value> = out
             .lines()
             .map(serde_json::from_str)
@@ -141,13 +91,5 @@ mod tests {
             );
             assert!(line.contains("pod") && line.contains("ns/demo"), "{line}");
         }
-    }
-
-    #[test]
-    fn the_flag_takes_text_and_json() {
-        use clap::ValueEnum as _;
-        assert_eq!(LogFormat::from_str("json", false), Ok(LogFormat::Json));
-        assert_eq!(LogFormat::from_str("text", false), Ok(LogFormat::Text));
-        assert!(LogFormat::from_str("logfmt", false).is_err());
     }
 }
