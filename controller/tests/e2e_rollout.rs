@@ -471,6 +471,23 @@ async fn a_leader_cut_off_longer_than_its_lease_writes_nothing_after_it() -> Tes
         Ok(status_i64(&cs, "readyReplicas") == 2)
     })
     .map_err(|e| format!("{e}\n{}", old.log_excerpt()))?;
+    // The API server answers the status write before the leader logs it: freezing the
+    // moment the status reads ready=2 could hold that answer in the proxy and log the
+    // write after the mark, as if it landed late. So cut the leader off only once it has
+    // logged that write and is idle (its log still for a while): nothing is in flight.
+    wait_for(
+        "the leader logged the ready=2 status write and is idle",
+        Duration::from_secs(30),
+        || {
+            let before = old.log_text();
+            let logged = before
+                .lines()
+                .any(|l| l.contains("status written") && l.contains(" ready=2 "));
+            std::thread::sleep(Duration::from_millis(800));
+            Ok(logged && old.log_text().len() == before.len())
+        },
+    )
+    .map_err(|e| format!("{e}\n{}", old.log_excerpt()))?;
     let mark = old.log_text().len();
     proxy.freeze();
     let pods_before = live_pods(&ns)?;
