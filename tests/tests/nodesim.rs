@@ -483,3 +483,171 @@ async fn faults_and_graceful_deletion() -> Result<()> {
     result?;
     cleanup
 }
+
+/// Status writes the kubelet makes for one in-place container restart (an image patch of
+/// a Ready pod, until the pod is Ready again with the container restarted once and the
+/// writes have stopped for [`QUIET`]): counted from a watch of the pod, the kubelet's
+/// writes told apart from the others by what they change ([`benchcalc::pod_writer`]).
+/// Returns the count and the time from the patch to Ready.
+async fn kubelet_writes_of_an_image_patch(
+    api: &Api<Pod>,
+    name: &str,
+    image: &str,
+) -> Result<(u64, Duration)> {
+    use futures::StreamExt;
+    use inplace_tests::benchcalc::{self, PodFacts, PodWriter};
+    use kube::api::{WatchEvent, WatchParams};
+    use std::sync::{Arc, Mutex};
+
+    /// The writes that follow Ready (the container's `started` flag, say) still count:
+    /// the measurement ends once none came for this long.
+    const QUIET: Duration = Duration::from_secs(3);
+
+    let before = get(api, name).await?;
+    let rv = before
+        .metadata
+        .resource_version
+        .clone()
+        .context("resourceVersion")?;
+    let seen: Arc<Mutex<(Vec<Pod>, Instant)>> = Arc::new(Mutex::new((Vec::new(), Instant::now())));
+    let mut stream = api
+        .watch(
+            &WatchParams::default().fields(&format!("metadata.name={name}")),
+            &rv,
+        )
+        .await?
+        .boxed();
+    let collector = {
+        let seen = seen.clone();
+        tokio::spawn(async move {
+            while let Some(Ok(event)) = stream.next().await {
+                if let WatchEvent::Modified(p) = event
+                    && let Ok(mut s) = seen.lock()
+                {
+                    s.0.push(p);
+                    s.1 = Instant::now();
+                }
+            }
+        })
+    };
+    let t0 = Instant::now();
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Strategic(json!({ "spec": { "containers": [{ "name": "app", "image": image }] } })),
+    )
+    .await?;
+    let (_, took) = wait_pod(
+        api,
+        name,
+        Duration::from_secs(120),
+        "restarted and Ready",
+        |p| pod_ready(p) && container_status(p).is_some_and(|c| c.restart_count == 1 && c.ready),
+    )
+    .await?;
+    let mut waited = Duration::ZERO;
+    while waited < Duration::from_secs(30) {
+        let last = seen.lock().map(|s| s.1).unwrap_or_else(|_| Instant::now());
+        if last.elapsed() >= QUIET {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        waited += Duration::from_millis(200);
+    }
+    collector.abort();
+    let pods = seen.lock().map(|s| s.0.clone()).unwrap_or_default();
+    let mut previous = PodFacts::of(&before);
+    let mut kubelet = 0;
+    for p in &pods {
+        let facts = PodFacts::of(p);
+        if benchcalc::pod_writer(Some(&previous), Some(&facts)) == PodWriter::Kubelet {
+            kubelet += 1;
+        }
+        previous = facts;
+    }
+    println!(
+        "{name}: {} watch events after the patch, {kubelet} by the kubelet; Ready again {:.2}s after the patch (watched {:.1}s)",
+        pods.len(),
+        took.as_secs_f64(),
+        t0.elapsed().as_secs_f64()
+    );
+    Ok((kubelet, took))
+}
+
+/// Issue 15 item 2: the simulated kubelet must load the API server at least as the real
+/// one does. The same pod (image, readiness probe) on the bed's real node and on a
+/// simulated node gets an image patch (an in-place container restart); the simulator's
+/// status writes for it are at least the real kubelet's.
+#[tokio::test]
+#[ignore = "needs the test bed (tests/testbed/up)"]
+async fn the_simulator_writes_status_at_least_as_often_as_the_real_kubelet_per_in_place_restart()
+-> Result<()> {
+    let client = client().await?;
+    let group = format!("nst-writes-{}", suffix());
+    let sim = start_sim(
+        &group,
+        1,
+        &["--update-delay", "1s", "--ready-delay", "500ms"],
+    )?;
+    sim.wait_nodes_ready(&client, Duration::from_secs(60))
+        .await?;
+    namespace(&client, &group).await?;
+    let image = |v: &str| {
+        std::env::var(format!("INPLACE_TEST_IMAGE_{}", v.to_uppercase()))
+            .unwrap_or_else(|_| format!("127.0.0.1:5000/inplace-test/app:{v}"))
+    };
+    let real_node = std::env::var("INPLACE_NODE_NAME").unwrap_or_else(|_| "inplace-node-0".into());
+    let probe = json!({
+        "httpGet": { "path": "/healthz", "port": 8080 },
+        "periodSeconds": 1,
+    });
+    let result = async {
+        let api: Api<Pod> = Api::namespaced(client.clone(), &group);
+        let mut real = pod("real", &sim, &image("v1"), json!({}))?;
+        let mut simulated = pod("simulated", &sim, &image("v1"), json!({}))?;
+        for p in [&mut real, &mut simulated] {
+            let spec = p.spec.as_mut().context("spec")?;
+            spec.containers[0].readiness_probe = Some(serde_json::from_value(probe.clone())?);
+            spec.termination_grace_period_seconds = Some(5);
+        }
+        // The real pod goes to the real node: no simulator selector or toleration.
+        if let Some(spec) = real.spec.as_mut() {
+            spec.node_selector = None;
+            spec.tolerations = None;
+            spec.node_name = Some(real_node.clone());
+        }
+        for p in [&real, &simulated] {
+            api.create(&PostParams::default(), p).await?;
+        }
+        for name in ["real", "simulated"] {
+            wait_pod(&api, name, Duration::from_secs(120), "pod Ready", pod_ready).await?;
+        }
+        let (real_writes, real_took) =
+            kubelet_writes_of_an_image_patch(&api, "real", &image("v2")).await?;
+        let (sim_writes, sim_took) =
+            kubelet_writes_of_an_image_patch(&api, "simulated", &image("v2")).await?;
+        println!(
+            "kubelet status writes per in-place restart: real kubelet {real_writes} ({:.2}s to Ready), simulator {sim_writes} ({:.2}s to Ready)",
+            real_took.as_secs_f64(),
+            sim_took.as_secs_f64()
+        );
+        ensure!(real_writes >= 1, "the real kubelet's writes were not seen");
+        ensure!(
+            sim_writes >= real_writes,
+            "the simulator wrote {sim_writes} times for an in-place restart, the real kubelet {real_writes}"
+        );
+        Ok(())
+    }
+    .await;
+    // The real kubelet took from 10 to 45 s to finish the real pod's graceful deletion:
+    // not what this test measures, so the pods go at once and the wait is generous.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &group);
+    for name in ["real", "simulated"] {
+        let _ = pods
+            .delete(name, &DeleteParams::default().grace_period(0))
+            .await;
+    }
+    let cleanup = bed::delete_namespace_and_wait(&client, &group, Duration::from_secs(120)).await;
+    result?;
+    cleanup
+}
