@@ -275,7 +275,7 @@ fn chart_crds_equal_the_generated_crds() {
 }
 
 /// What `inplace-controller` calls, read from controller/src: watch.rs (watchers on
-/// CloneSets, Pods, PVCs, ControllerRevisions, Nodes), act.rs (pod/PVC/revision
+/// CloneSets, Pods, PVCs, ControllerRevisions, Nodes), act/ (pod/PVC/revision
 /// create/delete/patch, pod status patch, CloneSet spec patch of podsToDelete),
 /// status_writer.rs (CloneSet status merge patch), events.rs (kube Recorder: events.k8s.io
 /// create/patch), imagepulljob/secrets.rs (the pull secrets jobs name, read by name).

@@ -13,4 +13,5 @@ pub mod puller;
 pub mod recorder;
 pub mod resize;
 pub mod server;
+#[cfg(feature = "test-support")]
 pub mod testkit;

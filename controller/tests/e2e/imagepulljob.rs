@@ -4,12 +4,12 @@
 //!
 //! ```text
 //! INPLACE_TESTBED_KUBECONFIG=/var/tmp/inplace-testbed/kubeconfig \
-//!   cargo test -p inplace-controller --test e2e_imagepulljob -- --ignored
+//!   cargo test -p inplace-controller --test e2e -- --ignored imagepulljob::
 //! ```
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod e2e_support;
+use crate::support as e2e_support;
 
 use std::time::Duration;
 

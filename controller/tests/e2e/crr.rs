@@ -15,12 +15,12 @@
 //!
 //! ```text
 //! INPLACE_TESTBED_KUBECONFIG=/var/tmp/inplace-testbed/kubeconfig \
-//!   cargo test -p inplace-controller --test e2e_crr -- --ignored --test-threads=1
+//!   cargo test -p inplace-controller --test e2e -- --ignored --test-threads=1 crr::
 //! ```
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod e2e_support;
+use crate::support as e2e_support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -1,14 +1,14 @@
 //! End-to-end, rollouts: maxSurge, paused, lifecycle hooks, PVCs, progress deadline, and a
-//! controller killed in the middle of a rollout. Same bed and commands as `e2e_cloneset`:
+//! controller killed in the middle of a rollout. Same bed and commands as `cloneset`:
 //!
 //! ```text
 //! INPLACE_TESTBED_KUBECONFIG=/var/tmp/inplace-testbed/kubeconfig \
-//!   cargo test -p inplace-controller --test e2e_rollout -- --ignored --test-threads 2
+//!   cargo test -p inplace-controller --test e2e -- --ignored --test-threads 2 rollout::
 //! ```
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod e2e_support;
+use crate::support as e2e_support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -14,12 +14,12 @@
 //!
 //! ```text
 //! INPLACE_TESTBED_KUBECONFIG=/var/tmp/inplace-testbed/kubeconfig \
-//!   cargo test -p inplace-controller --test e2e_predownload -- --ignored --test-threads=1
+//!   cargo test -p inplace-controller --test e2e -- --ignored --test-threads=1 predownload::
 //! ```
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod e2e_support;
+use crate::support as e2e_support;
 
 use std::process::Command;
 use std::time::Duration;

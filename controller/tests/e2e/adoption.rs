@@ -5,12 +5,12 @@
 //!
 //! ```text
 //! INPLACE_TESTBED_KUBECONFIG=/var/tmp/inplace-testbed/kubeconfig \
-//!   cargo test -p inplace-controller --test e2e_adoption -- --ignored
+//!   cargo test -p inplace-controller --test e2e -- --ignored adoption::
 //! ```
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod e2e_support;
+use crate::support as e2e_support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -4,12 +4,12 @@
 //! ```text
 //! tests/testbed/up
 //! INPLACE_TESTBED_KUBECONFIG=/var/tmp/inplace-testbed/kubeconfig \
-//!   cargo test -p inplace-controller --test e2e_cloneset -- --ignored --test-threads 2
+//!   cargo test -p inplace-controller --test e2e -- --ignored --test-threads 2 cloneset::
 //! ```
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod e2e_support;
+use crate::support as e2e_support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

@@ -13,12 +13,12 @@
 //!
 //! ```text
 //! tests/testbed/up     # applies deploy/crds, also to a bed that is already up
-//! cargo test -p inplace-controller --test e2e_parity -- --ignored
+//! cargo test -p inplace-controller --test e2e -- --ignored parity::
 //! ```
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod e2e_support;
+use crate::support as e2e_support;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! - `rollout status|pause|resume` and `warm-up` run without the controller: the test creates
 //!   the CloneSet itself and writes its status through the status subresource.
 //! - `set image`, `rollout history|undo` and `scale-down` run with the controller (one process
-//!   per namespace, see `e2e_support`), and check that pods update in place (same UIDs).
+//!   per namespace, see `support`), and check that pods update in place (same UIDs).
 //! - `rollout restart` runs with the controller and the node daemon: every container of
 //!   every pod restarted in place (same UID and IP, restartCount + 1), never more than
 //!   maxUnavailable pods unready; then `get` (one-shot, JSON and table, and `--watch` into a
@@ -13,13 +13,13 @@
 //!
 //! ```text
 //! . /var/tmp/inplace-testbed/env
-//! cargo test -p inplace-controller --test e2e_plugin -- --ignored
+//! cargo test -p inplace-controller --test e2e -- --ignored plugin::
 //! ```
-//! (environment: see `e2e_support`.)
+//! (environment: see `support`.)
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod e2e_support;
+use crate::support as e2e_support;
 
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};

@@ -8,7 +8,7 @@
 //! ```text
 //! tests/testbed/up --install
 //! INPLACE_TESTBED_KUBECONFIG=/var/tmp/inplace-testbed/kubeconfig INPLACE_KUBECTL=... \
-//!   cargo test -p inplace-controller --test e2e_install -- --ignored --test-threads 1
+//!   cargo test -p inplace-controller --test e2e -- --ignored --test-threads 1 installed_
 //! tests/testbed/up --uninstall
 //! ```
 //!
@@ -18,7 +18,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod e2e_support;
+use crate::support as e2e_support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,527 @@
+//! Carries out a [`Plan`]: ControllerRevisions, pods, PVCs, in-place updates, lifecycle
+//! labels, `podsToDelete` pruning.
+//!
+//! Rules:
+//! - every write is recorded as an expectation before the next plan may run;
+//! - deletes carry a UID precondition, spec patches a resourceVersion precondition, so a
+//!   decision made on a stale cache fails (409) instead of hitting the wrong object;
+//! - pod conditions are written by strategic merge patch on `pods/status` (conditions merge
+//!   by type, so the kubelet's own conditions are never overwritten);
+//! - consecutive actions of one kind form a phase; a phase runs with bounded parallelism
+//!   (creates in slow-start batches 1, 2, 4, …); the first phase with a failure ends the
+//!   step, and the failure is reported (event, condition, retry with backoff).
+//!
+//! This module runs the phases and holds what every write shares (the APIs, patch helpers,
+//! expectations, events); the writes themselves are in:
+//! - `revisions`: ControllerRevisions;
+//! - `pods`: create, delete, recreate, `pod-template-hash`, `podsToDelete` pruning;
+//! - `pvc`: PVC deletion and hand-over to a pod;
+//! - `inplace`: starting an in-place update; `conflict`: its retry after a conflict;
+//! - `inplace_apply`: writing the spec (batch now, held update, next batch, resize);
+//! - `conditions`: readiness-gate conditions; `lifecycle`: the lifecycle state.
+
+mod conditions;
+mod conflict;
+mod inplace;
+mod inplace_apply;
+mod lifecycle;
+mod pods;
+mod pvc;
+mod revisions;
+#[cfg(test)]
+mod tests;
+
+pub use conditions::{gate_conditions_to_set, has_gate};
+pub use conflict::still_updatable;
+pub use inplace::spec_from_change;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use futures::StreamExt;
+use inplace_proto::{CloneSet, keys};
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
+use kube::{Api, Resource, ResourceExt};
+use serde_json::{Value, json};
+use tracing::{debug, info, warn};
+
+use crate::error::Error;
+use crate::events::Note;
+use crate::expectations::Expectation;
+use crate::metrics::CloneSetLabels;
+use crate::plan::{Action, Plan, UpdateMethod};
+use crate::runtime::{Context, key_of};
+use crate::watch::Owned;
+
+/// The CloneSet condition a failed action is reported under.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailureKind {
+    Scale,
+    Update,
+}
+
+impl FailureKind {
+    pub fn condition(self) -> &'static str {
+        match self {
+            Self::Scale => keys::CONDITION_FAILED_SCALE,
+            Self::Update => keys::CONDITION_FAILED_UPDATE,
+        }
+    }
+}
+
+/// One failed action.
+#[derive(Debug)]
+pub struct Failure {
+    pub kind: FailureKind,
+    pub error: Error,
+}
+
+/// What happened while acting.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub attempted: usize,
+    pub failures: Vec<Failure>,
+    /// Actions not attempted because an earlier phase failed.
+    pub skipped: usize,
+}
+
+impl Outcome {
+    /// The error to hand to the retry policy, if anything failed.
+    pub fn into_error(self) -> Option<Error> {
+        let total = self.attempted;
+        let failed = self.failures.len();
+        let first = self.failures.into_iter().next()?;
+        if failed == 1 {
+            return Some(first.error);
+        }
+        Some(Error::Actions {
+            failed,
+            total,
+            first: Box::new(first.error),
+        })
+    }
+}
+
+/// Everything one execution needs.
+struct Actor<'a> {
+    ctx: &'a Context,
+    cs: &'a CloneSet,
+    plan: &'a Plan,
+    owned: &'a Owned,
+    key: String,
+    ns: String,
+    cs_ref: ObjectReference,
+    labels: CloneSetLabels,
+    pods: BTreeMap<&'a str, &'a Pod>,
+    revisions_ok: AtomicBool,
+}
+
+fn now_time() -> Time {
+    Time(Timestamp::now())
+}
+
+fn now_rfc3339() -> String {
+    Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+fn pod_ref(pod: &Pod) -> ObjectReference {
+    pod.object_ref(&())
+}
+
+/// Which phase an action belongs to (consecutive actions of one phase run together).
+///
+/// The refresh actions of a pod (apply a held update, complete an in-place update, move
+/// its lifecycle state) come pod by pod in a plan (`complete a, lifecycle a, complete b,
+/// …`); as separate kinds they made one-action phases, i.e. one API call at a time for
+/// hundreds of pods. They form one phase, run pod-parallel with each pod's actions in
+/// plan order ([`by_pod`]).
+fn phase_of(action: &Action) -> &'static str {
+    match action {
+        Action::Create { .. } => "create",
+        Action::Delete { .. } => "delete",
+        Action::Update { .. } => "update",
+        Action::Lifecycle { .. }
+        | Action::CompleteInPlaceUpdate { .. }
+        | Action::ApplyGracedUpdate { .. }
+        | Action::ApplyNextContainerBatch { .. }
+        | Action::ReportInPlaceStall { .. } => "refresh",
+        Action::SetTemplateHash { .. } => "template_hash",
+        Action::DeletePvc { .. } => "delete_pvc",
+        Action::PrunePodsToDelete { .. } => "prune",
+        Action::ReownPvcToPod { .. } => "reown",
+    }
+}
+
+/// The pod an action writes, if it is a per-pod action.
+fn pod_of(action: &Action) -> Option<&str> {
+    match action {
+        Action::Delete { pod, .. }
+        | Action::Update { pod, .. }
+        | Action::Lifecycle { pod, .. }
+        | Action::CompleteInPlaceUpdate { pod }
+        | Action::ApplyGracedUpdate { pod }
+        | Action::ApplyNextContainerBatch { pod }
+        | Action::ReportInPlaceStall { pod, .. }
+        | Action::SetTemplateHash { pod, .. } => Some(pod),
+        Action::ReownPvcToPod { pod, .. } => Some(pod),
+        Action::Create { .. } | Action::DeletePvc { .. } | Action::PrunePodsToDelete { .. } => None,
+    }
+}
+
+/// The actions of a phase in chains: one per pod (its actions in plan order), one per
+/// action without a pod; chains in order of first appearance.
+fn by_pod<'b>(phase: &[&'b Action]) -> Vec<Vec<&'b Action>> {
+    let mut chains: Vec<Vec<&Action>> = Vec::new();
+    let mut index: BTreeMap<&str, usize> = BTreeMap::new();
+    for action in phase {
+        match pod_of(action) {
+            Some(pod) => match index.get(pod) {
+                Some(&i) => chains[i].push(action),
+                None => {
+                    index.insert(pod, chains.len());
+                    chains.push(vec![action]);
+                }
+            },
+            None => chains.push(vec![action]),
+        }
+    }
+    chains
+}
+
+fn failure_kind(action: &Action) -> FailureKind {
+    match action {
+        Action::Create { .. }
+        | Action::Delete { .. }
+        | Action::DeletePvc { .. }
+        | Action::PrunePodsToDelete { .. }
+        | Action::ReownPvcToPod { .. } => FailureKind::Scale,
+        _ => FailureKind::Update,
+    }
+}
+
+/// Carries out `plan` for `cs`.
+pub async fn execute(ctx: &Context, cs: &CloneSet, owned: &Owned, plan: &Plan) -> Outcome {
+    let ns = cs.namespace().unwrap_or_default();
+    let actor = Actor {
+        ctx,
+        cs,
+        plan,
+        owned,
+        key: key_of(cs),
+        cs_ref: cs.object_ref(&()),
+        labels: CloneSetLabels::new(&ns, &cs.name_any()),
+        pods: owned
+            .pods
+            .iter()
+            .filter_map(|p| p.metadata.name.as_deref().map(|n| (n, p)))
+            .collect(),
+        ns,
+        revisions_ok: AtomicBool::new(true),
+    };
+    actor.run().await
+}
+
+impl Actor<'_> {
+    fn pod_api(&self) -> Api<Pod> {
+        Api::namespaced(self.ctx.client.clone(), &self.ns)
+    }
+
+    fn pvc_api(&self) -> Api<PersistentVolumeClaim> {
+        Api::namespaced(self.ctx.client.clone(), &self.ns)
+    }
+
+    fn revision_api(&self) -> Api<ControllerRevision> {
+        Api::namespaced(self.ctx.client.clone(), &self.ns)
+    }
+
+    /// An untyped API for kind `K`, for objects built as raw JSON.
+    fn dyn_api<K: Resource<DynamicType = ()>>(&self) -> Api<DynamicObject> {
+        Api::namespaced_with(
+            self.ctx.client.clone(),
+            &self.ns,
+            &ApiResource::erase::<K>(&()),
+        )
+    }
+
+    fn cs_api(&self) -> Api<CloneSet> {
+        Api::namespaced(self.ctx.client.clone(), &self.ns)
+    }
+
+    fn pp(&self) -> PatchParams {
+        PatchParams {
+            field_manager: Some(self.ctx.settings.field_manager.clone()),
+            ..PatchParams::default()
+        }
+    }
+
+    fn expect(&self, e: Expectation) {
+        self.ctx.expectations.expect(&self.key, e);
+    }
+
+    fn event(
+        &self,
+        related: Option<ObjectReference>,
+        warning: bool,
+        reason: &str,
+        action: &str,
+        message: String,
+    ) {
+        if warning {
+            warn!(reason, %message, "event");
+        } else {
+            info!(reason, %message, "event");
+        }
+        self.ctx.events.send(Note {
+            regarding: self.cs_ref.clone(),
+            related,
+            warning,
+            reason: reason.to_owned(),
+            action: action.to_owned(),
+            message,
+        });
+    }
+
+    fn pod(&self, name: &str) -> Result<&Pod, Error> {
+        self.pods
+            .get(name)
+            .copied()
+            .ok_or_else(|| Error::NotCached(format!("pod {}/{name}", self.ns)))
+    }
+
+    async fn run(&self) -> Outcome {
+        let mut outcome = Outcome::default();
+        if let Err(err) = self.write_revisions().await {
+            self.revisions_ok.store(false, Ordering::Relaxed);
+            outcome.attempted += 1;
+            outcome.failures.push(Failure {
+                kind: FailureKind::Update,
+                error: err,
+            });
+            outcome.skipped = self.plan.actions.len();
+            return outcome;
+        }
+        self.init_pod_conditions(&mut outcome).await;
+
+        let mut phases: Vec<Vec<&Action>> = Vec::new();
+        for action in &self.plan.actions {
+            match phases.last_mut() {
+                Some(last) if last.first().map(|a| phase_of(a)) == Some(phase_of(action)) => {
+                    last.push(action);
+                }
+                _ => phases.push(vec![action]),
+            }
+        }
+        let mut failed = false;
+        for phase in phases {
+            if failed {
+                outcome.skipped += phase.len();
+                continue;
+            }
+            let results = if phase
+                .first()
+                .is_some_and(|a| matches!(a, Action::Create { .. }))
+            {
+                self.run_slow_start(&phase).await
+            } else {
+                let futs: Vec<_> = by_pod(&phase)
+                    .into_iter()
+                    .map(|chain| self.act_chain(chain))
+                    .collect();
+                bounded(futs, self.ctx.settings.api_parallelism)
+                    .await
+                    .into_iter()
+                    .flatten()
+                    .collect()
+            };
+            outcome.attempted += results.len();
+            outcome.skipped += phase.len() - results.len();
+            for (action, result) in results {
+                if let Err(error) = result {
+                    failed = true;
+                    outcome.failures.push(Failure {
+                        kind: failure_kind(action),
+                        error,
+                    });
+                }
+            }
+        }
+        if self.revisions_ok.load(Ordering::Relaxed)
+            && !failed
+            && let Err(err) = self.delete_old_revisions().await
+        {
+            outcome.failures.push(Failure {
+                kind: FailureKind::Update,
+                error: err,
+            });
+        }
+        outcome
+    }
+
+    /// Creates in batches of 1, 2, 4, … and stops after the first batch with a failure.
+    async fn run_slow_start<'b>(
+        &self,
+        phase: &[&'b Action],
+    ) -> Vec<(&'b Action, Result<(), Error>)> {
+        let mut results = Vec::new();
+        let mut batch = 1usize;
+        let mut i = 0usize;
+        while i < phase.len() {
+            let end = (i + batch).min(phase.len());
+            let futs: Vec<_> = phase[i..end].iter().map(|a| self.act_tagged(a)).collect();
+            let part = bounded(futs, self.ctx.settings.api_parallelism).await;
+            let failed = part.iter().any(|(_, r)| r.is_err());
+            results.extend(part);
+            if failed {
+                break;
+            }
+            i = end;
+            batch = batch.saturating_mul(2);
+        }
+        results
+    }
+
+    async fn act_tagged<'b>(&self, action: &'b Action) -> (&'b Action, Result<(), Error>) {
+        (action, self.act(action).await)
+    }
+
+    /// Runs the actions of one pod in order; after a failure the rest are not attempted
+    /// (not returned).
+    async fn act_chain<'b>(&self, chain: Vec<&'b Action>) -> Vec<(&'b Action, Result<(), Error>)> {
+        let mut out = Vec::with_capacity(chain.len());
+        for action in chain {
+            let result = self.act(action).await;
+            let failed = result.is_err();
+            out.push((action, result));
+            if failed {
+                break;
+            }
+        }
+        out
+    }
+
+    async fn act(&self, action: &Action) -> Result<(), Error> {
+        debug!(?action, "acting");
+        match action {
+            Action::Create {
+                revision,
+                instance_id,
+            } => self.create_pod(revision, instance_id).await,
+            Action::Delete { pod, reason } => self.delete_pod(pod, *reason).await,
+            Action::Update {
+                pod,
+                method: UpdateMethod::Recreate,
+                revision,
+            } => self.recreate(pod, revision).await,
+            Action::Update {
+                pod,
+                method: UpdateMethod::InPlace,
+                revision,
+            } => self.update_in_place(pod, revision).await,
+            Action::Lifecycle {
+                pod,
+                from,
+                to,
+                mark_not_ready,
+            } => self.lifecycle(pod, *from, *to, *mark_not_ready).await,
+            Action::CompleteInPlaceUpdate { pod } => self.complete_in_place(pod).await,
+            Action::ApplyGracedUpdate { pod } => self.apply_graced(pod).await,
+            Action::DeletePvc { pvc } => self.delete_pvc(pvc).await,
+            Action::PrunePodsToDelete { names } => self.prune_pods_to_delete(names).await,
+            Action::ReownPvcToPod { pvc, pod } => self.reown_pvc(pvc, pod).await,
+            Action::SetTemplateHash { pod, hash } => self.set_template_hash(pod, hash).await,
+            Action::ApplyNextContainerBatch { pod } => self.apply_next_batch(pod).await,
+            Action::ReportInPlaceStall {
+                pod,
+                reason,
+                message,
+            } => self.report_in_place_stall(pod, reason, message).await,
+        }
+    }
+
+    /// Strategic merge patch of `pods/status`. With `pinned`, the patch only applies to the
+    /// pod version we planned from (resourceVersion precondition).
+    async fn patch_pod_status(&self, pod: &Pod, status: Value, pinned: bool) -> Result<(), Error> {
+        let name = pod.name_any();
+        let mut body = json!({ "status": status });
+        if pinned {
+            body["metadata"] = json!({"resourceVersion": pod.resource_version()});
+        }
+        let written = self
+            .pod_api()
+            .patch_status(&name, &self.pp(), &Patch::Strategic(body))
+            .await
+            .map_err(|e| Error::kube(format!("patch status of pod {name}"), e))?;
+        self.expect(Expectation::PodUpdated {
+            name,
+            uid: written.uid().unwrap_or_default(),
+            resource_version: written.resource_version().unwrap_or_default(),
+        });
+        Ok(())
+    }
+
+    /// Strategic merge patch of a pod; with `pinned`, only of the pod version we planned
+    /// from (resourceVersion precondition), for patches whose content depends on it.
+    async fn patch_pod(
+        &self,
+        pod: &Pod,
+        mut body: Value,
+        what: &str,
+        pinned: bool,
+    ) -> Result<Pod, Error> {
+        let name = pod.name_any();
+        if pinned {
+            body["metadata"]["resourceVersion"] = json!(pod.resource_version());
+        }
+        let written = self
+            .pod_api()
+            .patch(&name, &self.pp(), &Patch::Strategic(body))
+            .await
+            .map_err(|e| Error::kube(format!("{what} pod {name}"), e))?;
+        self.expect(Expectation::PodUpdated {
+            name,
+            uid: written.uid().unwrap_or_default(),
+            resource_version: written.resource_version().unwrap_or_default(),
+        });
+        Ok(written)
+    }
+}
+
+/// Runs `futs` with at most `limit` in flight; results in completion order.
+async fn bounded<F: std::future::Future>(futs: Vec<F>, limit: usize) -> Vec<F::Output> {
+    let mut pending = futs.into_iter();
+    let mut running = futures::stream::FuturesUnordered::new();
+    for f in pending.by_ref().take(limit.max(1)) {
+        running.push(f);
+    }
+    let mut out = Vec::new();
+    while let Some(r) = running.next().await {
+        out.push(r);
+        if let Some(f) = pending.next() {
+            running.push(f);
+        }
+    }
+    out
+}
+
+fn encode<T: serde::Serialize>(value: &T, what: &str) -> Result<String, Error> {
+    serde_json::to_string(value).map_err(|source| Error::Encode {
+        what: what.to_owned(),
+        source,
+    })
+}
+
+/// Delete options that only delete the object with this UID: a replacement of the same
+/// name (a new pod reusing the instance id) is never deleted by a stale decision.
+fn delete_only_uid(uid: &str) -> DeleteParams {
+    DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: Some(uid.to_owned()),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    }
+}

@@ -1,0 +1,58 @@
+//! The CloneSet's ControllerRevisions: the new one created (or an old one's number
+//! bumped) before any pod is written, old ones deleted after a step without failures.
+
+use kube::ResourceExt;
+use kube::api::{DeleteParams, Patch, PostParams};
+use serde_json::json;
+use tracing::{debug, info};
+
+use crate::error::{Error, is_already_exists, is_not_found};
+use crate::expectations::Expectation;
+
+use super::Actor;
+
+impl Actor<'_> {
+    pub(super) async fn write_revisions(&self) -> Result<(), Error> {
+        let api = self.revision_api();
+        if let Some(rev) = &self.plan.revisions.create {
+            let name = rev.name_any();
+            match api.create(&PostParams::default(), rev).await {
+                Ok(_) => info!(revision = %name, "created ControllerRevision"),
+                Err(e) if is_already_exists(&e) => {
+                    debug!(revision = %name, "ControllerRevision already exists")
+                }
+                Err(e) => return Err(Error::kube(format!("create revision {name}"), e)),
+            }
+            self.expect(Expectation::RevisionCreated { name });
+        }
+        if let Some(rev) = &self.plan.revisions.bump {
+            let name = rev.name_any();
+            let patch = json!({
+                "metadata": {"resourceVersion": rev.resource_version()},
+                "revision": rev.revision,
+            });
+            let written = api
+                .patch(&name, &self.pp(), &Patch::Merge(&patch))
+                .await
+                .map_err(|e| Error::kube(format!("bump revision {name}"), e))?;
+            self.expect(Expectation::RevisionUpdated {
+                name,
+                resource_version: written.resource_version().unwrap_or_default(),
+            });
+        }
+        Ok(())
+    }
+
+    pub(super) async fn delete_old_revisions(&self) -> Result<(), Error> {
+        let api = self.revision_api();
+        for name in &self.plan.revisions.delete {
+            match api.delete(name, &DeleteParams::default()).await {
+                Ok(_) => debug!(revision = %name, "deleted old ControllerRevision"),
+                Err(e) if is_not_found(&e) => {}
+                Err(e) => return Err(Error::kube(format!("delete revision {name}"), e)),
+            }
+            self.expect(Expectation::RevisionDeleted { name: name.clone() });
+        }
+        Ok(())
+    }
+}

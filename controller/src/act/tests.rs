@@ -1,0 +1,303 @@
+use super::*;
+use crate::plan::not_ready::NotReadyMessage;
+use inplace_proto::LifecycleState;
+use k8s_openapi::api::core::v1::{PodCondition, PodReadinessGate, PodSpec, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+fn pod_with(gates: &[&str], conditions: &[&str], annotations: &[&str]) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            annotations: Some(
+                annotations
+                    .iter()
+                    .map(|a| ((*a).to_owned(), "{}".to_owned()))
+                    .collect(),
+            ),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            readiness_gates: Some(
+                gates
+                    .iter()
+                    .map(|g| PodReadinessGate {
+                        condition_type: (*g).into(),
+                    })
+                    .collect(),
+            ),
+            ..PodSpec::default()
+        }),
+        status: Some(PodStatus {
+            conditions: Some(
+                conditions
+                    .iter()
+                    .map(|c| PodCondition {
+                        type_: (*c).into(),
+                        status: "False".into(),
+                        ..PodCondition::default()
+                    })
+                    .collect(),
+            ),
+            ..PodStatus::default()
+        }),
+    }
+}
+
+#[test]
+fn new_pods_get_their_gate_conditions() {
+    let p = pod_with(&[keys::INPLACE_UPDATE_READY_CONDITION], &[], &[]);
+    assert_eq!(
+        gate_conditions_to_set(&p, false),
+        vec![keys::INPLACE_UPDATE_READY_CONDITION]
+    );
+    let p = pod_with(
+        &[keys::INPLACE_UPDATE_READY_CONDITION],
+        &[keys::INPLACE_UPDATE_READY_CONDITION],
+        &[],
+    );
+    assert!(gate_conditions_to_set(&p, false).is_empty());
+    let p = pod_with(
+        &[keys::INPLACE_UPDATE_READY_CONDITION],
+        &[],
+        &[keys::INPLACE_UPDATE_STATE_ANNOTATION],
+    );
+    assert!(gate_conditions_to_set(&p, false).is_empty());
+    let p = pod_with(&[], &[], &[]);
+    assert!(gate_conditions_to_set(&p, false).is_empty());
+    let p = pod_with(&[keys::KRUISE_POD_READY_CONDITION], &[], &[]);
+    assert_eq!(
+        gate_conditions_to_set(&p, false),
+        vec![keys::KRUISE_POD_READY_CONDITION]
+    );
+}
+
+#[test]
+fn a_condition_left_false_by_a_failed_update_is_restored() {
+    let mut p = pod_with(
+        &[keys::INPLACE_UPDATE_READY_CONDITION],
+        &[keys::INPLACE_UPDATE_READY_CONDITION],
+        &[],
+    );
+    if let Some(c) = p
+        .status
+        .as_mut()
+        .and_then(|s| s.conditions.as_mut())
+        .and_then(|c| c.first_mut())
+    {
+        c.reason = Some(keys::START_INPLACE_UPDATE_REASON.into());
+    }
+    assert_eq!(
+        gate_conditions_to_set(&p, false),
+        vec![keys::INPLACE_UPDATE_READY_CONDITION]
+    );
+    assert!(gate_conditions_to_set(&p, true).is_empty());
+}
+
+#[test]
+fn refresh_actions_run_as_one_phase_in_per_pod_chains() {
+    let complete = |p: &str| Action::CompleteInPlaceUpdate { pod: p.into() };
+    let normal = |p: &str| Action::Lifecycle {
+        pod: p.into(),
+        from: Some(LifecycleState::Updating),
+        to: LifecycleState::Normal,
+        mark_not_ready: None,
+    };
+    let actions = [
+        complete("a"),
+        normal("a"),
+        complete("b"),
+        normal("b"),
+        Action::ApplyGracedUpdate { pod: "c".into() },
+    ];
+    assert!(actions.iter().all(|a| phase_of(a) == phase_of(&actions[0])));
+    let phase: Vec<&Action> = actions.iter().collect();
+    let chains = by_pod(&phase);
+    assert_eq!(chains.len(), 3);
+    assert_eq!(chains[0], vec![&actions[0], &actions[1]]);
+    assert_eq!(chains[1], vec![&actions[2], &actions[3]]);
+    assert_eq!(chains[2], vec![&actions[4]]);
+    // Actions without a pod stay one chain each.
+    let prune = Action::PrunePodsToDelete { names: vec![] };
+    let pvc = Action::DeletePvc { pvc: "x".into() };
+    assert_eq!(by_pod(&[&prune, &pvc]).len(), 2);
+    assert_ne!(phase_of(&prune), phase_of(&actions[0]));
+}
+
+fn updatable_pod() -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": "p", "uid": "u1", "resourceVersion": "10",
+                     "labels": {keys::REVISION_LABEL: "cs-old", keys::LIFECYCLE_STATE_LABEL: "Normal"}},
+        "spec": {"containers": [{"name": "app", "image": "app:v1"}]},
+        "status": {
+            "conditions": [{"type": keys::INPLACE_UPDATE_READY_CONDITION, "status": "False"},
+                           {"type": "Ready", "status": "True"}],
+            "containerStatuses": [{"name": "app", "image": "app:v1", "imageID": "sha-1",
+                                   "ready": true, "restartCount": 0}],
+        },
+    }))
+    .unwrap_or_default()
+}
+
+#[test]
+fn a_conflicting_write_is_retried_only_on_the_same_pod_and_revision() {
+    let planned = updatable_pod();
+    assert_eq!(planned.uid().as_deref(), Some("u1"));
+    type Edit = fn(&mut Pod);
+    let cases: Vec<(&str, Edit, bool, bool)> = vec![
+        // (what changed, edit, gate_set, retry allowed)
+        (
+            "nothing but the version",
+            |p| p.metadata.resource_version = Some("11".into()),
+            true,
+            true,
+        ),
+        (
+            "the kubelet's Ready condition",
+            |p| {
+                if let Some(c) = p.status.as_mut().and_then(|s| s.conditions.as_mut()) {
+                    c[1].status = "False".into();
+                }
+            },
+            true,
+            true,
+        ),
+        (
+            "the UID (recreated)",
+            |p| p.metadata.uid = Some("u2".into()),
+            true,
+            false,
+        ),
+        (
+            "terminating",
+            |p| {
+                p.metadata.deletion_timestamp = Some(now_time());
+            },
+            true,
+            false,
+        ),
+        (
+            "the revision",
+            |p| {
+                p.metadata
+                    .labels
+                    .get_or_insert_default()
+                    .insert(keys::REVISION_LABEL.into(), "cs-new".into());
+            },
+            true,
+            false,
+        ),
+        (
+            "the lifecycle state",
+            |p| {
+                p.metadata
+                    .labels
+                    .get_or_insert_default()
+                    .insert(keys::LIFECYCLE_STATE_LABEL.into(), "PreparingDelete".into());
+            },
+            true,
+            false,
+        ),
+        (
+            "the image ID",
+            |p| {
+                if let Some(c) = p
+                    .status
+                    .as_mut()
+                    .and_then(|s| s.container_statuses.as_mut())
+                {
+                    c[0].image_id = "sha-2".into();
+                }
+            },
+            true,
+            false,
+        ),
+        (
+            "the spec image",
+            |p| {
+                if let Some(s) = p.spec.as_mut() {
+                    s.containers[0].image = Some("app:v9".into());
+                }
+            },
+            true,
+            false,
+        ),
+        (
+            "the gate turned True",
+            |p| {
+                if let Some(c) = p.status.as_mut().and_then(|s| s.conditions.as_mut()) {
+                    c[0].status = "True".into();
+                }
+            },
+            true,
+            false,
+        ),
+        (
+            "the gate True, not required",
+            |p| {
+                if let Some(c) = p.status.as_mut().and_then(|s| s.conditions.as_mut()) {
+                    c[0].status = "True".into();
+                }
+            },
+            false,
+            true,
+        ),
+    ];
+    for (what, edit, gate_set, allowed) in cases {
+        let mut fresh = planned.clone();
+        edit(&mut fresh);
+        assert_eq!(
+            still_updatable(&planned, &fresh, gate_set).is_ok(),
+            allowed,
+            "{what}"
+        );
+    }
+}
+
+#[test]
+fn spec_from_change_carries_the_restarts() -> Result<(), Error> {
+    let mut change = crate::plan::inplace::InPlaceChange::default();
+    change.annotations.insert(
+        keys::RESTARTED_AT_ANNOTATION.into(),
+        Some("2026-01-02T00:00:00Z".into()),
+    );
+    change.restarts = ["main".to_owned(), "side".to_owned()].into();
+    let spec = spec_from_change(&change, "cs-abc", 0)?;
+    assert_eq!(spec.restart_containers, ["main", "side"]);
+    assert!(spec.container_images.is_empty());
+    // The annotation itself goes onto the pod, as with Deployments.
+    assert!(spec.meta_data_patch.contains(keys::RESTARTED_AT_ANNOTATION));
+    Ok(())
+}
+
+#[test]
+fn spec_from_change_writes_a_metadata_patch() -> Result<(), Error> {
+    let mut change = crate::plan::inplace::InPlaceChange::default();
+    change.images.insert("app".into(), "img:v2".into());
+    change.labels.insert("a".into(), Some("1".into()));
+    change.annotations.insert("b".into(), None);
+    let spec = spec_from_change(&change, "cs-abc", 5)?;
+    assert_eq!(spec.container_images["app"], "img:v2");
+    assert_eq!(spec.grace_seconds, 5);
+    let meta: Value =
+        serde_json::from_str(&spec.meta_data_patch).map_err(|source| Error::Encode {
+            what: "test".into(),
+            source,
+        })?;
+    assert_eq!(
+        meta,
+        json!({"metadata": {"labels": {"a": "1"}, "annotations": {"b": null}}})
+    );
+    Ok(())
+}
+
+#[test]
+fn not_ready_message_uses_reference_json() -> Result<(), serde_json::Error> {
+    let m = NotReadyMessage {
+        user_agent: "ContainerRecreateRequest".into(),
+        key: "preparingDelete".into(),
+    };
+    assert_eq!(
+        serde_json::to_string(&vec![m])?,
+        r#"[{"userAgent":"ContainerRecreateRequest","key":"preparingDelete"}]"#
+    );
+    Ok(())
+}

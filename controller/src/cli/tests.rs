@@ -1,0 +1,233 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use proptest::prelude::*;
+use serde_json::json;
+
+use super::*;
+
+const CS: &str = "apiVersion: apps.kruise.io/v1alpha1
+kind: CloneSet
+metadata: {name: demo, namespace: default, uid: u1}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: demo}}
+  template:
+    metadata: {labels: {app: demo}}
+    spec: {containers: [{name: main, image: 'nginx:1'}]}
+";
+
+const PODS: &str = "apiVersion: v1
+kind: List
+items:
+- metadata:
+    name: demo-aaaaa
+    labels: {app: demo, controller-revision-hash: demo-old, apps.kruise.io/cloneset-instance-id: aaaaa}
+  spec: {nodeName: n1, containers: [{name: main, image: 'nginx:1'}]}
+  status:
+    phase: Running
+    conditions: [{type: Ready, status: 'True', lastTransitionTime: '2026-01-01T00:00:00Z'}]
+";
+
+fn src<'a>(name: &'a str, text: &'a str) -> Source<'a> {
+    Source { name, text }
+}
+
+#[test]
+fn pod_not_matching_the_selector_is_bad_input_naming_the_pods_file() {
+    let pods = PODS.replace("app: demo,", "app: other,");
+    let e = load(
+        src("cs.yaml", CS),
+        Some(src("pods.yaml", &pods)),
+        None,
+        None,
+    )
+    .unwrap_err();
+    let line = e.to_string();
+    assert!(
+        line.starts_with("pods.yaml: pod demo-aaaaa: metadata.labels:"),
+        "{line}"
+    );
+    assert!(line.contains("app=demo"));
+}
+
+#[test]
+fn status_current_revision_is_taken_without_a_revision_list() {
+    let cs = format!("{CS}status: {{currentRevision: demo-old}}\n");
+    let inputs = load(
+        src("cs.yaml", &cs),
+        Some(src("pods.yaml", PODS)),
+        None,
+        None,
+    )
+    .unwrap();
+    let report = compute(
+        &inputs,
+        &Settings::default(),
+        "2026-01-02T00:00:00Z".parse().unwrap(),
+        "cs.yaml",
+    )
+    .unwrap();
+    assert_eq!(report.plan.revisions.current_revision, "demo-old");
+    assert_eq!(report.plan.diffs.scale_up, 2);
+}
+
+#[test]
+fn yaml_output_is_the_json_output() {
+    let inputs = load(src("cs.yaml", CS), Some(src("pods.yaml", PODS)), None, None).unwrap();
+    let now = "2026-01-02T00:00:00Z".parse().unwrap();
+    let report = compute(&inputs, &Settings::default(), now, "cs.yaml").unwrap();
+    let json: serde_json::Value =
+        serde_json::from_str(&render(&report, &inputs, Format::Json)).unwrap();
+    let yaml: serde_json::Value =
+        serde_saphyr::from_str(&render(&report, &inputs, Format::Yaml)).unwrap();
+    assert_eq!(json, yaml);
+}
+
+/// `plan NAME` keeps what the controller's caches select: pods it controls that match
+/// its selector, its revisions, its PVCs and the unowned ones matching its selector.
+#[test]
+fn live_inputs_select_what_the_controller_plans_from() {
+    let cs = input::cloneset(Source {
+        name: "cs",
+        text: CS,
+    })
+    .unwrap();
+    let owner = |uid: &str, kind: &str| {
+        json!([{"apiVersion": "apps.kruise.io/v1alpha1", "kind": kind, "name": "x",
+                    "uid": uid, "controller": true}])
+    };
+    let obj = |name: &str, labels: serde_json::Value, owners: serde_json::Value| json!({"metadata": {"name": name, "labels": labels, "ownerReferences": owners}});
+    let pods: Vec<Pod> = vec![
+        obj("p-b", json!({"app": "demo"}), owner("u1", "CloneSet")),
+        obj("p-a", json!({"app": "demo"}), owner("u1", "CloneSet")),
+        obj(
+            "p-released",
+            json!({"app": "other"}),
+            owner("u1", "CloneSet"),
+        ),
+        obj("p-orphan", json!({"app": "demo"}), json!([])),
+        obj("p-foreign", json!({"app": "demo"}), owner("u2", "CloneSet")),
+    ]
+    .into_iter()
+    .map(|v| serde_json::from_value(v).unwrap())
+    .collect();
+    let pvcs: Vec<PersistentVolumeClaim> = vec![
+        obj("c-own", json!({}), owner("u1", "CloneSet")),
+        obj("c-orphan", json!({"app": "demo"}), json!([])),
+        obj("c-foreign", json!({"app": "demo"}), owner("u2", "CloneSet")),
+        obj("c-unmatched", json!({"app": "x"}), json!([])),
+    ]
+    .into_iter()
+    .map(|v| serde_json::from_value(v).unwrap())
+    .collect();
+    let revisions: Vec<ControllerRevision> = vec![
+            json!({"metadata": {"name": "r-own", "ownerReferences": owner("u1", "CloneSet")}, "revision": 1}),
+            json!({"metadata": {"name": "r-foreign", "ownerReferences": owner("u2", "CloneSet")}, "revision": 1}),
+        ]
+        .into_iter()
+        .map(|v| serde_json::from_value(v).unwrap())
+        .collect();
+    let inputs = live_inputs(cs, pods, pvcs, revisions).unwrap();
+    let names = |m: Vec<Option<String>>| -> Vec<String> { m.into_iter().flatten().collect() };
+    assert_eq!(
+        names(
+            inputs
+                .pods
+                .iter()
+                .map(|p| p.metadata.name.clone())
+                .collect()
+        ),
+        ["p-a", "p-b"]
+    );
+    assert_eq!(
+        names(
+            inputs
+                .pvcs
+                .iter()
+                .map(|p| p.metadata.name.clone())
+                .collect()
+        ),
+        ["c-orphan", "c-own"]
+    );
+    assert_eq!(
+        names(
+            inputs
+                .revisions
+                .iter()
+                .map(|r| r.metadata.name.clone())
+                .collect()
+        ),
+        ["r-own"]
+    );
+}
+
+#[test]
+fn plan_takes_files_or_a_name_not_both_nor_neither() {
+    let run_args = |args: &[&str]| {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = run(
+            std::iter::once("kubectl-inplace").chain(args.iter().copied()),
+            &mut out,
+            &mut err,
+        );
+        (code, String::from_utf8_lossy(&err).into_owned())
+    };
+    let (code, err) = run_args(&["plan"]);
+    assert_eq!(code, EXIT_BAD_INPUT, "{err}");
+    assert!(err.contains("--filename"), "{err}");
+    let (code, err) = run_args(&["plan", "demo", "-f", "cs.yaml"]);
+    assert_eq!(code, EXIT_BAD_INPUT, "{err}");
+    assert!(err.contains("cannot be used with"), "{err}");
+    let (code, err) = run_args(&["plan", "deployment/demo"]);
+    assert_eq!(code, EXIT_BAD_INPUT, "{err}");
+    assert!(err.contains("is not a CloneSet"), "{err}");
+}
+
+#[test]
+fn completion_scripts_name_every_command() {
+    for shell in [CompletionShell::Bash, CompletionShell::Zsh] {
+        let script = completion(shell);
+        for word in [
+            "plan",
+            "rollout",
+            "history",
+            "undo",
+            "restart",
+            "set",
+            "scale-down",
+            "warm-up",
+            "get",
+        ] {
+            assert!(script.contains(word), "{shell:?} lacks {word}");
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Truncated inputs (any prefix of the CloneSet and of the pods) never panic the
+    /// whole pipeline: they parse and plan, or fail with one line.
+    #[test]
+    fn truncated_inputs_never_panic_the_plan_command(
+        cut_cs in 0usize..=CS.len(),
+        cut_pods in 0usize..=PODS.len(),
+    ) {
+        let now: Timestamp = "2026-01-02T00:00:00Z".parse().unwrap();
+        let result = load(
+            src("cs.yaml", &CS[..cut_cs]),
+            Some(src("pods.yaml", &PODS[..cut_pods])),
+            None,
+            None,
+        )
+        .and_then(|inputs| {
+            let report = compute(&inputs, &Settings::default(), now, "cs.yaml")?;
+            let _ = render(&report, &inputs, Format::Table);
+            let _ = render(&report, &inputs, Format::Json);
+            Ok(())
+        });
+        if let Err(e) = result {
+            prop_assert!(!e.to_string().contains('\n'));
+        }
+    }
+}

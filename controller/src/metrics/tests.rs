@@ -1,0 +1,261 @@
+use super::*;
+
+/// The exposition with a series in every family (empty families print nothing).
+fn every_family_touched() -> String {
+    let m = Metrics::new();
+    let cs = CloneSetLabels::new("ns", "demo");
+    for counters in m.per_cloneset_counters() {
+        counters.get_or_create(&cs).inc();
+    }
+    m.record_status(&cs, &inplace_proto::CloneSetStatus::default());
+    m.reconcile_errors
+        .get_or_create(&ErrorLabels { reason: "x".into() })
+        .inc();
+    m.expectation_timeouts
+        .get_or_create(&ExpectationLabels { kind: "x".into() })
+        .inc();
+    m.reconcile_duration.observe(0.1);
+    m.record_api_request("patch", "200", Duration::from_millis(3));
+    let t0 = std::time::Instant::now();
+    m.queue_add("ns/demo", t0);
+    m.queue_start("ns/demo", t0 + Duration::from_millis(5));
+    m.refresh_process();
+    m.encode().unwrap_or_default()
+}
+
+#[test]
+fn the_work_queue_counts_each_triggered_cloneset_once_until_its_reconcile_starts()
+-> Result<(), std::fmt::Error> {
+    let m = Metrics::new();
+    let t0 = std::time::Instant::now();
+    m.queue_add("ns/a", t0);
+    m.queue_add("ns/a", t0 + Duration::from_millis(10)); // the same item
+    m.queue_add("ns/b", t0 + Duration::from_millis(20));
+    m.queue_add("ns/gone", t0 + Duration::from_millis(20));
+    assert_eq!(m.workqueue_depth.get(), 3);
+    m.queue_drop("ns/gone");
+    assert_eq!(m.workqueue_depth.get(), 2);
+    // a waited 250 ms since its first trigger
+    m.queue_start("ns/a", t0 + Duration::from_millis(250));
+    assert_eq!(m.workqueue_depth.get(), 1);
+    // a requeue nobody triggered: nothing waited
+    m.queue_start("ns/c", t0 + Duration::from_millis(300));
+    m.queue_start("ns/b", t0 + Duration::from_millis(20));
+    assert_eq!(m.workqueue_depth.get(), 0);
+    let text = m.encode()?;
+    assert!(text.contains("inplace_workqueue_depth 0"), "{text}");
+    assert!(
+        text.contains("inplace_workqueue_queue_duration_seconds_count 2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("inplace_workqueue_queue_duration_seconds_sum 0.25\n"),
+        "{text}"
+    );
+    Ok(())
+}
+
+#[test]
+fn build_info_revision_is_the_given_one_or_unknown() {
+    assert_eq!(build_revision(Some("0123abcd")), "0123abcd");
+    assert_eq!(build_revision(Some("")), "unknown");
+    assert_eq!(build_revision(Some("  ")), "unknown");
+    assert_eq!(build_revision(None), "unknown");
+}
+
+/// The shipped dashboard and alert rules use only metrics the controller exports
+/// (the daemon's, `inplace_daemon_*`, are checked by the daemon's tests).
+#[test]
+fn the_dashboard_and_alerts_use_only_exported_metrics() {
+    let exported = inplace_proto::monitoring::sample_names(&every_family_touched());
+    let missing =
+        inplace_proto::monitoring::missing(&exported, "inplace_", Some("inplace_daemon_"));
+    assert!(
+        missing.is_empty(),
+        "not exported: {missing:?}\nexported: {exported:?}"
+    );
+}
+
+#[test]
+fn proc_stat_fields_are_counted_after_the_command_name() {
+    // A command name with spaces and a parenthesis must not shift the fields.
+    let stat = "4242 (inplace (ctl) x) S 1 4242 4242 0 -1 4194560 1200 0 0 0 \
+                    250 50 0 0 20 0 9 0 123456 30000000 5000 18446744073709551615";
+    assert_eq!(parse_proc_stat(stat), Some((300, 123_456)));
+    assert_eq!(parse_proc_stat("garbage"), None);
+    assert_eq!(parse_proc_stat("1 (x) S 1 2"), None);
+    let live = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    assert!(
+        live.is_empty() || parse_proc_stat(&live).is_some(),
+        "{live}"
+    );
+}
+
+#[test]
+fn vm_rss_is_read_in_bytes() {
+    let status = "Name:\tinplace\nVmPeak:\t  9000 kB\nVmRSS:\t   2048 kB\nThreads:\t9\n";
+    assert_eq!(parse_vm_rss(status), Some(2048 * 1024));
+    assert_eq!(parse_vm_rss("VmRSS: 12 MB"), None);
+    assert_eq!(parse_vm_rss("Name: x"), None);
+    let m = Metrics::new();
+    m.refresh_process();
+    let text = m.encode().unwrap_or_default();
+    assert!(
+        text.contains("inplace_process_resident_memory_bytes "),
+        "{text}"
+    );
+    assert!(text.contains("inplace_build_info{version=\""), "{text}");
+}
+
+/// Every registered family is in the exposition under the name the README gives it.
+#[test]
+fn every_metric_is_exported() {
+    let text = every_family_touched();
+    let families: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    let want = [
+        "inplace_api_requests",
+        "inplace_api_request_duration_seconds",
+        "inplace_build_info",
+        "inplace_process_cpu_seconds",
+        "inplace_process_resident_memory_bytes",
+        "inplace_process_start_time_seconds",
+        "inplace_workqueue_depth",
+        "inplace_workqueue_queue_duration_seconds",
+        "inplace_reconciles",
+        "inplace_reconcile_duration_seconds",
+        "inplace_reconcile_errors",
+        "inplace_reconciles_waiting_expectations",
+        "inplace_pods_created",
+        "inplace_pods_deleted",
+        "inplace_pods_updated_in_place",
+        "inplace_pods_recreated",
+        "inplace_expectation_timeouts",
+        "inplace_cloneset_replicas",
+        "inplace_cloneset_updated_replicas",
+        "inplace_cloneset_updated_ready_replicas",
+        "inplace_cloneset_expected_updated_replicas",
+        "inplace_leader",
+        "inplace_cached_pods",
+    ];
+    assert_eq!(families, want, "{text}");
+    let readme = include_str!("../../../README.md");
+    for name in want {
+        let documented = readme.contains(&format!("`{name}"))
+            || readme.contains(&format!("`{}", name.trim_start_matches("inplace_")))
+            || (name.starts_with("inplace_pods_") && readme.contains("inplace_pods_{created"))
+            || (name.starts_with("inplace_cloneset_")
+                && readme.contains("inplace_cloneset_{replicas"));
+        assert!(documented, "{name} is not in README.md");
+    }
+}
+
+#[test]
+fn encodes_registered_metrics() -> Result<(), std::fmt::Error> {
+    let m = Metrics::new();
+    let l = CloneSetLabels::new("ns", "demo");
+    m.pods_created.get_or_create(&l).inc();
+    m.expectation_timeouts
+        .get_or_create(&ExpectationLabels {
+            kind: "pod_create".into(),
+        })
+        .inc();
+    let text = m.encode()?;
+    assert!(text.contains("inplace_pods_created_total{namespace=\"ns\",cloneset=\"demo\"} 1"));
+    assert!(text.contains("inplace_expectation_timeouts_total{kind=\"pod_create\"} 1"));
+    assert!(text.contains("inplace_reconcile_duration_seconds_bucket"));
+    Ok(())
+}
+
+#[test]
+fn a_deleted_clonesets_series_are_all_removed() -> Result<(), std::fmt::Error> {
+    let m = Metrics::new();
+    let gone = CloneSetLabels::new("ns", "gone");
+    let kept = CloneSetLabels::new("ns", "kept");
+    for l in [&gone, &kept] {
+        for counters in m.per_cloneset_counters() {
+            counters.get_or_create(l).inc();
+        }
+        m.rollout_replicas.get_or_create(l).set(1);
+    }
+    m.forget(&gone);
+    let text = m.encode()?;
+    assert!(!text.contains("cloneset=\"gone\""), "{text}");
+    assert!(text.contains("inplace_pods_recreated_total{namespace=\"ns\",cloneset=\"kept\"} 1"));
+    Ok(())
+}
+
+#[test]
+fn readiness_table() {
+    use Phase::*;
+    // (phase, caches synced, stopping) -> ready
+    let table = [
+        (Starting, false, false, false),
+        (Starting, true, false, false),
+        (Standby, false, false, true),
+        (Standby, true, false, true),
+        (Leading, false, false, false),
+        (Leading, true, false, true),
+        (Starting, false, true, false),
+        (Standby, false, true, false),
+        (Leading, true, true, false),
+    ];
+    for (phase, synced, stopping, want) in table {
+        assert_eq!(
+            readiness(phase, synced, stopping).0,
+            want,
+            "{phase:?} synced={synced} stopping={stopping}"
+        );
+    }
+}
+
+#[test]
+fn health_round_trips_the_phase() {
+    let h = Health::default();
+    assert_eq!(h.phase(), Phase::Starting);
+    assert!(!h.readiness().0);
+    h.set_phase(Phase::Standby);
+    assert_eq!(
+        h.readiness(),
+        (true, "ok: standby, waiting for the leader lease")
+    );
+    h.set_phase(Phase::Leading);
+    assert_eq!(h.readiness(), (false, "leader: caches not synced"));
+    h.caches_synced.store(true, Ordering::Relaxed);
+    assert_eq!(h.readiness(), (true, "ok: leader"));
+    h.stopping.store(true, Ordering::Relaxed);
+    assert_eq!(h.readiness(), (false, "stopping"));
+}
+
+#[tokio::test]
+async fn readyz_serves_the_phase() -> Result<(), Box<dyn std::error::Error>> {
+    let health = Arc::new(Health::default());
+    let (addr, server) = serve(
+        "127.0.0.1:0".parse()?,
+        Arc::new(Metrics::new()),
+        health.clone(),
+    )
+    .await?;
+    let get = |path: &'static str| async move {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let mut conn = tokio::net::TcpStream::connect(addr).await?;
+        conn.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await?;
+        let mut raw = String::new();
+        conn.read_to_string(&mut raw).await?;
+        Ok::<_, std::io::Error>(raw)
+    };
+    assert!(get("/readyz").await?.starts_with("HTTP/1.1 503"));
+    health.set_phase(Phase::Standby);
+    let standby = get("/readyz").await?;
+    assert!(standby.starts_with("HTTP/1.1 200"), "{standby}");
+    assert!(standby.contains("standby"), "{standby}");
+    assert!(get("/healthz").await?.starts_with("HTTP/1.1 200"));
+    server.abort();
+    Ok(())
+}

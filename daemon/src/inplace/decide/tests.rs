@@ -1,0 +1,605 @@
+use super::*;
+
+/// `p` with its status naming the newest runtime container of each name, as the
+/// kubelet reports once it has synced.
+fn reported(p: &Pod, rt: &[RuntimeContainer]) -> Pod {
+    let mut p = p.clone();
+    let names: std::collections::BTreeSet<&str> = rt.iter().map(|c| c.name.as_str()).collect();
+    let statuses = names
+        .into_iter()
+        .filter_map(|n| newest(rt, n))
+        .map(|c| k8s_openapi::api::core::v1::ContainerStatus {
+            name: c.name.clone(),
+            container_id: Some(format!("containerd://{}", c.id)),
+            ..Default::default()
+        })
+        .collect();
+    p.status
+        .get_or_insert_with(Default::default)
+        .container_statuses = Some(statuses);
+    p
+}
+
+fn decide(p: &Pod, rt: &[RuntimeContainer], res: &BTreeMap<String, String>) -> Decision {
+    super::decide(&reported(p, rt), rt, res)
+}
+
+fn decide_with_resize(
+    p: &Pod,
+    rt: &[RuntimeContainer],
+    res: &BTreeMap<String, String>,
+    observed: &BTreeMap<String, Limits>,
+    apply: bool,
+) -> Decision {
+    super::decide_with_resize(&reported(p, rt), rt, res, observed, apply)
+}
+use serde_json::json;
+
+fn pod(extra: serde_json::Value) -> Pod {
+    let mut base = json!({
+        "metadata": {
+            "name": "p", "uid": "u1",
+            "labels": {"controller-revision-hash": "cs-2"},
+            "annotations": {
+                "apps.kruise.io/inplace-update-state":
+                    r#"{"revision":"cs-2","updateTimestamp":"2026-01-01T00:00:10Z","lastContainerStatuses":{"main":{"imageID":"reg/app@sha256:old"}},"updateImages":true}"#
+            }
+        },
+        "spec": {"containers": [
+            {"name": "main", "image": "reg/app:v2"},
+            {"name": "side", "image": "reg/side:v1",
+             "env": [{"name": "X", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['x']"}}}]}
+        ]},
+        "status": {"conditions": [
+            {"type": "InPlaceUpdateReady", "status": "False", "reason": "StartInPlaceUpdate"},
+            {"type": "Ready", "status": "False"}
+        ]}
+    });
+    merge(&mut base, extra);
+    serde_json::from_value(base).unwrap_or_default()
+}
+
+fn merge(a: &mut serde_json::Value, b: serde_json::Value) {
+    match (a, b) {
+        (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
+            for (k, v) in b {
+                merge(a.entry(k).or_insert(serde_json::Value::Null), v);
+            }
+        }
+        (a, b) => *a = b,
+    }
+}
+
+const T10: i64 = 1_767_225_610_000_000_000; // 2026-01-01T00:00:10Z
+
+fn rc(
+    id: &str,
+    name: &str,
+    attempt: u32,
+    running: bool,
+    created: i64,
+    image: &str,
+) -> RuntimeContainer {
+    RuntimeContainer {
+        id: id.into(),
+        name: name.into(),
+        attempt,
+        running,
+        created_at: created,
+        image_ref: image.into(),
+        env: None,
+    }
+}
+
+fn with_env(mut c: RuntimeContainer, env: &[(&str, &str)]) -> RuntimeContainer {
+    c.env = Some(
+        env.iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+    );
+    c
+}
+
+/// The controller recorded the container that ran as the spec was patched: that
+/// container is not the update even on the new image ID (a retag keeps the image ID).
+#[test]
+fn a_recorded_old_container_is_not_the_update_even_on_the_same_image_id() {
+    let state = r#"{"revision":"cs-2","updateTimestamp":"2026-01-01T00:00:10Z","lastContainerStatuses":{"main":{"imageID":"reg/app@sha256:new","containerID":"containerd://a0"}},"updateImages":true}"#;
+    let p =
+        pod(json!({"metadata": {"annotations": {"apps.kruise.io/inplace-update-state": state}}}));
+    assert_eq!(
+        decide(
+            &p,
+            &[rc("a0", "main", 0, true, T10 - 5, "sha256:new")],
+            &resolved()
+        ),
+        Decision::Wait("main not restarted by the kubelet yet (still a0)".into())
+    );
+    assert_eq!(
+        decide(
+            &p,
+            &[
+                rc("a0", "main", 0, false, T10 - 5, "sha256:new"),
+                rc("a1", "main", 1, true, T10 + 5, "sha256:new"),
+            ],
+            &resolved()
+        ),
+        Decision::Complete(BTreeMap::from([("main".into(), "a1".into())]))
+    );
+}
+
+/// `kubectl inplace rollout restart`: the containers in `restartContainers` keep their
+/// spec; the daemon stops the recorded container while it runs (the kubelet would never
+/// restart it), waits while it is stopped, and completes once a new one runs and the
+/// kubelet reports it. A container not asked for is never stopped.
+#[test]
+fn requested_restarts_stop_the_recorded_container_once() {
+    let state = r#"{"revision":"cs-2","updateTimestamp":"2026-01-01T00:00:10Z","lastContainerStatuses":{"main":{"imageID":"reg/app@sha256:new","containerID":"containerd://a0"}},"restartContainers":["main"]}"#;
+    let p =
+        pod(json!({"metadata": {"annotations": {"apps.kruise.io/inplace-update-state": state}}}));
+    let old = rc("a0", "main", 0, true, T10 - 5, "sha256:new");
+    assert_eq!(
+        decide(&p, std::slice::from_ref(&old), &resolved()),
+        Decision::RestartRequested {
+            container: "main".into(),
+            id: "a0".into()
+        }
+    );
+    let stopped = rc("a0", "main", 0, false, T10 - 5, "sha256:new");
+    assert_eq!(
+        decide(&p, std::slice::from_ref(&stopped), &resolved()),
+        Decision::Wait("main not restarted by the kubelet yet (still a0)".into())
+    );
+    let new = rc("a1", "main", 1, true, T10 + 5, "sha256:new");
+    assert_eq!(
+        decide(&p, &[stopped.clone(), new.clone()], &resolved()),
+        Decision::Complete(BTreeMap::from([("main".into(), "a1".into())]))
+    );
+    // The kubelet still reports the old container: wait for it.
+    let stale = reported(&p, std::slice::from_ref(&old));
+    assert!(matches!(
+        super::decide(&stale, &[stopped, new], &resolved()),
+        Decision::Wait(_)
+    ));
+    // The same state without `restartContainers` (an image change): only wait.
+    let image_state = r#"{"revision":"cs-2","updateTimestamp":"2026-01-01T00:00:10Z","lastContainerStatuses":{"main":{"imageID":"reg/app@sha256:new","containerID":"containerd://a0"}},"updateImages":true}"#;
+    let p = pod(
+        json!({"metadata": {"annotations": {"apps.kruise.io/inplace-update-state": image_state}}}),
+    );
+    assert!(matches!(decide(&p, &[old], &resolved()), Decision::Wait(_)));
+}
+
+/// Env from metadata is judged by the value the running container was started with:
+/// a pod that already carried the new value (patched by hand before the template
+/// changed) still gets its container restarted, whatever the times say; a container
+/// that runs with the pod's values is done.
+#[test]
+fn env_from_metadata_is_judged_by_the_running_containers_values() {
+    let env_state = r#"{"revision":"cs-2","updateTimestamp":"2026-01-01T00:00:10Z","updateEnvFromMetadata":true}"#;
+    let p = pod(json!({"metadata": {
+            "labels": {"x": "new"},
+            "annotations": {"apps.kruise.io/inplace-update-state": env_state}}}));
+    let old_value = with_env(
+        rc("s0", "side", 0, true, T10 + 60, "sha256:side"),
+        &[("X", "old")],
+    );
+    assert_eq!(
+        decide(&p, &[old_value], &resolved()),
+        Decision::Restart {
+            container: "side".into(),
+            id: "s0".into()
+        }
+    );
+    let new_value = with_env(
+        rc("s0", "side", 0, true, T10 - 60, "sha256:side"),
+        &[("X", "new")],
+    );
+    assert_eq!(
+        decide(&p, &[new_value], &resolved()),
+        Decision::Complete(BTreeMap::from([("side".into(), "s0".into())]))
+    );
+    // A key the pod lost reads as "".
+    let unlabelled = pod(json!({"metadata": {
+            "annotations": {"apps.kruise.io/inplace-update-state": env_state}}}));
+    let empty = with_env(
+        rc("s1", "side", 1, true, T10 + 60, "sha256:side"),
+        &[("X", "")],
+    );
+    assert!(matches!(
+        decide(&unlabelled, &[empty], &resolved()),
+        Decision::Complete(_)
+    ));
+}
+
+/// The runtime runs the new container before the kubelet reports it: until the pod
+/// status names it, the kubelet still reports the old container as running and ready,
+/// and a True condition would make the pod Ready on that stale status (seen on the bed:
+/// the CloneSet counted the pod updated and ready with `restartCount` 0). The daemon
+/// waits for the kubelet; then it completes, and the same for an env-checked batch.
+#[test]
+fn completion_waits_until_the_kubelet_reports_the_new_containers() {
+    let p = pod(json!({}));
+    let new = rc("a1", "main", 1, true, T10 + 5, "sha256:new");
+    let stale = reported(&p, &[rc("a0", "main", 0, true, T10 - 5, "sha256:old")]);
+    let d = super::decide(&stale, std::slice::from_ref(&new), &resolved());
+    assert_eq!(
+        d,
+        Decision::Wait("the kubelet does not report main's new container a1 yet".into())
+    );
+    let unreported = pod(json!({}));
+    assert!(matches!(
+        super::decide(&unreported, std::slice::from_ref(&new), &resolved()),
+        Decision::Wait(_)
+    ));
+    let synced = reported(&p, std::slice::from_ref(&new));
+    assert_eq!(
+        super::decide(&synced, &[new], &resolved()),
+        Decision::Complete(BTreeMap::from([("main".into(), "a1".into())]))
+    );
+}
+
+/// With later batches pending, the daemon restarts the env readers of the current
+/// batch and then records them as checked for this batch; it completes nothing.
+#[test]
+fn between_batches_env_readers_are_restarted_then_recorded_as_checked() {
+    let state = r#"{"revision":"cs-2","updateTimestamp":"2026-01-01T00:00:10Z","updateEnvFromMetadata":true,"nextContainerImages":{"main":"reg/app:v3"},"containerBatchesRecord":[{"timestamp":"2026-01-01T00:00:10Z","containers":["side"]}]}"#;
+    let p = pod(json!({"metadata": {
+            "labels": {"x": "new"},
+            "annotations": {"apps.kruise.io/inplace-update-state": state}}}));
+    let main = rc("a0", "main", 0, true, T10 - 5, "sha256:new");
+    let stale = with_env(
+        rc("s0", "side", 0, true, T10 - 5, "sha256:side"),
+        &[("X", "old")],
+    );
+    assert_eq!(
+        decide(&p, &[main.clone(), stale], &resolved()),
+        Decision::Restart {
+            container: "side".into(),
+            id: "s0".into()
+        }
+    );
+    let fresh = with_env(
+        rc("s1", "side", 1, true, T10 + 5, "sha256:side"),
+        &[("X", "new")],
+    );
+    assert_eq!(
+        decide(&p, &[main.clone(), fresh], &resolved()),
+        Decision::EnvChecked {
+            batch: 1,
+            readers: BTreeMap::from([("side".into(), "s1".into())]),
+        }
+    );
+    // Without env from the runtime, by times: only the current batch's readers.
+    let old = rc("s0", "side", 0, true, T10 - 5, "sha256:side");
+    assert!(matches!(
+        decide(&p, &[main, old], &resolved()),
+        Decision::Restart { .. }
+    ));
+}
+
+#[test]
+fn stale_env_names_each_metadata_env_whose_value_differs() -> Result<(), serde_json::Error> {
+    let c: Container = serde_json::from_value(json!({"name": "c", "env": [
+        {"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['a']"}}},
+        {"name": "B", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations[\"b\"]"}}},
+        {"name": "C", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['c']"}}},
+        {"name": "C", "value": "plain wins"},
+        {"name": "D", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+    ]}))?;
+    let meta: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta =
+        serde_json::from_value(json!({"labels": {"a": "1", "c": "3"}, "annotations": {"b": "2"}}))?;
+    let env = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).into(), (*v).into()))
+            .collect()
+    };
+    assert!(stale_metadata_env(&c, &env(&[("A", "1"), ("B", "2")]), &meta).is_empty());
+    assert_eq!(
+        stale_metadata_env(&c, &env(&[("A", "0"), ("B", "2")]), &meta),
+        ["A"]
+    );
+    assert_eq!(stale_metadata_env(&c, &env(&[]), &meta), ["A", "B"]);
+    Ok(())
+}
+
+#[test]
+fn env_is_read_from_the_cri_config_or_else_the_oci_spec() {
+    let info = |v: serde_json::Value| {
+        std::collections::HashMap::from([("info".to_owned(), v.to_string())])
+    };
+    let cri = info(
+        json!({"config": {"envs": [{"key": "A", "value": "1"}, {"key": "B"}]},
+            "runtimeSpec": {"process": {"env": ["A=ignored"]}}}),
+    );
+    assert_eq!(
+        env_from_verbose_info(&cri),
+        Some(BTreeMap::from([
+            ("A".into(), "1".into()),
+            ("B".into(), String::new())
+        ]))
+    );
+    let oci = info(json!({"runtimeSpec": {"process": {"env": ["A=1=2", "PATH=/bin"]}}}));
+    assert_eq!(
+        env_from_verbose_info(&oci),
+        Some(BTreeMap::from([
+            ("A".into(), "1=2".into()),
+            ("PATH".into(), "/bin".into())
+        ]))
+    );
+    assert_eq!(env_from_verbose_info(&info(json!({"pid": 1}))), None);
+    assert_eq!(env_from_verbose_info(&Default::default()), None);
+}
+
+fn resolved() -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("reg/app:v2".to_string(), "sha256:new".to_string()),
+        ("reg/side:v1".to_string(), "sha256:side".to_string()),
+    ])
+}
+
+#[test]
+fn table() {
+    let env_state = r#"{"revision":"cs-2","updateTimestamp":"2026-01-01T00:00:10Z","lastContainerStatuses":{},"updateEnvFromMetadata":true}"#;
+    let cases: Vec<(&str, Pod, Vec<RuntimeContainer>, Decision)> = vec![
+        (
+            "new container running the new image completes",
+            pod(json!({})),
+            vec![
+                rc("a0", "main", 0, false, T10 - 5, "sha256:old"),
+                rc("a1", "main", 1, true, T10 + 5, "sha256:new"),
+            ],
+            Decision::Complete(BTreeMap::from([("main".into(), "a1".into())])),
+        ),
+        (
+            "old container still running waits",
+            pod(json!({})),
+            vec![rc("a0", "main", 0, true, T10 - 5, "sha256:old")],
+            Decision::Wait("main runs sha256:old not sha256:new yet".into()),
+        ),
+        (
+            "new image created but not running waits",
+            pod(json!({})),
+            vec![rc("a1", "main", 1, false, T10 + 5, "sha256:new")],
+            Decision::Wait("main not running yet".into()),
+        ),
+        (
+            "no runtime container waits",
+            pod(json!({})),
+            vec![],
+            Decision::Wait("no runtime container for main yet".into()),
+        ),
+        (
+            "condition already True: not in update",
+            pod(
+                json!({"status": {"conditions": [{"type": "InPlaceUpdateReady", "status": "True"}]}}),
+            ),
+            vec![rc("a1", "main", 1, true, T10 + 5, "sha256:new")],
+            Decision::NotInUpdate,
+        ),
+        (
+            "no condition at all: not in update",
+            pod(json!({"status": {"conditions": []}})),
+            vec![],
+            Decision::NotInUpdate,
+        ),
+        (
+            "revision label differs from the state: not in update",
+            pod(json!({"metadata": {"labels": {"controller-revision-hash": "cs-3"}}})),
+            vec![rc("a1", "main", 1, true, T10 + 5, "sha256:new")],
+            Decision::NotInUpdate,
+        ),
+        (
+            "grace annotation present waits",
+            pod(
+                json!({"metadata": {"annotations": {"apps.kruise.io/inplace-update-grace": "{}"}}}),
+            ),
+            vec![rc("a1", "main", 1, true, T10 + 5, "sha256:new")],
+            Decision::Wait("grace period: spec not patched yet".into()),
+        ),
+        (
+            "garbage state is reported, not acted on",
+            pod(
+                json!({"metadata": {"annotations": {"apps.kruise.io/inplace-update-state": "{nope"}}}),
+            ),
+            vec![],
+            Decision::Invalid(
+                "unreadable in-place update state: key must be a string at line 1 column 2".into(),
+            ),
+        ),
+        (
+            "env from metadata: old running container is restarted",
+            pod(
+                json!({"metadata": {"annotations": {"apps.kruise.io/inplace-update-state": env_state}}}),
+            ),
+            vec![rc("s0", "side", 0, true, T10 - 1, "sha256:side")],
+            Decision::Restart {
+                container: "side".into(),
+                id: "s0".into(),
+            },
+        ),
+        (
+            "env from metadata: stopped, waiting for the kubelet",
+            pod(
+                json!({"metadata": {"annotations": {"apps.kruise.io/inplace-update-state": env_state}}}),
+            ),
+            vec![rc("s0", "side", 0, false, T10 - 1, "sha256:side")],
+            Decision::Wait("side stopped, waiting for the kubelet to start it".into()),
+        ),
+        (
+            "env from metadata: restarted container completes",
+            pod(
+                json!({"metadata": {"annotations": {"apps.kruise.io/inplace-update-state": env_state}}}),
+            ),
+            vec![
+                rc("s0", "side", 0, false, T10 - 1, "sha256:side"),
+                rc("s1", "side", 1, true, T10 + 1, "sha256:side"),
+            ],
+            Decision::Complete(BTreeMap::from([("side".into(), "s1".into())])),
+        ),
+    ];
+    for (name, p, runtime, want) in cases {
+        assert_eq!(decide(&p, &runtime, &resolved()), want, "{name}");
+    }
+}
+
+#[test]
+fn resize_is_verified_and_applied_only_when_allowed() {
+    let state = r#"{"revision":"cs-2","lastContainerStatuses":{"main":{"imageID":"x"}},"updateResources":true}"#;
+    let p = pod(
+        json!({"metadata": {"annotations": {"apps.kruise.io/inplace-update-state": state}},
+            "spec": {"containers": [{"name": "main", "image": "reg/app:v2",
+                "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}}}]}}),
+    );
+    let rt = [rc("a0", "main", 0, true, T10 - 5, "sha256:new")];
+    let want = Limits {
+        cpu_quota: Some(50_000),
+        cpu_shares: Some(512),
+        memory_limit: Some(64 << 20),
+    };
+    let old = Limits {
+        cpu_quota: Some(100_000),
+        cpu_shares: Some(1024),
+        memory_limit: Some(128 << 20),
+    };
+    let obs = |l: Limits| BTreeMap::from([("main".to_string(), l)]);
+    assert_eq!(
+        decide_with_resize(&p, &rt, &resolved(), &BTreeMap::new(), false),
+        Decision::Wait("resources of main not observed yet".into())
+    );
+    assert!(matches!(
+        decide_with_resize(&p, &rt, &resolved(), &obs(old), false),
+        Decision::Wait(m) if m.starts_with("resize of main not applied yet: cpu.cfs_quota_us is 100000 not 50000")
+    ));
+    assert_eq!(
+        decide_with_resize(&p, &rt, &resolved(), &obs(old), true),
+        Decision::Resize {
+            container: "main".into(),
+            id: "a0".into(),
+            target: want
+        }
+    );
+    assert_eq!(
+        decide_with_resize(&p, &rt, &resolved(), &obs(want), true),
+        Decision::Complete(BTreeMap::from([("main".into(), "a0".into())]))
+    );
+}
+
+#[test]
+fn unresolved_image_waits() {
+    let d = decide(
+        &pod(json!({})),
+        &[rc("a1", "main", 1, true, T10 + 5, "sha256:new")],
+        &BTreeMap::new(),
+    );
+    assert_eq!(
+        d,
+        Decision::Wait("image reg/app:v2 of main not known to the runtime yet".into())
+    );
+}
+
+#[test]
+fn env_detection() {
+    let p = pod(json!({}));
+    let cs = &p
+        .spec
+        .as_ref()
+        .map(|s| s.containers.clone())
+        .unwrap_or_default();
+    assert!(!env_from_metadata(&cs[0]));
+    assert!(env_from_metadata(&cs[1]));
+}
+
+#[test]
+fn ids_go_into_extra_and_unknown_keys_survive() -> Result<(), serde_json::Error> {
+    let s: InPlaceUpdateState = serde_json::from_str(r#"{"revision":"r","future":1}"#)?;
+    let out = state_with_container_ids(
+        &s,
+        &BTreeMap::from([("main".into(), "containerd://a1".into())]),
+    )?;
+    let v: serde_json::Value = serde_json::from_str(&out)?;
+    assert_eq!(v["future"], 1);
+    assert_eq!(v["daemonContainerIDs"]["main"], "containerd://a1");
+    Ok(())
+}
+
+/// Completion is one write: the condition and, unless already recorded, the ids in
+/// the state annotation (under the key the pod uses), pinned to the resourceVersion.
+#[test]
+fn completion_is_one_pinned_patch_of_condition_and_ids() -> Result<(), serde_json::Error> {
+    let ids = BTreeMap::from([("main".to_owned(), "containerd://a1".to_owned())]);
+    let state = r#"{"revision":"cs-2","lastContainerStatuses":{"main":{"imageID":"x"}}}"#;
+    let recorded = r#"{"revision":"cs-2","daemonContainerIDs":{"main":"containerd://a1"}}"#;
+    let key = "apps.kruise.io/inplace-update-state";
+    let legacy = "inplace-update-state";
+    let cases = [
+        // (annotations, key expected to carry the ids, or None: no annotation written)
+        (json!({key: state}), Some(key)),
+        (json!({legacy: state}), Some(legacy)),
+        (json!({key: recorded}), None),
+        (json!({}), None),
+    ];
+    for (annotations, written) in cases {
+        let mut p = pod(json!({}));
+        p.metadata.annotations = serde_json::from_value(annotations.clone())?;
+        p.metadata.resource_version = Some("42".into());
+        let patch = completion_patch(&p, &ids, Timestamp::UNIX_EPOCH)?;
+        assert_eq!(patch["metadata"]["resourceVersion"], "42", "{annotations}");
+        assert_eq!(
+            patch["status"],
+            ready_patch(Timestamp::UNIX_EPOCH)["status"],
+            "{annotations}"
+        );
+        match written {
+            Some(k) => {
+                let v: serde_json::Value = serde_json::from_str(
+                    patch["metadata"]["annotations"][k]
+                        .as_str()
+                        .unwrap_or_default(),
+                )?;
+                assert_eq!(v["daemonContainerIDs"]["main"], "containerd://a1");
+                assert_eq!(v["revision"], "cs-2", "the rest of the state kept");
+                let n = patch["metadata"]["annotations"]
+                    .as_object()
+                    .map(|m| m.len());
+                assert_eq!(n, Some(1), "{annotations}");
+            }
+            None => assert!(
+                patch["metadata"].get("annotations").is_none(),
+                "{annotations}"
+            ),
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn a_state_write_is_pinned_and_keeps_the_pods_key() {
+    let mut p = pod(json!({}));
+    p.metadata.resource_version = Some("7".into());
+    let patch = state_patch(&p, "{}".into());
+    assert_eq!(
+        patch,
+        json!({"metadata": {"resourceVersion": "7",
+                "annotations": {"apps.kruise.io/inplace-update-state": "{}"}}})
+    );
+    p.metadata.annotations = Some(BTreeMap::from([(
+        "inplace-update-state".to_owned(),
+        "{}".to_owned(),
+    )]));
+    let patch = state_patch(&p, "{}".into());
+    assert_eq!(
+        patch["metadata"]["annotations"]["inplace-update-state"],
+        "{}"
+    );
+}
+
+#[test]
+fn ready_patch_is_one_condition_by_type() {
+    let p = ready_patch(Timestamp::UNIX_EPOCH);
+    assert_eq!(
+        p,
+        json!({"status": {"conditions": [{"type": "InPlaceUpdateReady", "status": "True",
+                "lastTransitionTime": "1970-01-01T00:00:00Z", "reason": null, "message": null}]}})
+    );
+}
