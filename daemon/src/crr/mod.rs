@@ -60,6 +60,34 @@ pub async fn watch_crrs(
     }
 }
 
+/// A status write of the handler: the request's version it was made over (as the watch
+/// showed it), the version it left, and the status written.
+#[derive(Clone, Debug)]
+struct Written {
+    before: String,
+    after: String,
+    status: ContainerRecreateRequestStatus,
+}
+
+/// Conflicts of one sync after which it gives up until the next round: each is followed by
+/// a fresh read and a new decision.
+const CONFLICT_REREADS: u32 = 3;
+
+/// The merge patch of a request's status (the daemon owns it whole), conditional on the
+/// resourceVersion the status was decided from: when the request changed meanwhile (the
+/// controller deactivated or completed it, the watch lagging behind), the API server
+/// answers 409 and the request is read again and decided anew.
+pub fn status_patch(
+    status: &ContainerRecreateRequestStatus,
+    resource_version: Option<&str>,
+) -> serde_json::Value {
+    let mut body = serde_json::json!({ "status": status });
+    if let Some(rv) = resource_version {
+        body["metadata"] = serde_json::json!({ "resourceVersion": rv });
+    }
+    body
+}
+
 pub struct CrrHandler {
     cri: CriClient,
     client: kube::Client,
@@ -68,10 +96,10 @@ pub struct CrrHandler {
     notify: Arc<Notify>,
     metrics: Metrics,
     poll: Duration,
-    /// Per CRR uid: (resourceVersion before our last status write, the status written).
-    /// While the watch cache still shows the object as it was before that write, the
-    /// written status is the base (else a kill already done would be forgotten).
-    written: HashMap<String, (String, ContainerRecreateRequestStatus)>,
+    /// Per CRR uid: our last status write. While the watch cache still shows the object as
+    /// it was before that write, the written status (and the version it left) is the base
+    /// (else a kill already done would be forgotten, and the next write refused).
+    written: HashMap<String, Written>,
     /// Kubernetes Events of the requests' outcomes, on their pods.
     recorder: crate::recorder::EventRecorder,
 }
@@ -178,24 +206,19 @@ impl CrrHandler {
     ) -> Result<(), ExecError> {
         let crr_uid = stored.metadata.uid.clone().unwrap_or_default();
         let mut base = stored.clone();
-        if let Some((rv_before, st)) = self.written.get(&crr_uid)
-            && stored.metadata.resource_version.as_ref() == Some(rv_before)
+        if let Some(w) = self.written.get(&crr_uid)
+            && stored.metadata.resource_version.as_ref() == Some(&w.before)
         {
-            base.status = Some(st.clone());
+            base.status = Some(w.status.clone());
+            base.metadata.resource_version = Some(w.after.clone());
         }
-        let crr = &base;
         let pod = self.pods.get(&ObjectRef::new(pod_name).within(ns));
         let uid = pod.as_ref().and_then(|p| p.metadata.uid.clone());
-        let instances = match &uid {
-            Some(u) => self.instances(u).await?,
-            None => HashMap::new(),
-        };
         let pod_grace = pod
             .as_ref()
             .and_then(|p| p.spec.as_ref())
             .and_then(|s| s.termination_grace_period_seconds)
             .unwrap_or(30);
-        let now = k8s_openapi::jiff::Timestamp::now();
         let pod_pre_stop = |name: &str| {
             let c = pod
                 .as_ref()?
@@ -211,58 +234,110 @@ impl CrrHandler {
                 tcp_socket: h.tcp_socket.clone(),
             })
         };
-        let mut step = decide::step(
-            crr,
-            uid.as_deref(),
-            &|n| instances.get(n).cloned(),
-            &pod_pre_stop,
-            pod_grace,
-            now,
-        );
-        if let Some(k) = &step.kill {
-            let r = self.kill(pod.as_deref(), k).await;
-            if let Err(m) = &r {
-                tracing::warn!(crr = ?crr.metadata.name, container = %k.container, error = %m, "recreate failed");
-            } else {
-                tracing::info!(crr = ?crr.metadata.name, container = %k.container, id = %k.id, "container stopped for recreate");
-                self.metrics
-                    .restarts
-                    .get_or_create(&crate::metrics::ReasonLabel {
-                        reason: "crr".into(),
-                    })
-                    .inc();
-            }
-            decide::record_kill(&mut step.status, &k.container, r);
-        }
-        if crr.status.as_ref() != Some(&step.status) {
-            if crr.status.as_ref().map(|s| s.phase) != Some(step.status.phase) {
-                self.metrics
-                    .crr_phases
-                    .get_or_create(&PhaseLabel {
-                        phase: step.status.phase.as_str().into(),
-                    })
-                    .inc();
-                tracing::info!(crr = ?crr.metadata.name, phase = step.status.phase.as_str(), message = %step.status.message, "CRR phase");
-            }
-            let api: Api<ContainerRecreateRequest> = Api::namespaced(self.client.clone(), ns);
-            let name = crr.metadata.name.clone().unwrap_or_default();
-            let patch = serde_json::json!({ "status": step.status });
-            api.patch_status(&name, &patch_params(), &Patch::Merge(&patch))
-                .await?;
-            if let Some(note) = pod.as_deref().and_then(|p| {
-                crate::recorder::crr_outcome_note(crr, p, crr.status.as_ref(), &step.status)
-            }) {
-                self.recorder.record(note);
-            }
-            self.written.insert(
-                crr_uid,
-                (
-                    stored.metadata.resource_version.clone().unwrap_or_default(),
-                    step.status,
-                ),
+        let api: Api<ContainerRecreateRequest> = Api::namespaced(self.client.clone(), ns);
+        let name = stored.metadata.name.clone().unwrap_or_default();
+        // The stop done in this sync and its result: a decision made again after a
+        // conflict that names the same container instance records it rather than stop it
+        // a second time.
+        let mut stopped: Option<(Kill, Result<(), String>)> = None;
+        let mut conflicts = 0;
+        loop {
+            let crr = &base;
+            let instances = match &uid {
+                Some(u) => self.instances(u).await?,
+                None => HashMap::new(),
+            };
+            let now = k8s_openapi::jiff::Timestamp::now();
+            let mut step = decide::step(
+                crr,
+                uid.as_deref(),
+                &|n| instances.get(n).cloned(),
+                &pod_pre_stop,
+                pod_grace,
+                now,
             );
+            if let Some(k) = step.kill.take() {
+                let r = match &stopped {
+                    Some((done, r)) if done.id == k.id && done.container == k.container => {
+                        r.clone()
+                    }
+                    _ => {
+                        let r = self.kill(pod.as_deref(), &k).await;
+                        if let Err(m) = &r {
+                            tracing::warn!(crr = ?crr.metadata.name, container = %k.container, error = %m, "recreate failed");
+                        } else {
+                            tracing::info!(crr = ?crr.metadata.name, container = %k.container, id = %k.id, "container stopped for recreate");
+                            self.metrics
+                                .restarts
+                                .get_or_create(&crate::metrics::ReasonLabel {
+                                    reason: "crr".into(),
+                                })
+                                .inc();
+                        }
+                        stopped = Some((k.clone(), r.clone()));
+                        r
+                    }
+                };
+                decide::record_kill(&mut step.status, &k.container, r);
+            }
+            if crr.status.as_ref() == Some(&step.status) {
+                return Ok(());
+            }
+            let patch = status_patch(&step.status, crr.metadata.resource_version.as_deref());
+            match api
+                .patch_status(&name, &patch_params(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(written) => {
+                    if crr.status.as_ref().map(|s| s.phase) != Some(step.status.phase) {
+                        self.metrics
+                            .crr_phases
+                            .get_or_create(&PhaseLabel {
+                                phase: step.status.phase.as_str().into(),
+                            })
+                            .inc();
+                        tracing::info!(crr = ?crr.metadata.name, phase = step.status.phase.as_str(), message = %step.status.message, "CRR phase");
+                    }
+                    if let Some(note) = pod.as_deref().and_then(|p| {
+                        crate::recorder::crr_outcome_note(crr, p, crr.status.as_ref(), &step.status)
+                    }) {
+                        self.recorder.record(note);
+                    }
+                    self.written.insert(
+                        crr_uid,
+                        Written {
+                            before: stored.metadata.resource_version.clone().unwrap_or_default(),
+                            after: written.metadata.resource_version.unwrap_or_default(),
+                            status: step.status,
+                        },
+                    );
+                    return Ok(());
+                }
+                Err(kube::Error::Api(s)) if s.code == 409 && conflicts < CONFLICT_REREADS => {
+                    conflicts += 1;
+                    self.metrics
+                        .status_writes
+                        .get_or_create(&Metrics::result("conflict"))
+                        .inc();
+                    tracing::info!(
+                        crr = %name,
+                        rv = ?crr.metadata.resource_version,
+                        "the request changed since it was read: reading it again and deciding anew"
+                    );
+                    match api.get_opt(&name).await? {
+                        Some(fresh)
+                            if fresh.metadata.uid == stored.metadata.uid
+                                && decide::is_active(&fresh) =>
+                        {
+                            base = fresh;
+                        }
+                        // gone, replaced, or no longer this node's to run
+                        _ => return Ok(()),
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
-        Ok(())
     }
 
     async fn kill(&self, pod: Option<&Pod>, k: &Kill) -> Result<(), String> {
@@ -383,5 +458,27 @@ impl std::fmt::Debug for CrrHandler {
         f.debug_struct("CrrHandler")
             .field("cri", &self.cri)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::CrrPhase;
+
+    #[test]
+    fn the_status_write_is_conditional_on_the_version_decided_from() {
+        let status = ContainerRecreateRequestStatus {
+            phase: CrrPhase::Recreating,
+            ..ContainerRecreateRequestStatus::default()
+        };
+        let body = status_patch(&status, Some("77"));
+        assert_eq!(
+            body["metadata"],
+            serde_json::json!({"resourceVersion": "77"})
+        );
+        assert_eq!(body["status"]["phase"], "Recreating");
+        assert_eq!(body.as_object().map(|o| o.len()), Some(2));
+        assert_eq!(status_patch(&status, None).get("metadata"), None);
     }
 }
