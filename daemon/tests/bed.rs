@@ -1006,3 +1006,141 @@ async fn a_crr_status_from_a_stale_request_is_refused_and_decided_again() {
     let p = pods.get("stale").await.unwrap();
     assert_eq!(restart_count(&p, "a"), 1);
 }
+
+/// Requests for different pods of the node proceed at once; those of one pod one after
+/// another. Every container has a 6 s preStop: pod `pa` gets two requests (one for each
+/// of its containers), pod `pb` one, all created together. `pb`'s container is recreated
+/// while `pa`'s first request is still in its preStop (one request at a time per node
+/// would have made it wait those 6 s), and `pa`'s second request stops its container only
+/// after the first one completed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the test bed (tests/testbed/up)"]
+async fn crrs_of_different_pods_run_at_once_and_of_one_pod_in_order() {
+    const PRE_STOP_SECONDS: i64 = 6;
+    let c = client().await;
+    let ns = TestNs::new(&c).await;
+    let pods: Api<Pod> = Api::namespaced(c.clone(), &ns.name);
+    let v1 = format!("{REGISTRY}/inplace-test/app:v1");
+    let pre_stop = json!({"preStop": {"exec": {"command": ["/bin/sh", "-c", format!("sleep {PRE_STOP_SECONDS}")]}}});
+    for (name, containers) in [
+        (
+            "pa",
+            json!([{"name": "a", "image": v1, "lifecycle": pre_stop},
+                   {"name": "b", "image": v1, "env": [{"name": "PORT", "value": "8081"}], "lifecycle": pre_stop}]),
+        ),
+        (
+            "pb",
+            json!([{"name": "a", "image": v1, "lifecycle": pre_stop}]),
+        ),
+    ] {
+        let mut pod = pod_json(name, containers);
+        if let Some(spec) = pod.spec.as_mut() {
+            spec.termination_grace_period_seconds = Some(20);
+        }
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+    }
+    let mut started = BTreeMap::new();
+    for name in ["pa", "pb"] {
+        let p = wait_pod(
+            &pods,
+            name,
+            "pod running",
+            Duration::from_secs(90),
+            all_started,
+        )
+        .await;
+        started.insert(name, p);
+    }
+    let d = Daemon::start(
+        NODE,
+        &bed_dir().join("containerd/containerd.sock"),
+        "crr-par",
+    );
+    d.wait_healthy().await;
+    let crrs: Api<ContainerRecreateRequest> = Api::namespaced(c.clone(), &ns.name);
+    let t0 = Instant::now();
+    for (crr, pod, container) in [("r-a1", "pa", "a"), ("r-a2", "pa", "b"), ("r-b", "pb", "a")] {
+        let p = &started[pod];
+        let r: ContainerRecreateRequest = serde_json::from_value(json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "ContainerRecreateRequest",
+            "metadata": {"name": crr, "labels": {
+                "crr.apps.kruise.io/node-name": NODE, "crr.apps.kruise.io/active": "true",
+                "crr.apps.kruise.io/pod-uid": p.metadata.uid.clone().unwrap()}},
+            "spec": {"podName": pod,
+                "containers": [{"name": container, "statusContext": {"containerID": container_id(p, container), "restartCount": 0}}],
+                "strategy": {"minStartedSeconds": 1},
+                "activeDeadlineSeconds": 300}
+        }))
+        .unwrap();
+        crrs.create(&PostParams::default(), &r).await.unwrap();
+    }
+    // when each request was first seen Completed
+    let mut done: BTreeMap<&str, Duration> = BTreeMap::new();
+    while done.len() < 3 {
+        for name in ["r-a1", "r-a2", "r-b"] {
+            if !done.contains_key(name)
+                && crrs.get(name).await.unwrap().phase() == CrrPhase::Completed
+            {
+                done.insert(name, t0.elapsed());
+            }
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "requests not completed: {done:?}\n{}",
+            d.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!("completed after (s): {done:?}");
+    let cri = bed_cri();
+    // when the new instance (attempt 1) of each pod's container was created, in ns
+    let mut created: BTreeMap<(&str, String), i64> = BTreeMap::new();
+    for name in ["pa", "pb"] {
+        let uid = started[name].metadata.uid.clone().unwrap();
+        for c in runtime_containers(&cri, &uid).await.unwrap() {
+            assert!(c.attempt <= 1, "{name}/{} recreated twice", c.name);
+            if c.attempt == 1 {
+                created.insert((name, c.name.clone()), c.created_at);
+            }
+        }
+    }
+    println!("recreated (ns since the epoch): {created:?}");
+    let at = |pod: &str, container: &str| -> i64 {
+        created
+            .get(&(pod, container.to_owned()))
+            .copied()
+            .unwrap_or_else(|| panic!("{pod}/{container} not recreated: {created:?}"))
+    };
+    let secs = |ns: i64| ns as f64 / 1e9;
+    // different pods at once: pb's container was recreated within the preStop of pa's
+    // first request (in turn, it would have come at least PRE_STOP_SECONDS later)
+    let apart = secs((at("pb", "a") - at("pa", "a")).abs());
+    assert!(
+        apart < (PRE_STOP_SECONDS as f64) / 2.0,
+        "pa and pb recreated {apart:.1}s apart: one after the other\n{}",
+        d.logs()
+    );
+    // one pod in order: pa's second request ran its preStop only after the first request's
+    // new instance had run minStartedSeconds
+    let gap = secs(at("pa", "b") - at("pa", "a"));
+    assert!(
+        gap >= (PRE_STOP_SECONDS + 1) as f64,
+        "pa's second recreate {gap:.1}s after its first\n{}",
+        d.logs()
+    );
+    assert!(done["r-a2"] > done["r-a1"], "{done:?}");
+    // both first requests took their preStop, and together not much longer than one
+    assert!(
+        done["r-b"] >= Duration::from_secs(PRE_STOP_SECONDS as u64),
+        "{done:?}"
+    );
+    assert!(
+        done["r-b"].max(done["r-a1"]) < Duration::from_secs(2 * PRE_STOP_SECONDS as u64),
+        "{done:?}"
+    );
+    let m = d.get("/metrics").await;
+    assert!(
+        m.contains("inplace_daemon_container_restarts_total{reason=\"crr\"} 3"),
+        "{m}"
+    );
+}

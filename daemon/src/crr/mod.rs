@@ -89,19 +89,54 @@ pub fn status_patch(
 }
 
 pub struct CrrHandler {
+    crrs: Store<ContainerRecreateRequest>,
+    notify: Arc<Notify>,
+    poll: Duration,
+    worker: Worker,
+}
+
+/// What the sync of one pod's active request needs. Shared by the syncs of different
+/// pods, which run at once: one pod's long preStop or grace period holds up no other pod.
+struct Worker {
     cri: CriClient,
     client: kube::Client,
-    crrs: Store<ContainerRecreateRequest>,
     pods: Store<Pod>,
-    notify: Arc<Notify>,
     metrics: Metrics,
-    poll: Duration,
     /// Per CRR uid: our last status write. While the watch cache still shows the object as
     /// it was before that write, the written status (and the version it left) is the base
     /// (else a kill already done would be forgotten, and the next write refused).
-    written: HashMap<String, Written>,
+    written: std::sync::Mutex<HashMap<String, Written>>,
     /// Kubernetes Events of the requests' outcomes, on their pods.
     recorder: crate::recorder::EventRecorder,
+}
+
+/// A pod's requests: `(namespace, pod name)`.
+type PodKey = (String, String);
+
+/// The requests to sync now, one per pod: the first unfinished one in run order, for each
+/// pod whose previous sync has ended (`busy` lists the pods whose sync still runs). The
+/// requests of one pod so run one after another, those of different pods at once.
+fn next_per_pod(
+    crrs: Vec<Arc<ContainerRecreateRequest>>,
+    busy: &std::collections::HashSet<PodKey>,
+) -> Vec<(PodKey, Arc<ContainerRecreateRequest>)> {
+    let mut by_pod: BTreeMap<PodKey, Vec<Arc<ContainerRecreateRequest>>> = BTreeMap::new();
+    for c in crrs {
+        let ns = c.metadata.namespace.clone().unwrap_or_default();
+        by_pod
+            .entry((ns, c.spec.pod_name.clone()))
+            .or_default()
+            .push(c);
+    }
+    by_pod
+        .into_iter()
+        .filter(|(key, _)| !busy.contains(key))
+        .filter_map(|(key, mut list)| {
+            list.sort_by_key(|c| c.run_order_key());
+            let active = list.into_iter().find(|c| !c.is_completed())?;
+            Some((key, active))
+        })
+        .collect()
 }
 
 impl CrrHandler {
@@ -115,62 +150,70 @@ impl CrrHandler {
         poll: Duration,
     ) -> Self {
         Self {
-            cri,
-            client,
             crrs,
-            pods,
             notify,
-            metrics,
             poll,
-            written: HashMap::new(),
-            recorder: crate::recorder::EventRecorder::disabled(),
+            worker: Worker {
+                cri,
+                client,
+                pods,
+                metrics,
+                written: std::sync::Mutex::new(HashMap::new()),
+                recorder: crate::recorder::EventRecorder::disabled(),
+            },
         }
     }
 
     /// Records an event on the pod when a request completes.
     pub fn with_events(mut self, recorder: crate::recorder::EventRecorder) -> Self {
-        self.recorder = recorder;
+        self.worker.recorder = recorder;
         self
     }
 
-    pub async fn run(mut self) {
+    /// Each round (a watch event, or every poll interval) starts a sync of the active
+    /// request of every pod whose previous sync has ended ([`next_per_pod`]); syncs of
+    /// different pods run concurrently.
+    pub async fn run(self) {
+        let worker = Arc::new(self.worker);
+        let mut running: HashMap<PodKey, tokio::task::JoinHandle<()>> = HashMap::new();
         loop {
             tokio::select! {
                 _ = self.notify.notified() => {}
                 _ = tokio::time::sleep(self.poll) => {}
             }
-            let mut by_pod: BTreeMap<(String, String), Vec<Arc<ContainerRecreateRequest>>> =
-                BTreeMap::new();
-            for c in self.crrs.state() {
-                let ns = c.metadata.namespace.clone().unwrap_or_default();
-                by_pod
-                    .entry((ns, c.spec.pod_name.clone()))
-                    .or_default()
-                    .push(c);
-            }
-            let live: std::collections::HashSet<String> = by_pod
-                .values()
-                .flatten()
-                .filter_map(|c| c.metadata.uid.clone())
-                .collect();
-            self.written.retain(|uid, _| live.contains(uid));
-            for ((ns, pod), mut list) in by_pod {
-                list.sort_by_key(|c| c.run_order_key());
-                let Some(active) = list.iter().find(|c| !c.is_completed()) else {
-                    continue;
-                };
+            running.retain(|_, h| !h.is_finished());
+            let all = self.crrs.state();
+            let live: std::collections::HashSet<String> =
+                all.iter().filter_map(|c| c.metadata.uid.clone()).collect();
+            worker.written().retain(|uid, _| live.contains(uid));
+            let busy = running.keys().cloned().collect();
+            for ((ns, pod), active) in next_per_pod(all, &busy) {
                 let span = crate::logging::crr_span(
                     &ns,
                     active.metadata.name.as_deref().unwrap_or_default(),
                     &pod,
                 );
-                if let Err(e) =
-                    tracing::Instrument::instrument(self.sync(&ns, &pod, active), span).await
-                {
-                    tracing::warn!(crr = ?active.metadata.name, error = %e, "CRR sync failed");
-                }
+                let w = worker.clone();
+                let key = (ns.clone(), pod.clone());
+                let task = async move {
+                    if let Err(e) = w.sync(&ns, &pod, &active).await {
+                        tracing::warn!(crr = ?active.metadata.name, error = %e, "CRR sync failed");
+                    }
+                };
+                running.insert(
+                    key,
+                    tokio::spawn(tracing::Instrument::instrument(task, span)),
+                );
             }
         }
+    }
+}
+
+impl Worker {
+    fn written(&self) -> std::sync::MutexGuard<'_, HashMap<String, Written>> {
+        self.written
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     async fn instances(&self, uid: &str) -> Result<HashMap<String, Instance>, ExecError> {
@@ -199,18 +242,19 @@ impl CrrHandler {
     }
 
     async fn sync(
-        &mut self,
+        &self,
         ns: &str,
         pod_name: &str,
         stored: &ContainerRecreateRequest,
     ) -> Result<(), ExecError> {
         let crr_uid = stored.metadata.uid.clone().unwrap_or_default();
         let mut base = stored.clone();
-        if let Some(w) = self.written.get(&crr_uid)
+        let last = self.written().get(&crr_uid).cloned();
+        if let Some(w) = last
             && stored.metadata.resource_version.as_ref() == Some(&w.before)
         {
-            base.status = Some(w.status.clone());
-            base.metadata.resource_version = Some(w.after.clone());
+            base.status = Some(w.status);
+            base.metadata.resource_version = Some(w.after);
         }
         let pod = self.pods.get(&ObjectRef::new(pod_name).within(ns));
         let uid = pod.as_ref().and_then(|p| p.metadata.uid.clone());
@@ -303,7 +347,7 @@ impl CrrHandler {
                     }) {
                         self.recorder.record(note);
                     }
-                    self.written.insert(
+                    self.written().insert(
                         crr_uid,
                         Written {
                             before: stored.metadata.resource_version.clone().unwrap_or_default(),
@@ -456,7 +500,7 @@ pub async fn run_pre_stop(
 impl std::fmt::Debug for CrrHandler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CrrHandler")
-            .field("cri", &self.cri)
+            .field("cri", &self.worker.cri)
             .finish_non_exhaustive()
     }
 }
@@ -465,6 +509,71 @@ impl std::fmt::Debug for CrrHandler {
 mod tests {
     use super::*;
     use crate::api::CrrPhase;
+
+    fn req(
+        ns: &str,
+        name: &str,
+        pod: &str,
+        created: &str,
+        phase: Option<&str>,
+    ) -> Arc<ContainerRecreateRequest> {
+        let mut v = serde_json::json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "ContainerRecreateRequest",
+            "metadata": {"name": name, "namespace": ns, "creationTimestamp": created},
+            "spec": {"podName": pod, "containers": [{"name": "a"}]}
+        });
+        if let Some(p) = phase {
+            v["status"] = serde_json::json!({"phase": p});
+        }
+        Arc::new(serde_json::from_value(v).unwrap_or_else(|e| panic!("{e}")))
+    }
+
+    fn names(next: &[(PodKey, Arc<ContainerRecreateRequest>)]) -> Vec<(String, String)> {
+        next.iter()
+            .map(|((_, pod), c)| (pod.clone(), c.metadata.name.clone().unwrap_or_default()))
+            .collect()
+    }
+
+    #[test]
+    fn one_request_per_pod_runs_and_pods_run_side_by_side() {
+        let t = |s: u32| format!("2026-01-01T00:00:{s:02}Z");
+        let all = vec![
+            req("ns", "a2", "pa", &t(2), None),
+            req("ns", "a1", "pa", &t(1), None),
+            req("ns", "a0", "pa", &t(0), Some("Completed")),
+            req("ns", "b1", "pb", &t(3), Some("Recreating")),
+            req("other", "c1", "pa", &t(4), None),
+        ];
+        let none = std::collections::HashSet::new();
+        // every pod at once (the same pod name in another namespace is another pod), each
+        // with its first unfinished request in run order
+        assert_eq!(
+            names(&next_per_pod(all.clone(), &none)),
+            vec![
+                ("pa".into(), "a1".into()),
+                ("pb".into(), "b1".into()),
+                ("pa".into(), "c1".into()),
+            ]
+        );
+        // a pod whose sync still runs gets no second one: its requests stay in order
+        let busy = std::collections::HashSet::from([("ns".to_owned(), "pa".to_owned())]);
+        assert_eq!(
+            names(&next_per_pod(all.clone(), &busy)),
+            vec![("pb".into(), "b1".into()), ("pa".into(), "c1".into())]
+        );
+        // a Recreating request goes before an older Pending one of its pod
+        let mixed = vec![
+            req("ns", "old", "pa", &t(0), Some("Pending")),
+            req("ns", "running", "pa", &t(5), Some("Recreating")),
+        ];
+        assert_eq!(
+            names(&next_per_pod(mixed, &none)),
+            vec![("pa".into(), "running".into())]
+        );
+        // nothing unfinished: nothing to run
+        let done = vec![req("ns", "a0", "pa", &t(0), Some("Completed"))];
+        assert!(next_per_pod(done, &none).is_empty());
+    }
 
     #[test]
     fn the_status_write_is_conditional_on_the_version_decided_from() {
