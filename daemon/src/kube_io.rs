@@ -183,6 +183,10 @@ pub async fn write_node_image_status(
     // After a conflict: the NodeImage's status and resourceVersion as read again from the
     // API server (newer than what the watch may show yet).
     let mut reread: Option<(NodeImageStatus, Option<String>)> = None;
+    // Our last write: the resourceVersion it was made over, and the NodeImage's status and
+    // resourceVersion it left. While the watch still shows the version before it, what it
+    // left is the base (else the next patch would be refused for our own write).
+    let mut written: Option<(Option<String>, NodeImageStatus, Option<String>)> = None;
     loop {
         if !retry && status_rx.changed().await.is_err() {
             return;
@@ -194,7 +198,12 @@ pub async fn write_node_image_status(
             Some(fresh) => fresh,
             None => match &*snapshots.borrow() {
                 None => continue,
-                Some(s) => (s.status.clone(), s.resource_version.clone()),
+                Some(s) => match &written {
+                    Some((before, status, after)) if *before == s.resource_version => {
+                        (status.clone(), after.clone())
+                    }
+                    _ => (s.status.clone(), s.resource_version.clone()),
+                },
             },
         };
         if stored == new {
@@ -211,7 +220,12 @@ pub async fn write_node_image_status(
             .patch_status(&node, &patch_params(), &Patch::Merge(&patch))
             .await
         {
-            Ok(_) => {
+            Ok(ni) => {
+                written = Some((
+                    rv.clone(),
+                    ni.status.unwrap_or_default(),
+                    ni.metadata.resource_version,
+                ));
                 metrics
                     .status_writes
                     .get_or_create(&Metrics::result("ok"))
