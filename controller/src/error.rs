@@ -111,7 +111,10 @@ impl Error {
     /// How soon a retry makes sense, by the kind of failure.
     pub fn retry_class(&self) -> RetryClass {
         match self {
-            Self::Kube { .. } => match self.api_failure() {
+            Self::Kube { source, .. } => match self.api_failure() {
+                // A failed precondition (the object changed since it was read): re-read
+                // and decide again at once.
+                Some(ApiFailure::Conflict) if is_conflict(source) => RetryClass::Stale,
                 Some(ApiFailure::Conflict | ApiFailure::NotFound) => RetryClass::Soon,
                 _ => RetryClass::Later,
             },
@@ -156,7 +159,12 @@ pub enum ApiFailure {
 /// How soon a failed reconcile is tried again (the per-object backoff grows from it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RetryClass {
-    /// The cause passes by itself within moments (a conflict, a cache lagging behind).
+    /// A write refused by its precondition (409 Conflict: the object changed since the
+    /// decision was made from it). Expected whenever another writer is faster; the
+    /// reconcile runs again promptly from the newer object, and it is not worth a warning.
+    Stale,
+    /// The cause passes by itself within moments (an object already there or gone, a
+    /// cache lagging behind).
     Soon,
     /// Anything else.
     Later,
@@ -166,9 +174,17 @@ impl RetryClass {
     /// The first delay of this class.
     pub fn base_delay(self) -> Duration {
         match self {
+            Self::Stale => Duration::from_millis(100),
             Self::Soon => Duration::from_millis(500),
             Self::Later => Duration::from_secs(2),
         }
+    }
+}
+
+impl RetryClass {
+    /// Whether a failure of this class is logged quietly (debug) rather than warned about.
+    pub fn quiet(self) -> bool {
+        self == Self::Stale
     }
 }
 
@@ -219,9 +235,9 @@ mod tests {
 
     #[test]
     fn each_kind_of_error_has_its_retry_class_and_label() {
-        use RetryClass::{Later, Soon};
+        use RetryClass::{Later, Soon, Stale};
         let cases: Vec<(Error, RetryClass, &str)> = vec![
-            (api(409, "Conflict"), Soon, "conflict"),
+            (api(409, "Conflict"), Stale, "conflict"),
             (api(409, "AlreadyExists"), Soon, "conflict"),
             (api(404, "NotFound"), Soon, "not_found"),
             (api(403, "Forbidden"), Later, "forbidden"),
@@ -263,12 +279,16 @@ mod tests {
         }
         assert_eq!(Soon.base_delay(), Duration::from_millis(500));
         assert_eq!(Later.base_delay(), Duration::from_secs(2));
+        assert_eq!(Stale.base_delay(), Duration::from_millis(100));
+        // only a refused precondition is quiet
+        assert!(Stale.quiet());
+        assert!(!Soon.quiet() && !Later.quiet());
     }
 
     #[test]
     fn several_failed_actions_retry_like_the_first() {
         for (first, class) in [
-            (api(409, "Conflict"), RetryClass::Soon),
+            (api(409, "Conflict"), RetryClass::Stale),
             (api(500, "InternalError"), RetryClass::Later),
         ] {
             let label = first.metric_label();

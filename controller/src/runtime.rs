@@ -348,7 +348,13 @@ pub fn error_policy(cs: Arc<CloneSet>, err: &Error, ctx: Arc<Context>) -> Action
         *n
     };
     let delay = backoff(err.base_retry(), attempts, Duration::from_secs(300));
-    warn!(cloneset = %key, error = %err, attempts, retry_in = ?delay, "reconcile failed");
+    if err.retry_class().quiet() {
+        // A write refused by its precondition: counted above (reason "conflict"), and
+        // decided again from the newer object.
+        debug!(cloneset = %key, error = %err, attempts, retry_in = ?delay, "conflict: the object changed since it was read; deciding again");
+    } else {
+        warn!(cloneset = %key, error = %err, attempts, retry_in = ?delay, "reconcile failed");
+    }
     Action::requeue(delay)
 }
 

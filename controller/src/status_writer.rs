@@ -7,6 +7,15 @@
 //!
 //! We own the whole status object, so a JSON merge patch of `.status` is used, with every
 //! field we no longer set explicitly nulled (the conditions list is written whole).
+//!
+//! The patch carries the resourceVersion of the CloneSet the status was decided from: a
+//! merge patch with `metadata.resourceVersion` is conditional, so when the CloneSet changed
+//! meanwhile (a spec edit, another writer of the status, our own watch lagging behind) the
+//! API server answers 409 Conflict instead of writing a status decided from an older
+//! object. The reconcile then fails with [`RetryClass::Stale`](crate::error::RetryClass)
+//! and runs again, promptly and quietly, from the newer object (OpenKruise re-reads the
+//! CloneSet and writes the status it had computed over it; here the status is decided
+//! again).
 
 use inplace_proto::{CloneSet, CloneSetStatus, keys};
 use k8s_openapi::jiff::Timestamp;
@@ -64,8 +73,12 @@ pub fn desired_status(
 }
 
 /// A JSON merge patch turning `old` into `new`: `new` whole, with fields only `old` has set
-/// to null.
-pub fn merge_patch(old: Option<&CloneSetStatus>, new: &CloneSetStatus) -> Result<Value, Error> {
+/// to null; conditional on `resource_version` (the CloneSet's, as read) when given.
+pub fn merge_patch(
+    old: Option<&CloneSetStatus>,
+    new: &CloneSetStatus,
+    resource_version: Option<&str>,
+) -> Result<Value, Error> {
     let enc = |s: &CloneSetStatus| {
         serde_json::to_value(s).map_err(|source| Error::Encode {
             what: "CloneSet status".into(),
@@ -84,7 +97,11 @@ pub fn merge_patch(old: Option<&CloneSetStatus>, new: &CloneSetStatus) -> Result
             }
         }
     }
-    Ok(json!({ "status": new_v }))
+    let mut body = json!({ "status": new_v });
+    if let Some(rv) = resource_version {
+        body["metadata"] = json!({ "resourceVersion": rv });
+    }
+    Ok(body)
 }
 
 /// Writes the status of `cs` after acting on `plan`.
@@ -130,7 +147,8 @@ pub async fn write(
     if cs.status.as_ref() == Some(&status) {
         return Ok(());
     }
-    let body = merge_patch(cs.status.as_ref(), &status)?;
+    let rv = cs.resource_version();
+    let body = merge_patch(cs.status.as_ref(), &status, rv.as_deref())?;
     let api: Api<CloneSet> =
         Api::namespaced(ctx.client.clone(), &cs.namespace().unwrap_or_default());
     let pp = PatchParams {
@@ -244,10 +262,25 @@ mod tests {
             replicas: 2,
             ..CloneSetStatus::default()
         };
-        let p = merge_patch(Some(&old), &new)?;
+        let p = merge_patch(Some(&old), &new, None)?;
         assert_eq!(p["status"]["replicas"], json!(2));
         assert_eq!(p["status"]["currentRevision"], Value::Null);
         assert_eq!(p["status"]["conditions"], Value::Null);
+        assert_eq!(p.get("metadata"), None);
+        Ok(())
+    }
+
+    #[test]
+    fn the_status_write_is_conditional_on_the_version_read() -> Result<(), Error> {
+        let new = CloneSetStatus {
+            replicas: 2,
+            ..CloneSetStatus::default()
+        };
+        let p = merge_patch(None, &new, Some("4711"))?;
+        assert_eq!(p["metadata"], json!({"resourceVersion": "4711"}));
+        assert_eq!(p["status"]["replicas"], json!(2));
+        // nothing else of the metadata is written
+        assert_eq!(p.as_object().map(|o| o.len()), Some(2));
         Ok(())
     }
 }

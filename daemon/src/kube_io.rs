@@ -84,6 +84,7 @@ pub async fn watch_node_image(
         let snap = o.map(|ni| Snapshot {
             spec: ni.spec,
             status: ni.status.unwrap_or_default(),
+            resource_version: ni.metadata.resource_version,
         });
         tx.send_if_modified(|cur| {
             if *cur == snap {
@@ -164,6 +165,12 @@ impl RateLimiter {
 /// as a merge patch (images that left are nulled), coalesced (only the latest status is
 /// written) and rate-limited. Nothing is written while the NodeImage does not exist or
 /// already carries exactly this status.
+///
+/// Each patch is conditional on the resourceVersion the stored status was read at (the
+/// nulls are computed from it). When the NodeImage changed since (the controller's
+/// lifecycle writes its status too, and the watch may lag behind), the API server answers
+/// 409: the NodeImage is read again and the patch made anew from what it holds now and the
+/// puller's latest status, never the refused body sent again.
 pub async fn write_node_image_status(
     api: Api<NodeImage>,
     node: String,
@@ -173,6 +180,13 @@ pub async fn write_node_image_status(
     metrics: Metrics,
 ) {
     let mut retry = false;
+    // After a conflict: the NodeImage's status and resourceVersion as read again from the
+    // API server (newer than what the watch may show yet).
+    let mut reread: Option<(NodeImageStatus, Option<String>)> = None;
+    // Our last write: the resourceVersion it was made over, and the NodeImage's status and
+    // resourceVersion it left. While the watch still shows the version before it, what it
+    // left is the base (else the next patch would be refused for our own write).
+    let mut written: Option<(Option<String>, NodeImageStatus, Option<String>)> = None;
     loop {
         if !retry && status_rx.changed().await.is_err() {
             return;
@@ -180,14 +194,22 @@ pub async fn write_node_image_status(
         retry = false;
         limiter.acquire().await;
         let new = status_rx.borrow_and_update().clone();
-        let stored = match &*snapshots.borrow() {
-            None => continue,
-            Some(s) => s.status.clone(),
+        let (stored, rv) = match reread.take() {
+            Some(fresh) => fresh,
+            None => match &*snapshots.borrow() {
+                None => continue,
+                Some(s) => match &written {
+                    Some((before, status, after)) if *before == s.resource_version => {
+                        (status.clone(), after.clone())
+                    }
+                    _ => (s.status.clone(), s.resource_version.clone()),
+                },
+            },
         };
         if stored == new {
             continue;
         }
-        let patch = match plan::status_patch(Some(&stored), &new) {
+        let patch = match plan::status_patch(Some(&stored), &new, rv.as_deref()) {
             Ok(p) => p,
             Err(e) => {
                 tracing::error!(error = %e, "cannot serialise NodeImage status");
@@ -198,7 +220,12 @@ pub async fn write_node_image_status(
             .patch_status(&node, &patch_params(), &Patch::Merge(&patch))
             .await
         {
-            Ok(_) => {
+            Ok(ni) => {
+                written = Some((
+                    rv.clone(),
+                    ni.status.unwrap_or_default(),
+                    ni.metadata.resource_version,
+                ));
                 metrics
                     .status_writes
                     .get_or_create(&Metrics::result("ok"))
@@ -209,6 +236,30 @@ pub async fn write_node_image_status(
                     failed = new.failed,
                     "NodeImage status written"
                 );
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                metrics
+                    .status_writes
+                    .get_or_create(&Metrics::result("conflict"))
+                    .inc();
+                tracing::debug!(
+                    rv = ?rv,
+                    "NodeImage changed since it was read; reading it again"
+                );
+                match api.get_opt(&node).await {
+                    Ok(Some(ni)) => {
+                        reread =
+                            Some((ni.status.unwrap_or_default(), ni.metadata.resource_version));
+                        retry = true;
+                    }
+                    // gone: written again once it exists (the watch says so)
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "reading the NodeImage after a conflict failed; retrying");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        retry = true;
+                    }
+                }
             }
             Err(e) => {
                 metrics

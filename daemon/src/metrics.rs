@@ -97,7 +97,7 @@ impl Metrics {
         );
         r.register(
             "status_writes",
-            "Status writes to the API server",
+            "Status writes to the API server: NodeImage writes by result (ok, error); conflict: a NodeImage or ContainerRecreateRequest status write refused by its resourceVersion precondition",
             m.status_writes.clone(),
         );
         r.register(

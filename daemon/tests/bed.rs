@@ -60,13 +60,23 @@ struct Daemon {
 
 impl Daemon {
     fn start(node: &str, cri: &std::path::Path, tag: &str) -> Daemon {
+        Self::start_through(node, cri, tag, &bed_dir().join("kubeconfig"))
+    }
+
+    /// [`Self::start`], reaching the API server through the kubeconfig `kubeconfig`.
+    fn start_through(
+        node: &str,
+        cri: &std::path::Path,
+        tag: &str,
+        kubeconfig: &std::path::Path,
+    ) -> Daemon {
         let port = free_port().unwrap();
         let log =
             std::env::temp_dir().join(format!("inplace-daemon-{tag}-{}.log", std::process::id()));
         let f = std::fs::File::create(&log).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_inplace-daemon"))
             .env("NODE_NAME", node)
-            .env("KUBECONFIG", bed_dir().join("kubeconfig"))
+            .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info")
             .arg("--cri-endpoint")
             .arg(cri)
@@ -710,5 +720,427 @@ async fn daemon_killed_mid_pull_finishes_after_restart() {
             .await
             .unwrap()
             .is_some()
+    );
+}
+
+/// A TCP proxy to the bed's API server that can be frozen: while frozen it forwards no
+/// byte either way (connections stay open, requests hang) and counts what the client
+/// sent meanwhile; thawed, it forwards what it held.
+struct FreezableApiProxy {
+    kubeconfig: PathBuf,
+    frozen: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
+    held: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+    _dir: tempfile::TempDir,
+}
+
+impl FreezableApiProxy {
+    async fn start() -> FreezableApiProxy {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicU64, Ordering};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let text = std::fs::read_to_string(bed_dir().join("kubeconfig")).unwrap();
+        let server = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("server: "))
+            .unwrap()
+            .trim()
+            .to_owned();
+        let upstream = server
+            .strip_prefix("https://")
+            .unwrap()
+            .trim_end_matches('/')
+            .to_owned();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let dir = tempfile::Builder::new()
+            .prefix("inplace-api-proxy")
+            .tempdir()
+            .unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            text.replace(&server, &format!("https://127.0.0.1:{port}")),
+        )
+        .unwrap();
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let held = Arc::new(AtomicU64::new(0));
+        async fn thawed(mut rx: tokio::sync::watch::Receiver<bool>) {
+            let _ = rx.wait_for(|frozen| !frozen).await;
+        }
+        async fn pump(
+            mut from: tokio::net::tcp::OwnedReadHalf,
+            mut to: tokio::net::tcp::OwnedWriteHalf,
+            rx: tokio::sync::watch::Receiver<bool>,
+            held: Option<Arc<AtomicU64>>,
+        ) {
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                let n = match from.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                if let Some(h) = &held
+                    && *rx.borrow()
+                {
+                    h.fetch_add(n as u64, Ordering::Relaxed);
+                }
+                thawed(rx.clone()).await;
+                if to.write_all(&buf[..n]).await.is_err() {
+                    break;
+                }
+            }
+            let _ = to.shutdown().await;
+        }
+        let counter = held.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((down, _)) = listener.accept().await {
+                let (upstream, rx, counter) = (upstream.clone(), rx.clone(), counter.clone());
+                tokio::spawn(async move {
+                    if *rx.borrow() {
+                        counter.fetch_add(1, Ordering::Relaxed);
+                    }
+                    thawed(rx.clone()).await;
+                    let Ok(up) = tokio::net::TcpStream::connect(&upstream).await else {
+                        return;
+                    };
+                    let (dr, dw) = down.into_split();
+                    let (ur, uw) = up.into_split();
+                    tokio::join!(
+                        pump(dr, uw, rx.clone(), Some(counter)),
+                        pump(ur, dw, rx, None)
+                    );
+                });
+            }
+        });
+        FreezableApiProxy {
+            kubeconfig,
+            frozen: Arc::new(tx),
+            held,
+            task,
+            _dir: dir,
+        }
+    }
+
+    fn freeze(&self) {
+        self.frozen.send_replace(true);
+    }
+
+    fn thaw(&self) {
+        self.frozen.send_replace(false);
+    }
+
+    /// What the client sent while frozen (bytes, plus one per new connection).
+    fn held_from_client(&self) -> u64 {
+        self.held.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl Drop for FreezableApiProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A request's status decided from a request that changed meanwhile is refused (409), and
+/// the daemon reads the request again and decides anew. The daemon reaches the API server
+/// through a proxy, frozen while the daemon has a write due (the recreated container must
+/// run `minStartedSeconds` before the request completes); the request is annotated by
+/// hand meanwhile, so the completion the proxy holds names a resourceVersion the API
+/// server no longer has. Thawed: 409, counted; the request completes all the same and
+/// the hand-made change stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the test bed (tests/testbed/up)"]
+async fn a_crr_status_from_a_stale_request_is_refused_and_decided_again() {
+    let c = client().await;
+    let ns = TestNs::new(&c).await;
+    let pods: Api<Pod> = Api::namespaced(c.clone(), &ns.name);
+    let v1 = format!("{REGISTRY}/inplace-test/app:v1");
+    pods.create(
+        &PostParams::default(),
+        &pod_json("stale", json!([{"name": "a", "image": v1}])),
+    )
+    .await
+    .unwrap();
+    let p = wait_pod(
+        &pods,
+        "stale",
+        "pod running",
+        Duration::from_secs(90),
+        all_started,
+    )
+    .await;
+    let uid = p.metadata.uid.clone().unwrap();
+    let proxy = FreezableApiProxy::start().await;
+    let d = Daemon::start_through(
+        NODE,
+        &bed_dir().join("containerd/containerd.sock"),
+        "stale",
+        &proxy.kubeconfig,
+    );
+    d.wait_healthy().await;
+    let crrs: Api<ContainerRecreateRequest> = Api::namespaced(c.clone(), &ns.name);
+    let crr: ContainerRecreateRequest = serde_json::from_value(json!({
+        "apiVersion": "apps.kruise.io/v1alpha1", "kind": "ContainerRecreateRequest",
+        "metadata": {"name": "r1", "labels": {
+            "crr.apps.kruise.io/node-name": NODE, "crr.apps.kruise.io/active": "true", "crr.apps.kruise.io/pod-uid": uid}},
+        "spec": {"podName": "stale",
+            "containers": [{"name": "a", "statusContext": {"containerID": container_id(&p, "a"), "restartCount": 0}}],
+            "strategy": {"minStartedSeconds": 15},
+            "activeDeadlineSeconds": 300}
+    }))
+    .unwrap();
+    crrs.create(&PostParams::default(), &crr).await.unwrap();
+    // The container is recreated and running, and the request says it was stopped: the
+    // daemon has to write the completion once minStartedSeconds have passed.
+    wait_pod(
+        &pods,
+        "stale",
+        "container a recreated and running",
+        Duration::from_secs(60),
+        |p| restart_count(p, "a") == 1 && all_started(p),
+    )
+    .await;
+    let t0 = Instant::now();
+    loop {
+        let r = crrs.get("r1").await.unwrap();
+        let st = r.status.clone().unwrap_or_default();
+        let killed = st
+            .container_recreate_states
+            .iter()
+            .any(|s| s.name == "a" && s.is_killed);
+        if st.phase == CrrPhase::Recreating && killed {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the request does not show the stop: {:#?}\n{}",
+            r.status,
+            d.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    proxy.freeze();
+    let seen = crrs.get("r1").await.unwrap();
+    let touched = crrs
+        .patch(
+            "r1",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"inplace.test/touched": "by-hand"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_ne!(
+        seen.metadata.resource_version, touched.metadata.resource_version,
+        "the annotation gave the request a new resourceVersion"
+    );
+    let t1 = Instant::now();
+    while proxy.held_from_client() == 0 {
+        assert!(
+            t1.elapsed() < Duration::from_secs(60),
+            "the daemon sent nothing while cut off\n{}",
+            d.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_ne!(
+        crrs.get("r1").await.unwrap().phase(),
+        CrrPhase::Completed,
+        "no write of the daemon landed while it was cut off"
+    );
+    proxy.thaw();
+    let t2 = Instant::now();
+    let done = loop {
+        let r = crrs.get("r1").await.unwrap();
+        if r.phase() == CrrPhase::Completed {
+            break r;
+        }
+        assert!(
+            t2.elapsed() < Duration::from_secs(60),
+            "request not completed: {:#?}\n{}",
+            r.status,
+            d.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let st = done.status.clone().unwrap();
+    assert_eq!(st.message, "");
+    assert_eq!(
+        st.container_recreate_states
+            .iter()
+            .map(|s| (s.name.as_str(), s.phase, s.is_killed))
+            .collect::<Vec<_>>(),
+        vec![("a", CrrPhase::Succeeded, true)]
+    );
+    assert_eq!(
+        done.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("inplace.test/touched"))
+            .map(String::as_str),
+        Some("by-hand"),
+        "the hand-made change stays"
+    );
+    let m = d.get("/metrics").await;
+    assert!(
+        m.lines()
+            .find(|l| l.starts_with("inplace_daemon_status_writes_total{result=\"conflict\"}"))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .is_some_and(|n| n >= 1.0),
+        "no conflict counted:\n{m}"
+    );
+    assert!(
+        d.logs()
+            .contains("the request changed since it was read: reading it again and deciding anew"),
+        "{}",
+        d.logs()
+    );
+    // stopped once: the decision made again did not stop the new instance
+    assert!(
+        m.contains("inplace_daemon_container_restarts_total{reason=\"crr\"} 1"),
+        "{m}"
+    );
+    let p = pods.get("stale").await.unwrap();
+    assert_eq!(restart_count(&p, "a"), 1);
+}
+
+/// Requests for different pods of the node proceed at once; those of one pod one after
+/// another. Every container has a 6 s preStop: pod `pa` gets two requests (one for each
+/// of its containers), pod `pb` one, all created together. `pb`'s container is recreated
+/// while `pa`'s first request is still in its preStop (one request at a time per node
+/// would have made it wait those 6 s), and `pa`'s second request stops its container only
+/// after the first one completed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the test bed (tests/testbed/up)"]
+async fn crrs_of_different_pods_run_at_once_and_of_one_pod_in_order() {
+    const PRE_STOP_SECONDS: i64 = 6;
+    let c = client().await;
+    let ns = TestNs::new(&c).await;
+    let pods: Api<Pod> = Api::namespaced(c.clone(), &ns.name);
+    let v1 = format!("{REGISTRY}/inplace-test/app:v1");
+    let pre_stop = json!({"preStop": {"exec": {"command": ["/bin/sh", "-c", format!("sleep {PRE_STOP_SECONDS}")]}}});
+    for (name, containers) in [
+        (
+            "pa",
+            json!([{"name": "a", "image": v1, "lifecycle": pre_stop},
+                   {"name": "b", "image": v1, "env": [{"name": "PORT", "value": "8081"}], "lifecycle": pre_stop}]),
+        ),
+        (
+            "pb",
+            json!([{"name": "a", "image": v1, "lifecycle": pre_stop}]),
+        ),
+    ] {
+        let mut pod = pod_json(name, containers);
+        if let Some(spec) = pod.spec.as_mut() {
+            spec.termination_grace_period_seconds = Some(20);
+        }
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+    }
+    let mut started = BTreeMap::new();
+    for name in ["pa", "pb"] {
+        let p = wait_pod(
+            &pods,
+            name,
+            "pod running",
+            Duration::from_secs(90),
+            all_started,
+        )
+        .await;
+        started.insert(name, p);
+    }
+    let d = Daemon::start(
+        NODE,
+        &bed_dir().join("containerd/containerd.sock"),
+        "crr-par",
+    );
+    d.wait_healthy().await;
+    let crrs: Api<ContainerRecreateRequest> = Api::namespaced(c.clone(), &ns.name);
+    let t0 = Instant::now();
+    for (crr, pod, container) in [("r-a1", "pa", "a"), ("r-a2", "pa", "b"), ("r-b", "pb", "a")] {
+        let p = &started[pod];
+        let r: ContainerRecreateRequest = serde_json::from_value(json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "ContainerRecreateRequest",
+            "metadata": {"name": crr, "labels": {
+                "crr.apps.kruise.io/node-name": NODE, "crr.apps.kruise.io/active": "true",
+                "crr.apps.kruise.io/pod-uid": p.metadata.uid.clone().unwrap()}},
+            "spec": {"podName": pod,
+                "containers": [{"name": container, "statusContext": {"containerID": container_id(p, container), "restartCount": 0}}],
+                "strategy": {"minStartedSeconds": 1},
+                "activeDeadlineSeconds": 300}
+        }))
+        .unwrap();
+        crrs.create(&PostParams::default(), &r).await.unwrap();
+    }
+    // when each request was first seen Completed
+    let mut done: BTreeMap<&str, Duration> = BTreeMap::new();
+    while done.len() < 3 {
+        for name in ["r-a1", "r-a2", "r-b"] {
+            if !done.contains_key(name)
+                && crrs.get(name).await.unwrap().phase() == CrrPhase::Completed
+            {
+                done.insert(name, t0.elapsed());
+            }
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "requests not completed: {done:?}\n{}",
+            d.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!("completed after (s): {done:?}");
+    let cri = bed_cri();
+    // when the new instance (attempt 1) of each pod's container was created, in ns
+    let mut created: BTreeMap<(&str, String), i64> = BTreeMap::new();
+    for name in ["pa", "pb"] {
+        let uid = started[name].metadata.uid.clone().unwrap();
+        for c in runtime_containers(&cri, &uid).await.unwrap() {
+            assert!(c.attempt <= 1, "{name}/{} recreated twice", c.name);
+            if c.attempt == 1 {
+                created.insert((name, c.name.clone()), c.created_at);
+            }
+        }
+    }
+    println!("recreated (ns since the epoch): {created:?}");
+    let at = |pod: &str, container: &str| -> i64 {
+        created
+            .get(&(pod, container.to_owned()))
+            .copied()
+            .unwrap_or_else(|| panic!("{pod}/{container} not recreated: {created:?}"))
+    };
+    let secs = |ns: i64| ns as f64 / 1e9;
+    // different pods at once: pb's container was recreated within the preStop of pa's
+    // first request (in turn, it would have come at least PRE_STOP_SECONDS later)
+    let apart = secs((at("pb", "a") - at("pa", "a")).abs());
+    assert!(
+        apart < (PRE_STOP_SECONDS as f64) / 2.0,
+        "pa and pb recreated {apart:.1}s apart: one after the other\n{}",
+        d.logs()
+    );
+    // one pod in order: pa's second request ran its preStop only after the first request's
+    // new instance had run minStartedSeconds
+    let gap = secs(at("pa", "b") - at("pa", "a"));
+    assert!(
+        gap >= (PRE_STOP_SECONDS + 1) as f64,
+        "pa's second recreate {gap:.1}s after its first\n{}",
+        d.logs()
+    );
+    assert!(done["r-a2"] > done["r-a1"], "{done:?}");
+    // both first requests took their preStop, and together not much longer than one
+    assert!(
+        done["r-b"] >= Duration::from_secs(PRE_STOP_SECONDS as u64),
+        "{done:?}"
+    );
+    assert!(
+        done["r-b"].max(done["r-a1"]) < Duration::from_secs(2 * PRE_STOP_SECONDS as u64),
+        "{done:?}"
+    );
+    let m = d.get("/metrics").await;
+    assert!(
+        m.contains("inplace_daemon_container_restarts_total{reason=\"crr\"} 3"),
+        "{m}"
     );
 }

@@ -66,6 +66,7 @@ fn start_puller(fx: &Fixture, max: usize, s: NodeImageSpec) -> Run {
     let (snap_tx, snap_rx) = watch::channel(Some(Snapshot {
         spec: s,
         status: NodeImageStatus::default(),
+        resource_version: None,
     }));
     let task = tokio::spawn(puller.run(snap_rx));
     Run {
@@ -229,6 +230,7 @@ async fn failures_land_in_status_with_the_runtime_message() {
         .send(Some(Snapshot {
             spec: sp,
             status: s.clone(),
+            resource_version: None,
         }))
         .unwrap();
     let t1 = Instant::now();

@@ -207,6 +207,9 @@ async fn reconcile(crr: Arc<ContainerRecreateRequest>, ctx: Arc<Ctx>) -> Result<
         return Ok(Action::await_change());
     }
 
+    // The version of the request the status below was decided from: as read, or as our
+    // own metadata write left it (that write was conditional on the version read).
+    let mut decided_from = crr.resource_version();
     // metadata (and the one-time spec fill) first: the daemon must not see the request
     // before its statusContext is there (both land in one write)
     if !p.labels.is_empty() || p.fill.is_some() || p.sync_statuses.is_some() {
@@ -229,21 +232,18 @@ async fn reconcile(crr: Arc<ContainerRecreateRequest>, ctx: Arc<Ctx>) -> Result<
                 body["spec"]["strategy"] = json!({"terminationGracePeriodSeconds": g});
             }
         }
-        api.patch(&name, &pp(), &Patch::Merge(&body))
+        let written = api
+            .patch(&name, &pp(), &Patch::Merge(&body))
             .await
             .map_err(kube_err(format!("updating {id}")))?;
+        decided_from = written.resource_version();
         if p.fill.is_some() {
             info!(crr = %id, pod = %crr.spec.pod_name, active = p.labels.contains_key(keys::CRR_ACTIVE_LABEL), "filled in from the pod");
         }
     }
     if let Some(status) = &p.status {
-        let mut value = serde_json::to_value(status).unwrap_or(Value::Null);
-        if let Some(obj) = value.as_object_mut() {
-            for key in ["completionTime", "message", "containerRecreateStates"] {
-                obj.entry(key).or_insert(Value::Null);
-            }
-        }
-        api.patch_status(&name, &pp(), &Patch::Merge(&json!({"status": value})))
+        let body = status_patch(status, decided_from.as_deref());
+        api.patch_status(&name, &pp(), &Patch::Merge(&body))
             .await
             .map_err(kube_err(format!("writing the status of {id}")))?;
         info!(crr = %id, phase = status.phase.as_str(), message = %status.message, "status");
@@ -296,6 +296,27 @@ async fn reconcile(crr: Arc<ContainerRecreateRequest>, ctx: Arc<Ctx>) -> Result<
     })
 }
 
+/// The merge patch writing `status` whole (fields it leaves out are cleared), conditional
+/// on `resource_version`, the version of the request the status was decided from: when the
+/// request changed meanwhile (the daemon wrote its progress), the API server answers 409
+/// and the reconcile runs again from the newer request ([`error_policy`]).
+fn status_patch(
+    status: &inplace_proto::crr::ContainerRecreateRequestStatus,
+    resource_version: Option<&str>,
+) -> Value {
+    let mut value = serde_json::to_value(status).unwrap_or(Value::Null);
+    if let Some(obj) = value.as_object_mut() {
+        for key in ["completionTime", "message", "containerRecreateStates"] {
+            obj.entry(key).or_insert(Value::Null);
+        }
+    }
+    let mut body = json!({"status": value});
+    if let Some(rv) = resource_version {
+        body["metadata"] = json!({"resourceVersion": rv});
+    }
+    body
+}
+
 /// Adds or removes the request's key in the pod's `KruisePodReady` condition (strategic
 /// merge patch of the status, pinned to the pod version read: a concurrent writer of the
 /// same condition makes it conflict and retry).
@@ -326,4 +347,30 @@ async fn set_not_ready(
         .await
         .map_err(kube_err(format!("patching KruisePodReady of pod {name}")))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use inplace_proto::crr::{ContainerRecreateRequestStatus, CrrPhase};
+
+    #[test]
+    fn the_status_write_is_conditional_on_the_version_decided_from() {
+        let status = ContainerRecreateRequestStatus {
+            phase: CrrPhase::Pending,
+            message: "waiting for r0".into(),
+            ..ContainerRecreateRequestStatus::default()
+        };
+        let body = status_patch(&status, Some("812"));
+        assert_eq!(body["metadata"], json!({"resourceVersion": "812"}));
+        assert_eq!(body["status"]["phase"], "Pending");
+        assert_eq!(body["status"]["message"], "waiting for r0");
+        // left out of the status: cleared, as the status is written whole
+        for key in ["completionTime", "containerRecreateStates"] {
+            assert_eq!(body["status"].get(key), Some(&Value::Null), "{key}");
+        }
+        assert_eq!(body.as_object().map(|o| o.len()), Some(2));
+        // without a version (never the case for an object read from the API): no metadata
+        assert_eq!(status_patch(&status, None).get("metadata"), None);
+    }
 }

@@ -1,7 +1,8 @@
 //! The ImagePullJob controller: watches ImagePullJobs, NodeImages and Nodes, runs
 //! [`plan::plan`] per job and applies it (creates a node's NodeImage when missing, patches
 //! `spec.images[<image>]` of NodeImages with the node's resourceVersion as precondition,
-//! writes the job status through the status subresource, deletes jobs past their TTL).
+//! writes the job status through the status subresource, conditional on the job's
+//! resourceVersion, deletes jobs past their TTL).
 //!
 //! Pods are not watched: a job's `podSelector` is resolved to nodes by listing the pods
 //! of the job's namespace that match it (server-side label selector, compact
@@ -318,17 +319,13 @@ async fn reconcile(job: Arc<ImagePullJob>, ctx: Arc<Ctx>) -> Result<Action, Erro
     }
 
     if job.status.as_ref() != Some(&p.status) {
-        let mut status = serde_json::to_value(&p.status).map_err(|source| Error::Encode {
-            what: format!("status of ImagePullJob {ns}/{name}"),
-            source,
-        })?;
-        // fields left out when empty must be cleared explicitly in a merge patch
-        if let Some(obj) = status.as_object_mut() {
-            for key in ["completionTime", "message", "failedNodes"] {
-                obj.entry(key).or_insert(serde_json::Value::Null);
-            }
-        }
-        let patch = serde_json::json!({"status": status});
+        let patch =
+            status_patch(&p.status, job.resource_version().as_deref()).map_err(|source| {
+                Error::Encode {
+                    what: format!("status of ImagePullJob {ns}/{name}"),
+                    source,
+                }
+            })?;
         jobs.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .map_err(kube_err(format!(
@@ -340,6 +337,28 @@ async fn reconcile(job: Arc<ImagePullJob>, ctx: Arc<Ctx>) -> Result<Action, Erro
         p.requeue_after_seconds,
         running && job.spec.pod_selector.is_some(),
     ))
+}
+
+/// The merge patch writing the job's `status` whole, conditional on `resource_version`,
+/// the version of the job the status was decided from: when the job changed meanwhile,
+/// the API server answers 409 and the job is planned again from the newer object
+/// ([`error_policy`]).
+fn status_patch(
+    status: &inplace_proto::imagepulljob::ImagePullJobStatus,
+    resource_version: Option<&str>,
+) -> Result<serde_json::Value, serde_json::Error> {
+    let mut value = serde_json::to_value(status)?;
+    // fields left out when empty must be cleared explicitly in a merge patch
+    if let Some(obj) = value.as_object_mut() {
+        for key in ["completionTime", "message", "failedNodes"] {
+            obj.entry(key).or_insert(serde_json::Value::Null);
+        }
+    }
+    let mut body = serde_json::json!({"status": value});
+    if let Some(rv) = resource_version {
+        body["metadata"] = serde_json::json!({"resourceVersion": rv});
+    }
+    Ok(body)
 }
 
 /// Longest time before a running job with a `podSelector` sees its pods on new nodes
@@ -397,6 +416,30 @@ async fn list_selected_pods(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_status_write_is_conditional_on_the_version_decided_from() -> Result<(), serde_json::Error>
+    {
+        let status = inplace_proto::imagepulljob::ImagePullJobStatus {
+            desired: 3,
+            ..Default::default()
+        };
+        let body = status_patch(&status, Some("99"))?;
+        assert_eq!(
+            body["metadata"],
+            serde_json::json!({"resourceVersion": "99"})
+        );
+        assert_eq!(body["status"]["desired"], 3);
+        for key in ["completionTime", "message", "failedNodes"] {
+            assert_eq!(
+                body["status"].get(key),
+                Some(&serde_json::Value::Null),
+                "{key}"
+            );
+        }
+        assert_eq!(body.as_object().map(|o| o.len()), Some(2));
+        Ok(())
+    }
 
     #[test]
     fn requeue_follows_the_plan_and_caps_it_while_following_pods() {

@@ -439,3 +439,120 @@ async fn in_place_only_refuses_a_non_image_change() -> TestResult {
     assert_eq!(uids_and_ips(&ns)?, before, "pods untouched");
     Ok(())
 }
+
+/// A CloneSet status decided from a CloneSet that changed meanwhile is refused (409) and
+/// decided again. The controller reaches the API server through a proxy that is frozen
+/// while it has a status write due (its pod is Ready and becomes available
+/// `minReadySeconds` later, when the controller requeues itself to write that): the
+/// CloneSet is annotated by hand meanwhile, so the write the proxy holds names a
+/// resourceVersion the API server no longer has. Thawed, that write is refused with 409
+/// (counted, logged quietly), and the controller writes the status again from the newer
+/// CloneSet; the hand-made change stays.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the test bed"]
+async fn a_status_write_from_a_stale_cloneset_is_refused_and_decided_again() -> TestResult {
+    let ns = Namespace::create("stale")?;
+    let proxy = FreezableProxy::start().await?;
+    // Without leader election: a fenced leader would not send the write at all.
+    let ctl = ControllerProcess::start_through(
+        &ns.name,
+        &proxy.kubeconfig,
+        &["--leader-elect", "false"],
+    )?;
+    let manifest = sample_cloneset("st", 1, &image("v1"), "ReCreate").replace(
+        "spec:\n  replicas:",
+        "spec:\n  minReadySeconds: 15\n  replicas:",
+    );
+    ns.apply(&manifest)?;
+    wait_for("the pod Ready, not yet available", ROLLOUT, || {
+        let cs = ns.cloneset("st")?;
+        Ok(status_i64(&cs, "readyReplicas") == 1)
+    })
+    .map_err(|e| format!("{e}\n{}", ctl.log_excerpt()))?;
+    // Freeze only once the controller has logged the ready=1 write and is idle: nothing
+    // of it is in flight, so what the proxy holds later is the availability write.
+    wait_for(
+        "the controller logged the ready=1 status write and is idle",
+        Duration::from_secs(30),
+        || {
+            let before = ctl.log_text();
+            let logged = before
+                .lines()
+                .any(|l| l.contains("status written") && l.contains(" ready=1 "));
+            std::thread::sleep(Duration::from_millis(800));
+            Ok(logged && ctl.log_text().len() == before.len())
+        },
+    )
+    .map_err(|e| format!("{e}\n{}", ctl.log_excerpt()))?;
+    proxy.freeze();
+    let seen = ns.cloneset("st")?;
+    ns.kubectl(&["annotate", "cloneset", "st", "inplace.test/touched=by-hand"])?;
+    let touched = ns.cloneset("st")?;
+    assert_ne!(
+        seen["metadata"]["resourceVersion"], touched["metadata"]["resourceVersion"],
+        "the annotation gave the CloneSet a new resourceVersion"
+    );
+    assert_eq!(
+        status_i64(&touched, "availableReplicas"),
+        0,
+        "the availability write is still due: {}",
+        touched["status"]
+    );
+    wait_for(
+        "the controller's status write, held by the proxy",
+        Duration::from_secs(60),
+        || Ok(proxy.held_from_client() > 0),
+    )
+    .map_err(|e| format!("{e}\n{}", ctl.log_excerpt()))?;
+    proxy.thaw();
+    let mut last = Value::Null;
+    wait_for(
+        "the pod available in the status",
+        Duration::from_secs(60),
+        || {
+            last = ns.cloneset("st")?;
+            Ok(status_i64(&last, "availableReplicas") == 1
+                && last["status"]["observedGeneration"] == last["metadata"]["generation"])
+        },
+    )
+    .map_err(|e| format!("{e}; last status {}\n{}", last["status"], ctl.log_excerpt()))?;
+    assert_eq!(
+        last["metadata"]["annotations"]["inplace.test/touched"], "by-hand",
+        "the hand-made change stays"
+    );
+    assert_eq!(status_i64(&last, "readyReplicas"), 1);
+    assert_eq!(status_i64(&last, "updatedReadyReplicas"), 1);
+
+    // The held write was refused by its precondition, counted, and logged quietly.
+    let (_, metrics) = ctl.http_get("/metrics")?;
+    let count = |prefix: &str| -> f64 {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    };
+    assert!(
+        count("inplace_api_requests_total{verb=\"patch\",code=\"409\"}") >= 1.0,
+        "no 409 answer counted:\n{metrics}"
+    );
+    assert!(
+        count("inplace_reconcile_errors_total{reason=\"conflict\"}") >= 1.0,
+        "no conflict counted:\n{metrics}"
+    );
+    let log = strip_ansi(&ctl.log_text());
+    assert!(
+        log.lines()
+            .any(|l| l.contains("DEBUG") && l.contains("the object changed since it was read")),
+        "the conflict is logged at debug\n{}",
+        ctl.log_excerpt()
+    );
+    assert!(
+        !log.lines()
+            .any(|l| l.contains("WARN") && l.contains("reconcile failed")),
+        "a conflict is no warning\n{}",
+        ctl.log_excerpt()
+    );
+    Ok(())
+}

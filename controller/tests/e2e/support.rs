@@ -786,6 +786,9 @@ impl Drop for Daemon {
 pub struct FreezableProxy {
     pub kubeconfig: PathBuf,
     frozen: Arc<tokio::sync::watch::Sender<bool>>,
+    /// What the client sent while frozen (bytes of open connections, plus one per new
+    /// connection): non-zero once a request waits in the proxy.
+    held: Arc<std::sync::atomic::AtomicU64>,
     task: tokio::task::JoinHandle<()>,
     _dir: tempfile::TempDir,
 }
@@ -813,24 +816,34 @@ impl FreezableProxy {
             text.replace(&server, &format!("https://127.0.0.1:{port}")),
         )?;
         let (tx, rx) = tokio::sync::watch::channel(false);
+        let held = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counter = held.clone();
         let task = tokio::spawn(async move {
             while let Ok((down, _)) = listener.accept().await {
                 let upstream = upstream.clone();
                 let rx = rx.clone();
+                let counter = counter.clone();
                 tokio::spawn(async move {
+                    if *rx.borrow() {
+                        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
                     thawed(rx.clone()).await;
                     let Ok(up) = tokio::net::TcpStream::connect(&upstream).await else {
                         return;
                     };
                     let (dr, dw) = down.into_split();
                     let (ur, uw) = up.into_split();
-                    tokio::join!(pump(dr, uw, rx.clone()), pump(ur, dw, rx));
+                    tokio::join!(
+                        pump(dr, uw, rx.clone(), Some(counter)),
+                        pump(ur, dw, rx, None)
+                    );
                 });
             }
         });
         Ok(Self {
             kubeconfig: config,
             frozen: Arc::new(tx),
+            held,
             task,
             _dir: dir,
         })
@@ -842,6 +855,12 @@ impl FreezableProxy {
 
     pub fn thaw(&self) {
         self.frozen.send_replace(false);
+    }
+
+    /// Bytes (and new connections) the client sent while the proxy was frozen: more than
+    /// zero once a request of the client waits in the proxy.
+    pub fn held_from_client(&self) -> u64 {
+        self.held.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -856,11 +875,13 @@ async fn thawed(mut rx: tokio::sync::watch::Receiver<bool>) {
     let _ = rx.wait_for(|frozen| !frozen).await;
 }
 
-/// Copies `from` to `to`, holding each chunk while the proxy is frozen.
+/// Copies `from` to `to`, holding each chunk while the proxy is frozen (and counting the
+/// bytes held in `held`, when given).
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     rx: tokio::sync::watch::Receiver<bool>,
+    held: Option<Arc<std::sync::atomic::AtomicU64>>,
 ) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut buf = vec![0u8; 64 * 1024];
@@ -869,6 +890,11 @@ async fn pump(
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
+        if let Some(held) = &held
+            && *rx.borrow()
+        {
+            held.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        }
         thawed(rx.clone()).await;
         if to.write_all(&buf[..n]).await.is_err() {
             break;

@@ -168,6 +168,7 @@ async fn pull_with_daemon(fx: &Fixture, refs: &[String], p: usize) -> anyhow::Re
     let (_tx, rx) = watch::channel(Some(Snapshot {
         spec,
         status: NodeImageStatus::default(),
+        resource_version: None,
     }));
     let task = tokio::spawn(puller.run(rx));
     loop {

@@ -247,6 +247,16 @@ pub fn record_kill(
     }
 }
 
+/// Whether the controller has made `crr` the active request of its pod (the label the
+/// daemon's watch selects on).
+pub fn is_active(crr: &ContainerRecreateRequest) -> bool {
+    crr.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(keys::CRR_ACTIVE_LABEL))
+        .is_some_and(|v| v == "true")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -302,6 +312,17 @@ mod tests {
             .iter()
             .map(|c| (c.name.clone(), c.phase, c.is_killed))
             .collect()
+    }
+
+    #[test]
+    fn active_is_the_controllers_label() {
+        assert!(!is_active(&crr(json!({}))));
+        assert!(is_active(&crr(
+            json!({"metadata": {"labels": {keys::CRR_ACTIVE_LABEL: "true"}}})
+        )));
+        assert!(!is_active(&crr(
+            json!({"metadata": {"labels": {keys::CRR_ACTIVE_LABEL: "false"}}})
+        )));
     }
 
     #[test]

@@ -60,20 +60,83 @@ pub async fn watch_crrs(
     }
 }
 
+/// A status write of the handler: the request's version it was made over (as the watch
+/// showed it), the version it left, and the status written.
+#[derive(Clone, Debug)]
+struct Written {
+    before: String,
+    after: String,
+    status: ContainerRecreateRequestStatus,
+}
+
+/// Conflicts of one sync after which it gives up until the next round: each is followed by
+/// a fresh read and a new decision.
+const CONFLICT_REREADS: u32 = 3;
+
+/// The merge patch of a request's status (the daemon owns it whole), conditional on the
+/// resourceVersion the status was decided from: when the request changed meanwhile (the
+/// controller deactivated or completed it, the watch lagging behind), the API server
+/// answers 409 and the request is read again and decided anew.
+pub fn status_patch(
+    status: &ContainerRecreateRequestStatus,
+    resource_version: Option<&str>,
+) -> serde_json::Value {
+    let mut body = serde_json::json!({ "status": status });
+    if let Some(rv) = resource_version {
+        body["metadata"] = serde_json::json!({ "resourceVersion": rv });
+    }
+    body
+}
+
 pub struct CrrHandler {
+    crrs: Store<ContainerRecreateRequest>,
+    notify: Arc<Notify>,
+    poll: Duration,
+    worker: Worker,
+}
+
+/// What the sync of one pod's active request needs. Shared by the syncs of different
+/// pods, which run at once: one pod's long preStop or grace period holds up no other pod.
+struct Worker {
     cri: CriClient,
     client: kube::Client,
-    crrs: Store<ContainerRecreateRequest>,
     pods: Store<Pod>,
-    notify: Arc<Notify>,
     metrics: Metrics,
-    poll: Duration,
-    /// Per CRR uid: (resourceVersion before our last status write, the status written).
-    /// While the watch cache still shows the object as it was before that write, the
-    /// written status is the base (else a kill already done would be forgotten).
-    written: HashMap<String, (String, ContainerRecreateRequestStatus)>,
+    /// Per CRR uid: our last status write. While the watch cache still shows the object as
+    /// it was before that write, the written status (and the version it left) is the base
+    /// (else a kill already done would be forgotten, and the next write refused).
+    written: std::sync::Mutex<HashMap<String, Written>>,
     /// Kubernetes Events of the requests' outcomes, on their pods.
     recorder: crate::recorder::EventRecorder,
+}
+
+/// A pod's requests: `(namespace, pod name)`.
+type PodKey = (String, String);
+
+/// The requests to sync now, one per pod: the first unfinished one in run order, for each
+/// pod whose previous sync has ended (`busy` lists the pods whose sync still runs). The
+/// requests of one pod so run one after another, those of different pods at once.
+fn next_per_pod(
+    crrs: Vec<Arc<ContainerRecreateRequest>>,
+    busy: &std::collections::HashSet<PodKey>,
+) -> Vec<(PodKey, Arc<ContainerRecreateRequest>)> {
+    let mut by_pod: BTreeMap<PodKey, Vec<Arc<ContainerRecreateRequest>>> = BTreeMap::new();
+    for c in crrs {
+        let ns = c.metadata.namespace.clone().unwrap_or_default();
+        by_pod
+            .entry((ns, c.spec.pod_name.clone()))
+            .or_default()
+            .push(c);
+    }
+    by_pod
+        .into_iter()
+        .filter(|(key, _)| !busy.contains(key))
+        .filter_map(|(key, mut list)| {
+            list.sort_by_key(|c| c.run_order_key());
+            let active = list.into_iter().find(|c| !c.is_completed())?;
+            Some((key, active))
+        })
+        .collect()
 }
 
 impl CrrHandler {
@@ -87,62 +150,70 @@ impl CrrHandler {
         poll: Duration,
     ) -> Self {
         Self {
-            cri,
-            client,
             crrs,
-            pods,
             notify,
-            metrics,
             poll,
-            written: HashMap::new(),
-            recorder: crate::recorder::EventRecorder::disabled(),
+            worker: Worker {
+                cri,
+                client,
+                pods,
+                metrics,
+                written: std::sync::Mutex::new(HashMap::new()),
+                recorder: crate::recorder::EventRecorder::disabled(),
+            },
         }
     }
 
     /// Records an event on the pod when a request completes.
     pub fn with_events(mut self, recorder: crate::recorder::EventRecorder) -> Self {
-        self.recorder = recorder;
+        self.worker.recorder = recorder;
         self
     }
 
-    pub async fn run(mut self) {
+    /// Each round (a watch event, or every poll interval) starts a sync of the active
+    /// request of every pod whose previous sync has ended ([`next_per_pod`]); syncs of
+    /// different pods run concurrently.
+    pub async fn run(self) {
+        let worker = Arc::new(self.worker);
+        let mut running: HashMap<PodKey, tokio::task::JoinHandle<()>> = HashMap::new();
         loop {
             tokio::select! {
                 _ = self.notify.notified() => {}
                 _ = tokio::time::sleep(self.poll) => {}
             }
-            let mut by_pod: BTreeMap<(String, String), Vec<Arc<ContainerRecreateRequest>>> =
-                BTreeMap::new();
-            for c in self.crrs.state() {
-                let ns = c.metadata.namespace.clone().unwrap_or_default();
-                by_pod
-                    .entry((ns, c.spec.pod_name.clone()))
-                    .or_default()
-                    .push(c);
-            }
-            let live: std::collections::HashSet<String> = by_pod
-                .values()
-                .flatten()
-                .filter_map(|c| c.metadata.uid.clone())
-                .collect();
-            self.written.retain(|uid, _| live.contains(uid));
-            for ((ns, pod), mut list) in by_pod {
-                list.sort_by_key(|c| c.run_order_key());
-                let Some(active) = list.iter().find(|c| !c.is_completed()) else {
-                    continue;
-                };
+            running.retain(|_, h| !h.is_finished());
+            let all = self.crrs.state();
+            let live: std::collections::HashSet<String> =
+                all.iter().filter_map(|c| c.metadata.uid.clone()).collect();
+            worker.written().retain(|uid, _| live.contains(uid));
+            let busy = running.keys().cloned().collect();
+            for ((ns, pod), active) in next_per_pod(all, &busy) {
                 let span = crate::logging::crr_span(
                     &ns,
                     active.metadata.name.as_deref().unwrap_or_default(),
                     &pod,
                 );
-                if let Err(e) =
-                    tracing::Instrument::instrument(self.sync(&ns, &pod, active), span).await
-                {
-                    tracing::warn!(crr = ?active.metadata.name, error = %e, "CRR sync failed");
-                }
+                let w = worker.clone();
+                let key = (ns.clone(), pod.clone());
+                let task = async move {
+                    if let Err(e) = w.sync(&ns, &pod, &active).await {
+                        tracing::warn!(crr = ?active.metadata.name, error = %e, "CRR sync failed");
+                    }
+                };
+                running.insert(
+                    key,
+                    tokio::spawn(tracing::Instrument::instrument(task, span)),
+                );
             }
         }
+    }
+}
+
+impl Worker {
+    fn written(&self) -> std::sync::MutexGuard<'_, HashMap<String, Written>> {
+        self.written
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     async fn instances(&self, uid: &str) -> Result<HashMap<String, Instance>, ExecError> {
@@ -171,31 +242,27 @@ impl CrrHandler {
     }
 
     async fn sync(
-        &mut self,
+        &self,
         ns: &str,
         pod_name: &str,
         stored: &ContainerRecreateRequest,
     ) -> Result<(), ExecError> {
         let crr_uid = stored.metadata.uid.clone().unwrap_or_default();
         let mut base = stored.clone();
-        if let Some((rv_before, st)) = self.written.get(&crr_uid)
-            && stored.metadata.resource_version.as_ref() == Some(rv_before)
+        let last = self.written().get(&crr_uid).cloned();
+        if let Some(w) = last
+            && stored.metadata.resource_version.as_ref() == Some(&w.before)
         {
-            base.status = Some(st.clone());
+            base.status = Some(w.status);
+            base.metadata.resource_version = Some(w.after);
         }
-        let crr = &base;
         let pod = self.pods.get(&ObjectRef::new(pod_name).within(ns));
         let uid = pod.as_ref().and_then(|p| p.metadata.uid.clone());
-        let instances = match &uid {
-            Some(u) => self.instances(u).await?,
-            None => HashMap::new(),
-        };
         let pod_grace = pod
             .as_ref()
             .and_then(|p| p.spec.as_ref())
             .and_then(|s| s.termination_grace_period_seconds)
             .unwrap_or(30);
-        let now = k8s_openapi::jiff::Timestamp::now();
         let pod_pre_stop = |name: &str| {
             let c = pod
                 .as_ref()?
@@ -211,58 +278,110 @@ impl CrrHandler {
                 tcp_socket: h.tcp_socket.clone(),
             })
         };
-        let mut step = decide::step(
-            crr,
-            uid.as_deref(),
-            &|n| instances.get(n).cloned(),
-            &pod_pre_stop,
-            pod_grace,
-            now,
-        );
-        if let Some(k) = &step.kill {
-            let r = self.kill(pod.as_deref(), k).await;
-            if let Err(m) = &r {
-                tracing::warn!(crr = ?crr.metadata.name, container = %k.container, error = %m, "recreate failed");
-            } else {
-                tracing::info!(crr = ?crr.metadata.name, container = %k.container, id = %k.id, "container stopped for recreate");
-                self.metrics
-                    .restarts
-                    .get_or_create(&crate::metrics::ReasonLabel {
-                        reason: "crr".into(),
-                    })
-                    .inc();
-            }
-            decide::record_kill(&mut step.status, &k.container, r);
-        }
-        if crr.status.as_ref() != Some(&step.status) {
-            if crr.status.as_ref().map(|s| s.phase) != Some(step.status.phase) {
-                self.metrics
-                    .crr_phases
-                    .get_or_create(&PhaseLabel {
-                        phase: step.status.phase.as_str().into(),
-                    })
-                    .inc();
-                tracing::info!(crr = ?crr.metadata.name, phase = step.status.phase.as_str(), message = %step.status.message, "CRR phase");
-            }
-            let api: Api<ContainerRecreateRequest> = Api::namespaced(self.client.clone(), ns);
-            let name = crr.metadata.name.clone().unwrap_or_default();
-            let patch = serde_json::json!({ "status": step.status });
-            api.patch_status(&name, &patch_params(), &Patch::Merge(&patch))
-                .await?;
-            if let Some(note) = pod.as_deref().and_then(|p| {
-                crate::recorder::crr_outcome_note(crr, p, crr.status.as_ref(), &step.status)
-            }) {
-                self.recorder.record(note);
-            }
-            self.written.insert(
-                crr_uid,
-                (
-                    stored.metadata.resource_version.clone().unwrap_or_default(),
-                    step.status,
-                ),
+        let api: Api<ContainerRecreateRequest> = Api::namespaced(self.client.clone(), ns);
+        let name = stored.metadata.name.clone().unwrap_or_default();
+        // The stop done in this sync and its result: a decision made again after a
+        // conflict that names the same container instance records it rather than stop it
+        // a second time.
+        let mut stopped: Option<(Kill, Result<(), String>)> = None;
+        let mut conflicts = 0;
+        loop {
+            let crr = &base;
+            let instances = match &uid {
+                Some(u) => self.instances(u).await?,
+                None => HashMap::new(),
+            };
+            let now = k8s_openapi::jiff::Timestamp::now();
+            let mut step = decide::step(
+                crr,
+                uid.as_deref(),
+                &|n| instances.get(n).cloned(),
+                &pod_pre_stop,
+                pod_grace,
+                now,
             );
+            if let Some(k) = step.kill.take() {
+                let r = match &stopped {
+                    Some((done, r)) if done.id == k.id && done.container == k.container => {
+                        r.clone()
+                    }
+                    _ => {
+                        let r = self.kill(pod.as_deref(), &k).await;
+                        if let Err(m) = &r {
+                            tracing::warn!(crr = ?crr.metadata.name, container = %k.container, error = %m, "recreate failed");
+                        } else {
+                            tracing::info!(crr = ?crr.metadata.name, container = %k.container, id = %k.id, "container stopped for recreate");
+                            self.metrics
+                                .restarts
+                                .get_or_create(&crate::metrics::ReasonLabel {
+                                    reason: "crr".into(),
+                                })
+                                .inc();
+                        }
+                        stopped = Some((k.clone(), r.clone()));
+                        r
+                    }
+                };
+                decide::record_kill(&mut step.status, &k.container, r);
+            }
+            if crr.status.as_ref() == Some(&step.status) {
+                return Ok(());
+            }
+            let patch = status_patch(&step.status, crr.metadata.resource_version.as_deref());
+            match api
+                .patch_status(&name, &patch_params(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(written) => {
+                    if crr.status.as_ref().map(|s| s.phase) != Some(step.status.phase) {
+                        self.metrics
+                            .crr_phases
+                            .get_or_create(&PhaseLabel {
+                                phase: step.status.phase.as_str().into(),
+                            })
+                            .inc();
+                        tracing::info!(crr = ?crr.metadata.name, phase = step.status.phase.as_str(), message = %step.status.message, "CRR phase");
+                    }
+                    if let Some(note) = pod.as_deref().and_then(|p| {
+                        crate::recorder::crr_outcome_note(crr, p, crr.status.as_ref(), &step.status)
+                    }) {
+                        self.recorder.record(note);
+                    }
+                    self.written().insert(
+                        crr_uid,
+                        Written {
+                            before: stored.metadata.resource_version.clone().unwrap_or_default(),
+                            after: written.metadata.resource_version.unwrap_or_default(),
+                            status: step.status,
+                        },
+                    );
+                    return Ok(());
+                }
+                Err(kube::Error::Api(s)) if s.code == 409 && conflicts < CONFLICT_REREADS => {
+                    conflicts += 1;
+                    self.metrics
+                        .status_writes
+                        .get_or_create(&Metrics::result("conflict"))
+                        .inc();
+                    tracing::info!(
+                        crr = %name,
+                        rv = ?crr.metadata.resource_version,
+                        "the request changed since it was read: reading it again and deciding anew"
+                    );
+                    match api.get_opt(&name).await? {
+                        Some(fresh)
+                            if fresh.metadata.uid == stored.metadata.uid
+                                && decide::is_active(&fresh) =>
+                        {
+                            base = fresh;
+                        }
+                        // gone, replaced, or no longer this node's to run
+                        _ => return Ok(()),
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
-        Ok(())
     }
 
     async fn kill(&self, pod: Option<&Pod>, k: &Kill) -> Result<(), String> {
@@ -381,7 +500,94 @@ pub async fn run_pre_stop(
 impl std::fmt::Debug for CrrHandler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CrrHandler")
-            .field("cri", &self.cri)
+            .field("cri", &self.worker.cri)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::CrrPhase;
+
+    fn req(
+        ns: &str,
+        name: &str,
+        pod: &str,
+        created: &str,
+        phase: Option<&str>,
+    ) -> Arc<ContainerRecreateRequest> {
+        let mut v = serde_json::json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "ContainerRecreateRequest",
+            "metadata": {"name": name, "namespace": ns, "creationTimestamp": created},
+            "spec": {"podName": pod, "containers": [{"name": "a"}]}
+        });
+        if let Some(p) = phase {
+            v["status"] = serde_json::json!({"phase": p});
+        }
+        Arc::new(serde_json::from_value(v).unwrap_or_else(|e| panic!("{e}")))
+    }
+
+    fn names(next: &[(PodKey, Arc<ContainerRecreateRequest>)]) -> Vec<(String, String)> {
+        next.iter()
+            .map(|((_, pod), c)| (pod.clone(), c.metadata.name.clone().unwrap_or_default()))
+            .collect()
+    }
+
+    #[test]
+    fn one_request_per_pod_runs_and_pods_run_side_by_side() {
+        let t = |s: u32| format!("2026-01-01T00:00:{s:02}Z");
+        let all = vec![
+            req("ns", "a2", "pa", &t(2), None),
+            req("ns", "a1", "pa", &t(1), None),
+            req("ns", "a0", "pa", &t(0), Some("Completed")),
+            req("ns", "b1", "pb", &t(3), Some("Recreating")),
+            req("other", "c1", "pa", &t(4), None),
+        ];
+        let none = std::collections::HashSet::new();
+        // every pod at once (the same pod name in another namespace is another pod), each
+        // with its first unfinished request in run order
+        assert_eq!(
+            names(&next_per_pod(all.clone(), &none)),
+            vec![
+                ("pa".into(), "a1".into()),
+                ("pb".into(), "b1".into()),
+                ("pa".into(), "c1".into()),
+            ]
+        );
+        // a pod whose sync still runs gets no second one: its requests stay in order
+        let busy = std::collections::HashSet::from([("ns".to_owned(), "pa".to_owned())]);
+        assert_eq!(
+            names(&next_per_pod(all.clone(), &busy)),
+            vec![("pb".into(), "b1".into()), ("pa".into(), "c1".into())]
+        );
+        // a Recreating request goes before an older Pending one of its pod
+        let mixed = vec![
+            req("ns", "old", "pa", &t(0), Some("Pending")),
+            req("ns", "running", "pa", &t(5), Some("Recreating")),
+        ];
+        assert_eq!(
+            names(&next_per_pod(mixed, &none)),
+            vec![("pa".into(), "running".into())]
+        );
+        // nothing unfinished: nothing to run
+        let done = vec![req("ns", "a0", "pa", &t(0), Some("Completed"))];
+        assert!(next_per_pod(done, &none).is_empty());
+    }
+
+    #[test]
+    fn the_status_write_is_conditional_on_the_version_decided_from() {
+        let status = ContainerRecreateRequestStatus {
+            phase: CrrPhase::Recreating,
+            ..ContainerRecreateRequestStatus::default()
+        };
+        let body = status_patch(&status, Some("77"));
+        assert_eq!(
+            body["metadata"],
+            serde_json::json!({"resourceVersion": "77"})
+        );
+        assert_eq!(body["status"]["phase"], "Recreating");
+        assert_eq!(body.as_object().map(|o| o.len()), Some(2));
+        assert_eq!(status_patch(&status, None).get("metadata"), None);
     }
 }

@@ -41,11 +41,13 @@ pub fn no_secrets() -> SecretFetcher {
     Arc::new(|_, _| Box::pin(async { Ok(None) }))
 }
 
-/// The NodeImage parts the puller needs: spec, and the status last read from the API.
+/// The NodeImage parts the puller needs: spec, and the status last read from the API, with
+/// the resourceVersion they were read at (the status writer's precondition).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Snapshot {
     pub spec: NodeImageSpec,
     pub status: NodeImageStatus,
+    pub resource_version: Option<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -205,7 +207,7 @@ impl Puller {
     }
 
     fn apply(&mut self, snapshot: Option<Snapshot>) {
-        let Snapshot { spec, status } = snapshot.unwrap_or_default();
+        let Snapshot { spec, status, .. } = snapshot.unwrap_or_default();
         // statuses reported before (e.g. by a previous daemon) are adopted for tags this
         // process has no state of; its own state is never older than what it wrote
         for (image, st) in &status.image_statuses {

@@ -220,10 +220,14 @@ pub fn aggregate(spec: &NodeImageSpec, live: &BTreeMap<TagKey, ImageTagStatus>) 
 
 /// The merge patch that makes the stored status equal `new`: the whole object, plus
 /// `null` for every image the stored status has and `new` has not (a merge patch keeps
-/// map keys it does not mention).
+/// map keys it does not mention). Conditional on `resource_version`, the version the
+/// stored status was read at: the nulls are right only for that status, so when the
+/// NodeImage changed meanwhile the API server answers 409 and the patch is made again
+/// from the newer object.
 pub fn status_patch(
     stored: Option<&NodeImageStatus>,
     new: &NodeImageStatus,
+    resource_version: Option<&str>,
 ) -> Result<serde_json::Value, serde_json::Error> {
     let mut v = serde_json::to_value(new)?;
     // zero counts are left out when serialised; a merge patch must still reset them
@@ -253,7 +257,11 @@ pub fn status_patch(
             obj.remove("firstSyncStatus");
         }
     }
-    Ok(serde_json::json!({ "status": v }))
+    let mut body = serde_json::json!({ "status": v });
+    if let Some(rv) = resource_version {
+        body["metadata"] = serde_json::json!({ "resourceVersion": rv });
+    }
+    Ok(body)
 }
 
 #[cfg(test)]
@@ -515,7 +523,7 @@ mod tests {
             ("r/old", st("v1", 0, TagPhase::Failed)),
         ]);
         let new = reported(&[("r/a", st("v1", 0, TagPhase::Succeeded))]);
-        let p = status_patch(Some(&stored), &new)?;
+        let p = status_patch(Some(&stored), &new, None)?;
         assert_eq!(
             p["status"]["imageStatuses"]["r/old"],
             serde_json::Value::Null
@@ -524,7 +532,7 @@ mod tests {
             p["status"]["imageStatuses"]["r/a"]["tags"][0]["phase"],
             "Succeeded"
         );
-        let empty = status_patch(Some(&stored), &NodeImageStatus::default())?;
+        let empty = status_patch(Some(&stored), &NodeImageStatus::default(), None)?;
         assert_eq!(
             empty["status"]["imageStatuses"]["r/a"],
             serde_json::Value::Null
@@ -534,6 +542,24 @@ mod tests {
         for k in ["succeeded", "failed", "pulling", "waiting"] {
             assert_eq!(empty["status"][k], 0, "{k}");
         }
+        Ok(())
+    }
+
+    #[test]
+    fn status_patch_is_conditional_on_the_version_read() -> Result<(), serde_json::Error> {
+        let stored = reported(&[("r/old", st("v1", 0, TagPhase::Failed))]);
+        let new = reported(&[("r/a", st("v1", 0, TagPhase::Succeeded))]);
+        let p = status_patch(Some(&stored), &new, Some("31"))?;
+        assert_eq!(p["metadata"], serde_json::json!({"resourceVersion": "31"}));
+        assert_eq!(
+            p["status"]["imageStatuses"]["r/old"],
+            serde_json::Value::Null
+        );
+        assert_eq!(p.as_object().map(|o| o.len()), Some(2));
+        assert_eq!(
+            status_patch(Some(&stored), &new, None)?.get("metadata"),
+            None
+        );
         Ok(())
     }
 
