@@ -154,18 +154,19 @@ fn end_of_deleted(result: Result<Action, Error>, gone: bool) -> Result<Action, E
     }
 }
 
-/// How [`run`] logs one result of the controller's stream.
+/// How [`run`] (and the ImagePullJob and ContainerRecreateRequest controllers) log one
+/// result of a controller's stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Outcome {
+pub(crate) enum Outcome {
     Reconciled,
-    /// A reconcile was due (a requeue, a change of one of its pods) for a CloneSet that is
+    /// A reconcile was due (a requeue, a change of one of its pods) for an object that is
     /// no longer in the store: deleted, nothing to do. Not an error.
     Gone,
     Failed,
 }
 
 impl Outcome {
-    fn of<T, E: 'static, Q: 'static>(
+    pub(crate) fn of<T, E: 'static, Q: 'static>(
         result: &Result<T, kube::runtime::controller::Error<E, Q>>,
     ) -> Self {
         match result {
