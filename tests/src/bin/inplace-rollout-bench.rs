@@ -1019,7 +1019,6 @@ enum Polled {
 /// the pod writes of `app` are quiet, counts them and the API write requests from `start`
 /// (the image patch) until `poll` says the rollout is done (polled every 100 ms) and the
 /// trailing writes are quiet again. The time is from `start` to the poll that saw it done.
-#[allow(clippy::too_many_arguments)]
 async fn run_leg(
     client: &Client,
     pods: &Api<Pod>,
