@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Client, Resource, ResourceExt};
-use tracing::{Instrument, debug, info, info_span, warn};
+use tracing::{Instrument, debug, info, info_span, trace, warn};
 
 use crate::discovery::ServerCapabilities;
 use crate::error::Error;
@@ -125,19 +125,56 @@ pub async fn reconcile(cs: Arc<CloneSet>, ctx: Arc<Context>) -> Result<Action, E
     crate::metrics::observe(&ctx.metrics, started.elapsed());
     let labels = CloneSetLabels::new(&cs.namespace().unwrap_or_default(), &cs.name_any());
     ctx.metrics.reconciles.get_or_create(&labels).inc();
-    if ctx
+    let gone = ctx
         .stores
         .clonesets
         .get(&kube::runtime::reflector::ObjectRef::from_obj(cs.as_ref()))
-        .is_none()
-    {
+        .is_none();
+    if gone {
         // Deleted while it was reconciled: the series just written go with it.
         ctx.metrics.forget(&labels);
     }
+    let result = end_of_deleted(result, gone);
     if result.is_ok() {
         ctx.failures().remove(&key);
     }
     result
+}
+
+/// The result of a reconcile of a CloneSet that is gone from the store by its end: a
+/// failure (a write to the deleted object or its pods answered NotFound) has nothing left
+/// to retry, so the reconcile ends without an error and nothing is requeued.
+fn end_of_deleted(result: Result<Action, Error>, gone: bool) -> Result<Action, Error> {
+    match result {
+        Err(err) if gone => {
+            debug!(error = %err, "CloneSet deleted during its reconcile; not retried");
+            Ok(Action::await_change())
+        }
+        other => other,
+    }
+}
+
+/// How [`run`] (and the ImagePullJob and ContainerRecreateRequest controllers) log one
+/// result of a controller's stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Reconciled,
+    /// A reconcile was due (a requeue, a change of one of its pods) for an object that is
+    /// no longer in the store: deleted, nothing to do. Not an error.
+    Gone,
+    Failed,
+}
+
+impl Outcome {
+    pub(crate) fn of<T, E: 'static, Q: 'static>(
+        result: &Result<T, kube::runtime::controller::Error<E, Q>>,
+    ) -> Self {
+        match result {
+            Ok(_) => Self::Reconciled,
+            Err(kube::runtime::controller::Error::ObjectNotFound(_)) => Self::Gone,
+            Err(_) => Self::Failed,
+        }
+    }
 }
 
 async fn reconcile_inner(cs: &CloneSet, ctx: &Context, key: &str) -> Result<Action, Error> {
@@ -481,9 +518,10 @@ pub async fn run(
     controller
         .run(reconcile, error_policy, ctx)
         .for_each(|res| async move {
-            match res {
-                Ok((obj, _)) => debug!(cloneset = %obj, "reconciled"),
-                Err(err) => debug!(%err, "reconcile error"),
+            match (Outcome::of(&res), res) {
+                (_, Ok((obj, _))) => debug!(cloneset = %obj, "reconciled"),
+                (Outcome::Gone, Err(err)) => trace!(%err, "CloneSet deleted; nothing to do"),
+                (_, Err(err)) => debug!(%err, "reconcile error"),
             }
         })
         .await;
@@ -492,6 +530,46 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_deleted_cloneset_ends_its_reconcile_without_an_error() {
+        let failed = || Err(Error::CacheNotReady("pods"));
+        // Gone from the store: the failure is not retried.
+        assert_eq!(
+            end_of_deleted(failed(), true).ok(),
+            Some(Action::await_change())
+        );
+        // Still there: the failure stands (error_policy retries it).
+        assert!(end_of_deleted(failed(), false).is_err());
+        // Success is kept as it is, gone or not.
+        let requeue = Action::requeue(Duration::from_secs(3));
+        for gone in [false, true] {
+            assert_eq!(
+                end_of_deleted(Ok(requeue.clone()), gone).ok(),
+                Some(requeue.clone())
+            );
+        }
+    }
+
+    #[test]
+    fn a_reconcile_due_for_a_deleted_cloneset_is_not_an_error() {
+        use kube::runtime::controller::Error as ControllerError;
+        use kube::runtime::reflector::ObjectRef;
+        type Result = std::result::Result<(), ControllerError<Error, std::io::Error>>;
+
+        let gone: Result = Err(ControllerError::ObjectNotFound(Box::new(
+            ObjectRef::<CloneSet>::new("demo").within("ns").erase(),
+        )));
+        assert_eq!(Outcome::of(&gone), Outcome::Gone);
+        let failed: Result = Err(ControllerError::ReconcilerFailed(
+            Error::CacheNotReady("pods"),
+            Box::new(ObjectRef::<CloneSet>::new("demo").within("ns").erase()),
+        ));
+        assert_eq!(Outcome::of(&failed), Outcome::Failed);
+        let queue: Result = Err(ControllerError::QueueError(std::io::Error::other("watch")));
+        assert_eq!(Outcome::of(&queue), Outcome::Failed);
+        assert_eq!(Outcome::of(&Result::Ok(())), Outcome::Reconciled);
+    }
 
     #[test]
     fn backoff_grows_and_caps() {

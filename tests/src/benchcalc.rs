@@ -53,6 +53,27 @@ pub fn ratio(actual: Duration, minimum: Duration) -> f64 {
     actual.as_secs_f64() / minimum.as_secs_f64()
 }
 
+/// The median of `times`, which it sorts (the mean of the middle two for an even count);
+/// zero for none.
+pub fn median(times: &mut [Duration]) -> Duration {
+    times.sort_unstable();
+    let mid = times.len() / 2;
+    match times.len() {
+        0 => Duration::ZERO,
+        n if n.is_multiple_of(2) => (times[mid - 1] + times[mid]) / 2,
+        _ => times[mid],
+    }
+}
+
+/// `times` in seconds with two decimals, separated by spaces.
+pub fn secs_list(times: &[Duration]) -> String {
+    times
+        .iter()
+        .map(|t| format!("{:.2}", t.as_secs_f64()))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// Nearest-rank percentile (`q` in 0..=1) of an ascending slice.
 pub fn percentile(sorted: &[f64], q: f64) -> Option<f64> {
     if sorted.is_empty() {
@@ -443,6 +464,18 @@ impl PodWrites {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn medians_and_lists_of_times() {
+        let ms = Duration::from_millis;
+        let mut odd = [ms(3000), ms(1000), ms(2000)];
+        assert_eq!(median(&mut odd), ms(2000));
+        assert_eq!(secs_list(&odd), "1.00 2.00 3.00");
+        let mut even = [ms(4000), ms(1000), ms(2000), ms(3000)];
+        assert_eq!(median(&mut even), ms(2500));
+        assert_eq!(median(&mut []), Duration::ZERO);
+        assert_eq!(secs_list(&[]), "");
+    }
 
     #[test]
     fn budgets_and_batches() {

@@ -135,8 +135,12 @@ where
             ctx,
         )
         .for_each(|r| async move {
-            if let Err(e) = r {
-                tracing::debug!(error = %e, "crr reconcile");
+            match (crate::runtime::Outcome::of(&r), r) {
+                (crate::runtime::Outcome::Gone, Err(e)) => {
+                    tracing::trace!(error = %e, "deleted; nothing to do");
+                }
+                (_, Err(e)) => tracing::debug!(error = %e, "crr reconcile"),
+                (_, Ok(_)) => {}
             }
         })
         .await;

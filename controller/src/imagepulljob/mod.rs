@@ -193,8 +193,12 @@ pub async fn run<S>(
             ctx,
         )
         .for_each(|r| async move {
-            if let Err(e) = r {
-                tracing::debug!(error = %e, "imagepulljob reconcile");
+            match (crate::runtime::Outcome::of(&r), r) {
+                (crate::runtime::Outcome::Gone, Err(e)) => {
+                    tracing::trace!(error = %e, "deleted; nothing to do");
+                }
+                (_, Err(e)) => tracing::debug!(error = %e, "imagepulljob reconcile"),
+                (_, Ok(_)) => {}
             }
         })
         .await;

@@ -578,15 +578,70 @@ impl<'a> PlanContext<'a> {
 /// The label holds the full revision name `<cloneset>-<hash>` or, with the short-hash
 /// option (or pods written by it), only `<hash>`; both are accepted, like the reference,
 /// by comparing the last `-`-separated segment when the full names differ.
+///
+/// Equal names have equal last segments, so comparing the last segments alone decides
+/// it. They are compared from the end, byte by byte, in one walk: this runs several times
+/// per pod in every plan, and two different hashes differ in their first byte read.
 pub fn revision_matches(label: &str, revision: &str) -> bool {
-    label == revision || last_segment(label) == last_segment(revision)
+    let (mut a, mut b) = (
+        label.as_bytes().iter().rev(),
+        revision.as_bytes().iter().rev(),
+    );
+    loop {
+        // None: the segment has ended (a `-` or the start of the string).
+        let x = a.next().filter(|&&c| c != b'-');
+        let y = b.next().filter(|&&c| c != b'-');
+        match (x, y) {
+            (None, None) => return true,
+            (Some(x), Some(y)) if x == y => {}
+            _ => return false,
+        }
+    }
 }
 
-/// What follows the last `-` (the whole string when there is none), like
-/// `s.rsplit('-').next()` but a plain byte scan: it runs several times per pod.
-fn last_segment(s: &str) -> &str {
-    match s.as_bytes().iter().rposition(|&b| b == b'-') {
-        Some(dash) => &s[dash + 1..],
-        None => s,
+#[cfg(test)]
+mod revision_matches_tests {
+    use proptest::prelude::*;
+
+    use super::revision_matches;
+
+    /// The definition: the last `-`-separated segments are equal.
+    fn by_definition(label: &str, revision: &str) -> bool {
+        label.rsplit('-').next() == revision.rsplit('-').next()
+    }
+
+    #[test]
+    fn full_names_and_short_hashes() {
+        for (label, revision, expected) in [
+            ("demo-7c9d", "demo-7c9d", true),
+            ("7c9d", "demo-7c9d", true),
+            ("demo-7c9d", "7c9d", true),
+            ("other-7c9d", "demo-7c9d", true),
+            ("demo-7c9e", "demo-7c9d", false),
+            ("demo-c9d", "demo-7c9d", false),
+            ("demo-7c9d-", "demo-7c9d", false),
+            ("", "", true),
+            ("", "demo-", true),
+            ("demo", "", false),
+            ("a-b-c", "c", true),
+        ] {
+            assert_eq!(
+                revision_matches(label, revision),
+                expected,
+                "{label:?} vs {revision:?}"
+            );
+            assert_eq!(by_definition(label, revision), expected);
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn agrees_with_the_definition(
+            label in "[a-c-]{0,8}",
+            revision in "[a-c-]{0,8}",
+        ) {
+            prop_assert_eq!(revision_matches(&label, &revision), by_definition(&label, &revision));
+            prop_assert_eq!(revision_matches(&label, &label), true);
+        }
     }
 }

@@ -114,10 +114,16 @@ impl Requirement {
     /// Whether a pod whose label [`Self::key`] has `value` (None: no such label)
     /// satisfies the requirement.
     pub fn matches_value(&self, value: Option<&str>) -> bool {
+        // A few values (the usual case) are compared for equality, which checks the
+        // lengths first and most often reads no text; more are searched in their order.
         let listed = |v: &str| {
-            self.values
-                .binary_search_by(|listed| listed.as_str().cmp(v))
-                .is_ok()
+            if self.values.len() <= 4 {
+                self.values.iter().any(|listed| listed == v)
+            } else {
+                self.values
+                    .binary_search_by(|listed| listed.as_str().cmp(v))
+                    .is_ok()
+            }
         };
         match self.operator {
             Operator::Equals | Operator::In => value.is_some_and(listed),
@@ -303,6 +309,28 @@ mod tests {
             key: key.to_owned(),
             operator: op.to_owned(),
             values: Some(values.iter().map(|v| (*v).to_owned()).collect()),
+        }
+    }
+
+    #[test]
+    fn in_and_not_in_with_few_and_many_values() {
+        // Up to four values are scanned, more are searched: the same answers.
+        let few = ["b", "a", "ccc", "dd"];
+        let many = ["b", "a", "ccc", "dd", "e", "ff", "g"];
+        for values in [&few[..], &many[..]] {
+            let owned: Vec<String> = values.iter().map(|v| (*v).to_owned()).collect();
+            let is_in = Requirement::new("k", Operator::In, &owned).unwrap();
+            let not_in = Requirement::new("k", Operator::NotIn, &owned).unwrap();
+            for v in values {
+                assert!(is_in.matches_value(Some(v)), "{v} in {values:?}");
+                assert!(!not_in.matches_value(Some(v)), "{v} notin {values:?}");
+            }
+            for v in ["", "c", "cc", "d", "ddd", "h"] {
+                assert!(!is_in.matches_value(Some(v)), "{v} in {values:?}");
+                assert!(not_in.matches_value(Some(v)), "{v} notin {values:?}");
+            }
+            assert!(!is_in.matches_value(None));
+            assert!(not_in.matches_value(None));
         }
     }
 

@@ -448,9 +448,72 @@ fn default_key(p: &PodFacts, pos: usize) -> (u128, u128) {
     (first, second)
 }
 
+/// Most distinct priority keys that [`sort_keyed`] ranks into the spare top bits of the
+/// default key (the default key uses the low 108 bits of its first number).
+const MAX_RANKED_PRIORITIES: usize = 64;
+
+/// Bits of a position in the second number of [`default_key`].
+const POSITION_MASK: u128 = (1 << 57) - 1;
+
+/// The distinct priority keys of `candidates`, sorted; None when there are more than
+/// [`MAX_RANKED_PRIORITIES`] of them.
+fn priority_levels(keys: &[(i64, i64)], candidates: &[usize]) -> Option<Vec<(i64, i64)>> {
+    let mut levels: Vec<(i64, i64)> = Vec::new();
+    for &i in candidates {
+        let key = keys[i];
+        if !levels.contains(&key) {
+            if levels.len() == MAX_RANKED_PRIORITIES {
+                return None;
+            }
+            levels.push(key);
+        }
+    }
+    levels.sort_unstable();
+    Some(levels)
+}
+
 /// Sorts `candidates` by (priority key when given, default key, position): the default
 /// order, or the default order followed by a stable sort by priority.
+///
+/// Usually the priority keys take a few distinct values (weights, levels): then a
+/// candidate's rank among them goes into the spare top bits of its default key and the
+/// sort compares two numbers per candidate instead of three, on half the bytes. The
+/// order is the same: ranks follow the priority keys' order, and positions are unique.
 fn sort_keyed(pods: &[PodFacts], priority: Option<&[(i64, i64)]>, candidates: &mut [usize]) {
+    let levels = match priority {
+        None => Some(Vec::new()),
+        Some(keys) => priority_levels(keys, candidates),
+    };
+    let Some(levels) = levels else {
+        sort_wide(pods, priority, candidates);
+        return;
+    };
+    let rank = |i: usize| -> u128 {
+        priority.map_or(0, |keys| {
+            // Every key of a candidate is in `levels`; the search cannot fail.
+            let r = levels.binary_search(&keys[i]).unwrap_or_else(|r| r);
+            r as u128
+        })
+    };
+    let mut keyed: Vec<(u128, u128)> = candidates
+        .iter()
+        .enumerate()
+        .map(|(pos, &i)| {
+            let (first, second) = default_key(&pods[i], pos);
+            ((rank(i) << 108) | first, second)
+        })
+        .collect();
+    // Positions are unique, so the order is total.
+    keyed.sort_unstable();
+    let original = candidates.to_vec();
+    for (slot, (_, second)) in candidates.iter_mut().zip(keyed) {
+        // The position is the low bits of the second number (see `default_key`).
+        *slot = original[(second & POSITION_MASK) as usize];
+    }
+}
+
+/// [`sort_keyed`] with the priority key as a number of its own (many distinct keys).
+fn sort_wide(pods: &[PodFacts], priority: Option<&[(i64, i64)]>, candidates: &mut [usize]) {
     let mut keyed: Vec<(u128, u128, u128, usize)> = candidates
         .iter()
         .enumerate()

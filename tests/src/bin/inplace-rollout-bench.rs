@@ -17,6 +17,13 @@
 //!   each (the API server's `apiserver_request_total`, and pod writes by writer from a
 //!   watch). Not part of `all`.
 //!
+//! * `per-pod`: on the bed's real kubelet (`INPLACE_NODE_NAME`, images
+//!   `INPLACE_TEST_IMAGE_V1`/`_V2`), one pod's image changed in place (patch → the new
+//!   container Ready) against the same pod deleted and recreated with the other image
+//!   (delete → the replacement Ready), `--per-pod-rounds` of each, alternating; prints
+//!   the medians and their ratio. Not part of `all`; needs neither the controller nor the
+//!   simulator.
+//!
 //! It measures and prints; it exits 0 whether or not the targets are met, and non-zero
 //! only when a measurement could not be made (the controller died, a timeout).
 //!
@@ -65,6 +72,8 @@ enum Scenario {
     Startup,
     /// The in-place rollout against a Deployment rolling update on the same nodes.
     VersusDeployment,
+    /// One pod on the real kubelet: in-place image change against delete-and-recreate.
+    PerPod,
     All,
 }
 
@@ -120,6 +129,9 @@ struct Args {
     /// More flags for the controller (repeatable), e.g. `--controller-arg=--workers=4`.
     #[arg(long = "controller-arg", allow_hyphen_values = true)]
     controller_args: Vec<String>,
+    /// `per-pod`: measurements of each kind (in place, delete-and-recreate).
+    #[arg(long, default_value_t = 10)]
+    per_pod_rounds: usize,
     /// RUST_LOG of the controller.
     #[arg(long, default_value = "info")]
     controller_log: String,
@@ -996,6 +1008,64 @@ async fn wait_pods_gone(pods: &Api<Pod>, app: &str, timeout: Duration) -> Result
     }
 }
 
+/// One poll of a leg's rollout.
+enum Polled {
+    Done,
+    /// Not yet; the workload's status, for progress and the timeout.
+    Waiting(String),
+}
+
+/// One leg of `versus-deployment`, the same for the CloneSet and the Deployment: once
+/// the pod writes of `app` are quiet, counts them and the API write requests from `start`
+/// (the image patch) until `poll` says the rollout is done (polled every 100 ms) and the
+/// trailing writes are quiet again. The time is from `start` to the poll that saw it done.
+async fn run_leg(
+    client: &Client,
+    pods: &Api<Pod>,
+    app: &str,
+    name: &str,
+    timeout: Duration,
+    start: impl AsyncFnOnce() -> Result<()>,
+    mut poll: impl AsyncFnMut() -> Result<Polled>,
+) -> Result<Leg> {
+    let quiet = Duration::from_secs(2);
+    let ww = Arc::new(Mutex::new(WriteWatch::default()));
+    let task = spawn_write_watch(pods.clone(), app, ww.clone());
+    wait_quiet(&ww, quiet, Duration::from_secs(120)).await?;
+    let before = write_counters(client).await?;
+    if let Ok(mut w) = ww.lock() {
+        w.counting = true;
+    }
+    let t0 = Instant::now();
+    start().await?;
+    let mut last_print = Instant::now();
+    let took = loop {
+        let line = match poll().await? {
+            Polled::Done => break t0.elapsed(),
+            Polled::Waiting(line) => line,
+        };
+        if t0.elapsed() > timeout {
+            bail!("{name} rollout did not finish in {timeout:?}: {line}");
+        }
+        if last_print.elapsed() > Duration::from_secs(10) {
+            last_print = Instant::now();
+            progress(format!("{name} {:>6.1}s: {line}", secs(t0.elapsed())));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // Writes that trail the status (the last pods' lifecycle, the old pods' final
+    // deletes) belong to the rollout too.
+    wait_quiet(&ww, quiet, Duration::from_secs(120)).await?;
+    let after = write_counters(client).await?;
+    task.abort();
+    let writes = ww.lock().map(|w| w.writes.clone()).unwrap_or_default();
+    Ok(Leg {
+        took,
+        requests: benchcalc::request_delta(&before, &after),
+        writes,
+    })
+}
+
 #[allow(clippy::too_many_lines)]
 async fn versus_in(
     args: &Args,
@@ -1006,7 +1076,6 @@ async fn versus_in(
 ) -> Result<()> {
     let p = args.pods;
     let timeout = Duration::from_secs(args.timeout_secs);
-    let quiet = Duration::from_secs(2);
     let mu = benchcalc::max_unavailable(p, &args.max_unavailable).map_err(anyhow::Error::msg)?;
     sim.wait_nodes_ready(client, Duration::from_secs(300))
         .await?;
@@ -1034,50 +1103,32 @@ async fn versus_in(
     .await
     .context("creating the CloneSet's pods")?;
     progress(format!("in-place: {p} pods Ready in {:.1}s", secs(created)));
-    let ww = Arc::new(Mutex::new(WriteWatch::default()));
-    let task = spawn_write_watch(pods.clone(), app, ww.clone());
-    wait_quiet(&ww, quiet, Duration::from_secs(120)).await?;
-    let before = write_counters(client).await?;
-    if let Ok(mut w) = ww.lock() {
-        w.counting = true;
-    }
-    let t0 = Instant::now();
-    csapi
-        .patch(app, &PatchParams::default(), &Patch::Merge(&image_patch))
-        .await?;
-    let mut last_print = Instant::now();
-    let took = loop {
-        ctrl.check_alive()?;
-        let cs = csapi.get(app).await?;
-        if settled(&cs, p) {
-            break t0.elapsed();
-        }
-        if t0.elapsed() > timeout {
-            bail!(
-                "in-place rollout did not finish in {timeout:?}: {}\ncontroller log tail:\n{}",
-                status_line(&cs),
-                ctrl.tail(30)
-            );
-        }
-        if last_print.elapsed() > Duration::from_secs(10) {
-            last_print = Instant::now();
-            progress(format!(
-                "in-place {:>6.1}s: {}",
-                secs(t0.elapsed()),
-                status_line(&cs)
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    // Writes that trail the status (the last pods' lifecycle) belong to the rollout too.
-    wait_quiet(&ww, quiet, Duration::from_secs(120)).await?;
-    let after = write_counters(client).await?;
-    task.abort();
-    let writes = ww.lock().map(|w| w.writes.clone()).unwrap_or_default();
-    let inplace = Leg {
-        took,
-        requests: benchcalc::request_delta(&before, &after),
-        writes,
+    let inplace = run_leg(
+        client,
+        &pods,
+        app,
+        "in-place",
+        timeout,
+        async || {
+            csapi
+                .patch(app, &PatchParams::default(), &Patch::Merge(&image_patch))
+                .await?;
+            Ok(())
+        },
+        async || {
+            ctrl.check_alive()?;
+            let cs = csapi.get(app).await?;
+            Ok(if settled(&cs, p) {
+                Polled::Done
+            } else {
+                Polled::Waiting(status_line(&cs))
+            })
+        },
+    )
+    .await;
+    let inplace = match inplace {
+        Ok(leg) => leg,
+        Err(e) => bail!("{e:#}\ncontroller log tail:\n{}", ctrl.tail(30)),
     };
     let cpu = ctrl.usage().map_or(0.0, |u| u.cpu_s);
     for l in ctrl.problems(5) {
@@ -1091,7 +1142,7 @@ async fn versus_in(
     ctrl.stop();
     progress(format!(
         "in-place: {:.2}s; controller CPU {cpu:.1}s in all",
-        secs(took)
+        secs(inplace.took)
     ));
 
     // 2. The Deployment, by kube-controller-manager.
@@ -1120,48 +1171,27 @@ async fn versus_in(
         "deployment: {p} pods available in {:.1}s",
         secs(t_create.elapsed())
     ));
-    let ww = Arc::new(Mutex::new(WriteWatch::default()));
-    let task = spawn_write_watch(pods.clone(), app, ww.clone());
-    wait_quiet(&ww, quiet, Duration::from_secs(120)).await?;
-    let before = write_counters(client).await?;
-    if let Ok(mut w) = ww.lock() {
-        w.counting = true;
-    }
-    let t0 = Instant::now();
-    dapi.patch(app, &PatchParams::default(), &Patch::Merge(&image_patch))
-        .await?;
-    let mut last_print = Instant::now();
-    let took = loop {
-        let d = dapi.get(app).await?;
-        if deployment_done(&d, p) {
-            break t0.elapsed();
-        }
-        if t0.elapsed() > timeout {
-            bail!(
-                "Deployment rollout did not finish in {timeout:?}: {}",
-                deployment_line(&d)
-            );
-        }
-        if last_print.elapsed() > Duration::from_secs(10) {
-            last_print = Instant::now();
-            progress(format!(
-                "deployment {:>6.1}s: {}",
-                secs(t0.elapsed()),
-                deployment_line(&d)
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    // The old pods' final deletes trail the status.
-    wait_quiet(&ww, quiet, Duration::from_secs(120)).await?;
-    let after = write_counters(client).await?;
-    task.abort();
-    let writes = ww.lock().map(|w| w.writes.clone()).unwrap_or_default();
-    let deploy = Leg {
-        took,
-        requests: benchcalc::request_delta(&before, &after),
-        writes,
-    };
+    let deploy = run_leg(
+        client,
+        &pods,
+        app,
+        "deployment",
+        timeout,
+        async || {
+            dapi.patch(app, &PatchParams::default(), &Patch::Merge(&image_patch))
+                .await?;
+            Ok(())
+        },
+        async || {
+            let d = dapi.get(app).await?;
+            Ok(if deployment_done(&d, p) {
+                Polled::Done
+            } else {
+                Polled::Waiting(deployment_line(&d))
+            })
+        },
+    )
+    .await?;
 
     let batches = benchcalc::batches(p, mu);
     report.add(format!(
@@ -1538,10 +1568,168 @@ fn check_bin(path: &Path, build: &str) -> Result<()> {
     Ok(())
 }
 
+// ---------------------------------------------------------------------------------------
+// per-pod: in place against delete-and-recreate on the real kubelet
+
+/// The bed's variable `name`, or `default`.
+fn bed_env(name: &str, default: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| default.to_owned())
+}
+
+/// The test app's pod on the real node (as `tests/testbed/selftest` runs it): Ready once
+/// its HTTP readiness probe answers.
+fn real_pod(name: &str, node: &str, image: &str) -> Result<Pod> {
+    Ok(serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"app": "per-pod"}},
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 30,
+            "containers": [{
+                "name": "app",
+                "image": image,
+                "ports": [{"containerPort": 8080}],
+                "readinessProbe": {"httpGet": {"path": "/healthz", "port": 8080}, "periodSeconds": 1},
+            }],
+        },
+    }))?)
+}
+
+/// The ID of the pod's container, when it runs and is ready (else None).
+fn ready_container(p: &Pod) -> Option<String> {
+    let status = p.status.as_ref()?.container_statuses.as_ref()?.first()?;
+    (status.ready && pod_ready(p))
+        .then(|| status.container_id.clone())
+        .flatten()
+}
+
+/// Waits (through a watch) until pod `name` is Ready with a ready container other than
+/// `not`; returns that container's ID.
+async fn wait_new_container(
+    pods: &Api<Pod>,
+    name: &str,
+    not: Option<&str>,
+    timeout: Duration,
+) -> Result<String> {
+    let cond = |p: Option<&Pod>| {
+        p.and_then(ready_container)
+            .is_some_and(|id| Some(id.as_str()) != not)
+    };
+    let pod = tokio::time::timeout(
+        timeout,
+        kube::runtime::wait::await_condition(pods.clone(), name, cond),
+    )
+    .await
+    .with_context(|| format!("pod {name} not Ready with a new container in {timeout:?}"))??;
+    pod.as_ref()
+        .and_then(ready_container)
+        .with_context(|| format!("pod {name} gone"))
+}
+
+async fn per_pod(args: &Args, client: &Client, report: &mut Report) -> Result<()> {
+    let ns = format!("ipb-p-{}", suffix());
+    namespace(client, &ns).await?;
+    let result = per_pod_in(args, client, &ns, report).await;
+    if let Err(e) = delete_namespace_and_wait(client, &ns, Duration::from_secs(120)).await {
+        report.add(format!("per-pod: cleanup: {e:#}"));
+    }
+    result
+}
+
+async fn per_pod_in(args: &Args, client: &Client, ns: &str, report: &mut Report) -> Result<()> {
+    let node = bed_env("INPLACE_NODE_NAME", "inplace-node-0");
+    let images = [
+        bed_env(
+            "INPLACE_TEST_IMAGE_V1",
+            "127.0.0.1:5000/inplace-test/app:v1",
+        ),
+        bed_env(
+            "INPLACE_TEST_IMAGE_V2",
+            "127.0.0.1:5000/inplace-test/app:v2",
+        ),
+    ];
+    let timeout = Duration::from_secs(args.timeout_secs.min(300));
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let mut name = "app-0".to_owned();
+    let mut image = 0;
+    pods.create(
+        &PostParams::default(),
+        &real_pod(&name, &node, &images[image])?,
+    )
+    .await?;
+    let mut container = wait_new_container(&pods, &name, None, timeout).await?;
+    let (mut in_place, mut recreate) = (Vec::new(), Vec::new());
+    for round in 0..args.per_pod_rounds {
+        // In place: the image of the running pod changes; the kubelet restarts its container.
+        image = 1 - image;
+        let patch = json!({"spec": {"containers": [{"name": "app", "image": images[image]}]}});
+        let t0 = Instant::now();
+        pods.patch(&name, &PatchParams::default(), &Patch::Strategic(&patch))
+            .await?;
+        // The pod is deleted next: its new container's ID is not needed.
+        wait_new_container(&pods, &name, Some(&container), timeout).await?;
+        in_place.push(t0.elapsed());
+        // Delete and recreate: the pod goes, a replacement with the other image comes
+        // (as a workload controller makes it once the old pod is terminating).
+        image = 1 - image;
+        let next = format!("app-{}", round + 1);
+        let t0 = Instant::now();
+        pods.delete(&name, &kube::api::DeleteParams::default())
+            .await?;
+        pods.create(
+            &PostParams::default(),
+            &real_pod(&next, &node, &images[image])?,
+        )
+        .await?;
+        container = wait_new_container(&pods, &next, None, timeout).await?;
+        recreate.push(t0.elapsed());
+        progress(format!(
+            "per-pod round {}: in place {:.2}s, delete-and-recreate {:.2}s",
+            round + 1,
+            secs(in_place[round]),
+            secs(recreate[round])
+        ));
+        // The old pod is gone before the next round (not measured).
+        wait_pods_gone_named(&pods, &name, timeout).await?;
+        name = next;
+    }
+    let (a, b) = (
+        benchcalc::median(&mut in_place),
+        benchcalc::median(&mut recreate),
+    );
+    report.add(format!(
+        "per-pod on the real kubelet ({node}), {} of each: in place (patch -> new container Ready) median {:.2}s [{}], delete-and-recreate (delete -> replacement Ready) median {:.2}s [{}], ratio {:.2}",
+        args.per_pod_rounds,
+        secs(a),
+        benchcalc::secs_list(&in_place),
+        secs(b),
+        benchcalc::secs_list(&recreate),
+        benchcalc::ratio(b, a),
+    ));
+    Ok(())
+}
+
+/// Waits until pod `name` no longer exists.
+async fn wait_pods_gone_named(pods: &Api<Pod>, name: &str, timeout: Duration) -> Result<()> {
+    tokio::time::timeout(
+        timeout,
+        kube::runtime::wait::await_condition(pods.clone(), name, |p: Option<&Pod>| p.is_none()),
+    )
+    .await
+    .with_context(|| format!("pod {name} still there after {timeout:?}"))??;
+    Ok(())
+}
+
 async fn run(args: &Args, report: &mut Report) -> Result<()> {
     inplace_tests::bed::kubeconfig_path().context(
         "set INPLACE_TESTBED_KUBECONFIG (e.g. /var/tmp/inplace-testbed/kubeconfig) to the bed's admin kubeconfig",
     )?;
+    let client = client().await?;
+    if args.scenario == Scenario::PerPod {
+        // The real kubelet only: neither the controller nor the simulator.
+        return per_pod(args, &client, report).await.inspect_err(|e| {
+            report.add(format!("per-pod: FAILED: {e:#}"));
+        });
+    }
     check_bin(
         &args.controller_bin,
         "cargo build --release -p inplace-controller --bin inplace-controller",
@@ -1550,7 +1738,6 @@ async fn run(args: &Args, report: &mut Report) -> Result<()> {
         &args.nodesim_bin,
         "cargo build --release -p inplace-tests --bin inplace-nodesim",
     )?;
-    let client = client().await?;
     let mut failures = Vec::new();
     if matches!(args.scenario, Scenario::Rollout | Scenario::All)
         && let Err(e) = rollout(args, &client, report).await

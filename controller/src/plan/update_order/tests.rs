@@ -594,3 +594,79 @@ fn encoded_times_reverse_the_order_over_the_whole_timestamp_range() {
     assert!(ordered_u64(-1) < ordered_u64(0));
     assert!(ordered_u64(0) < ordered_u64(i64::MAX));
 }
+
+mod ranked_priorities {
+    use proptest::prelude::*;
+
+    use super::super::{MAX_RANKED_PRIORITIES, sort_keyed, sort_wide};
+    use crate::plan::fixtures::{PodBuilder, pod, t};
+    use crate::plan::model::PodFacts;
+
+    /// Pods with few distinct default keys (many ties broken by position).
+    fn pods(n: usize) -> Vec<PodFacts<'static>> {
+        (0..n)
+            .map(|i| {
+                let b = pod(&format!("p-{i}"), "r")
+                    .restarts(i32::try_from(i % 2).unwrap())
+                    .created(t(i64::try_from(i % 3).unwrap()));
+                if i % 5 == 0 {
+                    b.not_ready()
+                } else {
+                    b.ready_since(t(i64::try_from(i % 4).unwrap()))
+                }
+            })
+            .map(PodBuilder::facts)
+            .collect()
+    }
+
+    proptest! {
+        /// Ranking the priority keys into the default key (few distinct keys) sorts like
+        /// comparing them as a number of their own, and so does the fallback (many keys).
+        #[test]
+        fn ranked_sort_equals_the_wide_sort(
+            n in 0usize..150,
+            distinct in prop_oneof![1i64..4, 60i64..70, 100i64..200],
+            signed in any::<bool>(),
+            skip in 0usize..3,
+        ) {
+            let pods = pods(n);
+            let keys: Vec<(i64, i64)> = (0..n)
+                .map(|i| {
+                    let v = i64::try_from(i * 7919).unwrap() % distinct;
+                    if signed { (-v, v - 3) } else { (v / 2, -(v % 2)) }
+                })
+                .collect();
+            let candidates: Vec<usize> = (0..n).filter(|i| i % 3 != skip).rev().collect();
+            let mut wide = candidates.clone();
+            sort_wide(&pods, Some(&keys), &mut wide);
+            let mut ranked = candidates.clone();
+            sort_keyed(&pods, Some(&keys), &mut ranked);
+            prop_assert_eq!(&ranked, &wide);
+            let mut wide = candidates.clone();
+            sort_wide(&pods, None, &mut wide);
+            let mut ranked = candidates;
+            sort_keyed(&pods, None, &mut ranked);
+            prop_assert_eq!(ranked, wide);
+        }
+    }
+
+    #[test]
+    fn more_priority_levels_than_ranked_take_the_wide_sort() {
+        let n = MAX_RANKED_PRIORITIES * 3;
+        let pods = pods(n);
+        let keys: Vec<(i64, i64)> = (0..n)
+            .map(|i| (-i64::try_from(i % (MAX_RANKED_PRIORITIES + 1)).unwrap(), 0))
+            .collect();
+        let candidates: Vec<usize> = (0..n).collect();
+        let mut wide = candidates.clone();
+        sort_wide(&pods, Some(&keys), &mut wide);
+        let mut sorted = candidates;
+        sort_keyed(&pods, Some(&keys), &mut sorted);
+        assert_eq!(sorted, wide);
+        // Highest weight (most negative key) first.
+        assert_eq!(
+            keys[sorted[0]].0,
+            -i64::try_from(MAX_RANKED_PRIORITIES).unwrap()
+        );
+    }
+}
