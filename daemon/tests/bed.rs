@@ -15,6 +15,7 @@ use inplace_daemon::api::{ContainerRecreateRequest, CrrPhase, NodeImage, TagPhas
 use inplace_daemon::cri::CriClient;
 use inplace_daemon::inplace::runtime_containers;
 use inplace_daemon::testkit::{Fixture, SlowProxy, free_port};
+use inplace_proto::freezable_proxy::FreezableProxy;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -723,125 +724,6 @@ async fn daemon_killed_mid_pull_finishes_after_restart() {
     );
 }
 
-/// A TCP proxy to the bed's API server that can be frozen: while frozen it forwards no
-/// byte either way (connections stay open, requests hang) and counts what the client
-/// sent meanwhile; thawed, it forwards what it held.
-struct FreezableApiProxy {
-    kubeconfig: PathBuf,
-    frozen: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
-    held: std::sync::Arc<std::sync::atomic::AtomicU64>,
-    task: tokio::task::JoinHandle<()>,
-    _dir: tempfile::TempDir,
-}
-
-impl FreezableApiProxy {
-    async fn start() -> FreezableApiProxy {
-        use std::sync::Arc;
-        use std::sync::atomic::{AtomicU64, Ordering};
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let text = std::fs::read_to_string(bed_dir().join("kubeconfig")).unwrap();
-        let server = text
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("server: "))
-            .unwrap()
-            .trim()
-            .to_owned();
-        let upstream = server
-            .strip_prefix("https://")
-            .unwrap()
-            .trim_end_matches('/')
-            .to_owned();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let dir = tempfile::Builder::new()
-            .prefix("inplace-api-proxy")
-            .tempdir()
-            .unwrap();
-        let kubeconfig = dir.path().join("kubeconfig");
-        std::fs::write(
-            &kubeconfig,
-            text.replace(&server, &format!("https://127.0.0.1:{port}")),
-        )
-        .unwrap();
-        let (tx, rx) = tokio::sync::watch::channel(false);
-        let held = Arc::new(AtomicU64::new(0));
-        async fn thawed(mut rx: tokio::sync::watch::Receiver<bool>) {
-            let _ = rx.wait_for(|frozen| !frozen).await;
-        }
-        async fn pump(
-            mut from: tokio::net::tcp::OwnedReadHalf,
-            mut to: tokio::net::tcp::OwnedWriteHalf,
-            rx: tokio::sync::watch::Receiver<bool>,
-            held: Option<Arc<AtomicU64>>,
-        ) {
-            let mut buf = vec![0u8; 64 * 1024];
-            loop {
-                let n = match from.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => n,
-                };
-                if let Some(h) = &held
-                    && *rx.borrow()
-                {
-                    h.fetch_add(n as u64, Ordering::Relaxed);
-                }
-                thawed(rx.clone()).await;
-                if to.write_all(&buf[..n]).await.is_err() {
-                    break;
-                }
-            }
-            let _ = to.shutdown().await;
-        }
-        let counter = held.clone();
-        let task = tokio::spawn(async move {
-            while let Ok((down, _)) = listener.accept().await {
-                let (upstream, rx, counter) = (upstream.clone(), rx.clone(), counter.clone());
-                tokio::spawn(async move {
-                    if *rx.borrow() {
-                        counter.fetch_add(1, Ordering::Relaxed);
-                    }
-                    thawed(rx.clone()).await;
-                    let Ok(up) = tokio::net::TcpStream::connect(&upstream).await else {
-                        return;
-                    };
-                    let (dr, dw) = down.into_split();
-                    let (ur, uw) = up.into_split();
-                    tokio::join!(
-                        pump(dr, uw, rx.clone(), Some(counter)),
-                        pump(ur, dw, rx, None)
-                    );
-                });
-            }
-        });
-        FreezableApiProxy {
-            kubeconfig,
-            frozen: Arc::new(tx),
-            held,
-            task,
-            _dir: dir,
-        }
-    }
-
-    fn freeze(&self) {
-        self.frozen.send_replace(true);
-    }
-
-    fn thaw(&self) {
-        self.frozen.send_replace(false);
-    }
-
-    /// What the client sent while frozen (bytes, plus one per new connection).
-    fn held_from_client(&self) -> u64 {
-        self.held.load(std::sync::atomic::Ordering::Relaxed)
-    }
-}
-
-impl Drop for FreezableApiProxy {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
 /// A request's status decided from a request that changed meanwhile is refused (409), and
 /// the daemon reads the request again and decides anew. The daemon reaches the API server
 /// through a proxy, frozen while the daemon has a write due (the recreated container must
@@ -871,12 +753,14 @@ async fn a_crr_status_from_a_stale_request_is_refused_and_decided_again() {
     )
     .await;
     let uid = p.metadata.uid.clone().unwrap();
-    let proxy = FreezableApiProxy::start().await;
+    let proxy = FreezableProxy::start(&bed_dir().join("kubeconfig"))
+        .await
+        .unwrap();
     let d = Daemon::start_through(
         NODE,
         &bed_dir().join("containerd/containerd.sock"),
         "stale",
-        &proxy.kubeconfig,
+        proxy.kubeconfig(),
     );
     d.wait_healthy().await;
     let crrs: Api<ContainerRecreateRequest> = Api::namespaced(c.clone(), &ns.name);

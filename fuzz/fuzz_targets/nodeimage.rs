@@ -54,8 +54,12 @@ fuzz_target!(|data: &[u8]| {
         })
         .collect();
     let aggregate = plan::aggregate(spec, &live);
-    let _ = plan::status_patch(ni.status.as_ref(), &aggregate);
-    let _ = plan::status_patch(None, &aggregate);
+    let _ = plan::status_patch(
+        ni.status.as_ref(),
+        &aggregate,
+        ni.metadata.resource_version.as_deref(),
+    );
+    let _ = plan::status_patch(None, &aggregate, None);
 
     // The controller: the NodeImage of a Ready node, of a node that is gone.
     let node = ready_node(ni.metadata.name.as_deref().unwrap_or("n1"));

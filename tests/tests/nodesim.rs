@@ -40,6 +40,17 @@ async fn get(api: &Api<Pod>, name: &str) -> Result<Pod> {
     Ok(api.get(name).await?)
 }
 
+/// Changes the image of container `app` of pod `name` (an in-place restart for a kubelet).
+async fn set_image(api: &Api<Pod>, name: &str, image: &str) -> Result<()> {
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Strategic(json!({ "spec": { "containers": [{ "name": "app", "image": image }] } })),
+    )
+    .await?;
+    Ok(())
+}
+
 /// Waits until pod `name` satisfies `ok`, returns it and the time it took.
 async fn wait_pod(
     api: &Api<Pod>,
@@ -192,12 +203,7 @@ async fn image_change_restarts_the_container_in_place() -> Result<()> {
         ensure!(cs0.image_id.starts_with("sim-image@sha256:"));
 
         let t0 = Instant::now();
-        api.patch(
-            "web",
-            &PatchParams::default(),
-            &Patch::Strategic(json!({ "spec": { "containers": [{ "name": "app", "image": "reg.invalid/app:v2" }] } })),
-        )
-        .await?;
+        set_image(&api, "web", "reg.invalid/app:v2").await?;
         let (_, saw_unready) = wait_pod(&api, "web", Duration::from_secs(30), "container not ready", |p| {
             !pod_ready(p)
         })
@@ -245,11 +251,18 @@ async fn readiness_gate_holds_ready_until_its_condition_is_true() -> Result<()> 
     let result = async {
         let api: Api<Pod> = Api::namespaced(client.clone(), &group);
         let gated = json!({ "readinessGates": [{ "conditionType": "InPlaceUpdateReady" }] });
-        api.create(&PostParams::default(), &pod("gated", &sim, "reg.invalid/app:v1", gated)?)
-            .await?;
-        wait_pod(&api, "gated", Duration::from_secs(60), "ContainersReady", |p| {
-            pod_condition(p, "ContainersReady").as_deref() == Some("True")
-        })
+        api.create(
+            &PostParams::default(),
+            &pod("gated", &sim, "reg.invalid/app:v1", gated)?,
+        )
+        .await?;
+        wait_pod(
+            &api,
+            "gated",
+            Duration::from_secs(60),
+            "ContainersReady",
+            |p| pod_condition(p, "ContainersReady").as_deref() == Some("True"),
+        )
         .await?;
         tokio::time::sleep(Duration::from_secs(2)).await;
         let p = get(&api, "gated").await?;
@@ -270,27 +283,39 @@ async fn readiness_gate_holds_ready_until_its_condition_is_true() -> Result<()> 
         };
         set_gate("False").await?;
         tokio::time::sleep(Duration::from_secs(2)).await;
-        ensure!(!pod_ready(&get(&api, "gated").await?), "gate False: not Ready");
+        ensure!(
+            !pod_ready(&get(&api, "gated").await?),
+            "gate False: not Ready"
+        );
         let t0 = Instant::now();
         set_gate("True").await?;
-        let (p, _) = wait_pod(&api, "gated", Duration::from_secs(30), "Ready after the gate", pod_ready).await?;
-        println!("Ready {:.2}s after the gate's condition turned True", t0.elapsed().as_secs_f64());
+        let (p, _) = wait_pod(
+            &api,
+            "gated",
+            Duration::from_secs(30),
+            "Ready after the gate",
+            pod_ready,
+        )
+        .await?;
+        println!(
+            "Ready {:.2}s after the gate's condition turned True",
+            t0.elapsed().as_secs_f64()
+        );
         ensure!(pod_condition(&p, "InPlaceUpdateReady").as_deref() == Some("True"));
         ensure!(pod_condition(&p, "PodScheduled").as_deref() == Some("True"));
 
         // The controller's step: gate False first, then the image; the pod must drop out
         // of Ready and come back only when the gate is True again.
         set_gate("False").await?;
-        wait_pod(&api, "gated", Duration::from_secs(30), "not Ready after gate False", |p| {
-            !pod_ready(p)
-        })
-        .await?;
-        api.patch(
+        wait_pod(
+            &api,
             "gated",
-            &PatchParams::default(),
-            &Patch::Strategic(json!({ "spec": { "containers": [{ "name": "app", "image": "reg.invalid/app:v2" }] } })),
+            Duration::from_secs(30),
+            "not Ready after gate False",
+            |p| !pod_ready(p),
         )
         .await?;
+        set_image(&api, "gated", "reg.invalid/app:v2").await?;
         let (p, _) = wait_pod(&api, "gated", Duration::from_secs(60), "restarted", |p| {
             container_status(p).is_some_and(|c| c.restart_count == 1 && c.ready)
         })
@@ -301,7 +326,14 @@ async fn readiness_gate_holds_ready_until_its_condition_is_true() -> Result<()> 
             "the simulator's status writes keep others' conditions"
         );
         set_gate("True").await?;
-        wait_pod(&api, "gated", Duration::from_secs(30), "Ready again", pod_ready).await?;
+        wait_pod(
+            &api,
+            "gated",
+            Duration::from_secs(30),
+            "Ready again",
+            pod_ready,
+        )
+        .await?;
         Ok(())
     }
     .await;
@@ -531,12 +563,7 @@ async fn kubelet_writes_of_an_image_patch(
         })
     };
     let t0 = Instant::now();
-    api.patch(
-        name,
-        &PatchParams::default(),
-        &Patch::Strategic(json!({ "spec": { "containers": [{ "name": "app", "image": image }] } })),
-    )
-    .await?;
+    set_image(api, name, image).await?;
     let (_, took) = wait_pod(
         api,
         name,

@@ -452,11 +452,11 @@ async fn in_place_only_refuses_a_non_image_change() -> TestResult {
 #[ignore = "needs the test bed"]
 async fn a_status_write_from_a_stale_cloneset_is_refused_and_decided_again() -> TestResult {
     let ns = Namespace::create("stale")?;
-    let proxy = FreezableProxy::start().await?;
+    let proxy = freezable_proxy().await?;
     // Without leader election: a fenced leader would not send the write at all.
     let ctl = ControllerProcess::start_through(
         &ns.name,
-        &proxy.kubeconfig,
+        proxy.kubeconfig(),
         &["--leader-elect", "false"],
     )?;
     let manifest = sample_cloneset("st", 1, &image("v1"), "ReCreate").replace(

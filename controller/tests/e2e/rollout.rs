@@ -453,8 +453,8 @@ async fn two_controllers_elect_one_leader_and_fail_over() -> TestResult {
 #[ignore = "needs the test bed"]
 async fn a_leader_cut_off_longer_than_its_lease_writes_nothing_after_it() -> TestResult {
     let ns = Namespace::create("fence")?;
-    let proxy = FreezableProxy::start().await?;
-    let mut old = ControllerProcess::start_through(&ns.name, &proxy.kubeconfig, &[])?;
+    let proxy = freezable_proxy().await?;
+    let mut old = ControllerProcess::start_through(&ns.name, proxy.kubeconfig(), &[])?;
     wait_for(
         "the proxied controller leads",
         Duration::from_secs(60),
