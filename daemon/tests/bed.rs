@@ -206,6 +206,20 @@ async fn wait_pod(
     }
 }
 
+/// Creates `pod` and waits until all its containers have started.
+async fn create_started(pods: &Api<Pod>, pod: Pod) -> Pod {
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    wait_pod(
+        pods,
+        &name,
+        "pod running",
+        Duration::from_secs(90),
+        all_started,
+    )
+    .await
+}
+
 fn all_started(p: &Pod) -> bool {
     p.status
         .as_ref()
@@ -271,18 +285,9 @@ async fn image_update_is_ready_only_after_the_new_container_runs() {
     let cri = bed_cri();
     let v1 = format!("{REGISTRY}/inplace-test/app:v1");
     let v2 = format!("{REGISTRY}/inplace-test/app:v2");
-    pods.create(
-        &PostParams::default(),
-        &pod_json("ip", json!([{"name": "main", "image": v1}])),
-    )
-    .await
-    .unwrap();
-    let p = wait_pod(
+    let p = create_started(
         &pods,
-        "ip",
-        "pod running",
-        Duration::from_secs(90),
-        all_started,
+        pod_json("ip", json!([{"name": "main", "image": v1}])),
     )
     .await;
     let uid = p.metadata.uid.clone().unwrap();
@@ -400,24 +405,11 @@ async fn env_from_metadata_change_restarts_the_container() {
     let ns = TestNs::new(&c).await;
     let pods: Api<Pod> = Api::namespaced(c.clone(), &ns.name);
     let v1 = format!("{REGISTRY}/inplace-test/app:v1");
-    pods.create(
-        &PostParams::default(),
-        &pod_json("env", json!([
+    let p = create_started(&pods, pod_json("env", json!([
             {"name": "main", "image": v1,
              "env": [{"name": "X", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['x']"}}}]},
             {"name": "other", "image": v1, "env": [{"name": "PORT", "value": "8081"}]}
-        ])),
-    )
-    .await
-    .unwrap();
-    let p = wait_pod(
-        &pods,
-        "env",
-        "pod running",
-        Duration::from_secs(90),
-        all_started,
-    )
-    .await;
+        ]))).await;
     let old_main = container_id(&p, "main");
     let old_other = container_id(&p, "other");
     set_not_ready(&pods, "env").await;
@@ -479,26 +471,13 @@ async fn crr_recreates_exactly_the_named_containers() {
     let ns = TestNs::new(&c).await;
     let pods: Api<Pod> = Api::namespaced(c.clone(), &ns.name);
     let v1 = format!("{REGISTRY}/inplace-test/app:v1");
-    pods.create(
-        &PostParams::default(),
-        &pod_json("crr", json!([
+    let p = create_started(&pods, pod_json("crr", json!([
             {"name": "a", "image": v1, "volumeMounts": [{"name": "shared", "mountPath": "/shared"}],
              "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "echo bye from $(cat /etc/version) > /shared/prestop"]}}}},
             {"name": "b", "image": v1, "env": [{"name": "PORT", "value": "8081"}],
              "volumeMounts": [{"name": "shared", "mountPath": "/shared"}]},
             {"name": "c", "image": v1, "env": [{"name": "PORT", "value": "8082"}]}
-        ])),
-    )
-    .await
-    .unwrap();
-    let p = wait_pod(
-        &pods,
-        "crr",
-        "pod running",
-        Duration::from_secs(90),
-        all_started,
-    )
-    .await;
+        ]))).await;
     let uid = p.metadata.uid.clone().unwrap();
     let d = Daemon::start(NODE, &bed_dir().join("containerd/containerd.sock"), "crr");
     d.wait_healthy().await;
@@ -738,18 +717,9 @@ async fn a_crr_status_from_a_stale_request_is_refused_and_decided_again() {
     let ns = TestNs::new(&c).await;
     let pods: Api<Pod> = Api::namespaced(c.clone(), &ns.name);
     let v1 = format!("{REGISTRY}/inplace-test/app:v1");
-    pods.create(
-        &PostParams::default(),
-        &pod_json("stale", json!([{"name": "a", "image": v1}])),
-    )
-    .await
-    .unwrap();
-    let p = wait_pod(
+    let p = create_started(
         &pods,
-        "stale",
-        "pod running",
-        Duration::from_secs(90),
-        all_started,
+        pod_json("stale", json!([{"name": "a", "image": v1}])),
     )
     .await;
     let uid = p.metadata.uid.clone().unwrap();

@@ -32,6 +32,20 @@ fn start_sim(group: &str, nodes: usize, extra: &[&str]) -> Result<Sim> {
     )
 }
 
+/// [`start_sim`], once its nodes are Ready, and the namespace `group` for the test's pods.
+async fn sim_with_namespace(
+    client: &Client,
+    group: &str,
+    nodes: usize,
+    extra: &[&str],
+) -> Result<Sim> {
+    let sim = start_sim(group, nodes, extra)?;
+    sim.wait_nodes_ready(client, Duration::from_secs(60))
+        .await?;
+    namespace(client, group).await?;
+    Ok(sim)
+}
+
 fn container_status(p: &Pod) -> Option<&k8s_openapi::api::core::v1::ContainerStatus> {
     p.status.as_ref()?.container_statuses.as_ref()?.first()
 }
@@ -183,14 +197,13 @@ async fn scale_body(client: &Client, ns: &str, sim: &Sim) -> Result<()> {
 async fn image_change_restarts_the_container_in_place() -> Result<()> {
     let client = client().await?;
     let group = format!("nst-update-{}", suffix());
-    let sim = start_sim(
+    let sim = sim_with_namespace(
+        &client,
         &group,
         2,
         &["--update-delay", "1s", "--ready-delay", "500ms"],
-    )?;
-    sim.wait_nodes_ready(&client, Duration::from_secs(60))
-        .await?;
-    namespace(&client, &group).await?;
+    )
+    .await?;
     let result = async {
         let api: Api<Pod> = Api::namespaced(client.clone(), &group);
         api.create(&PostParams::default(), &pod("web", &sim, "reg.invalid/app:v1", json!({}))?)
@@ -244,10 +257,7 @@ async fn image_change_restarts_the_container_in_place() -> Result<()> {
 async fn readiness_gate_holds_ready_until_its_condition_is_true() -> Result<()> {
     let client = client().await?;
     let group = format!("nst-gate-{}", suffix());
-    let sim = start_sim(&group, 2, &[])?;
-    sim.wait_nodes_ready(&client, Duration::from_secs(60))
-        .await?;
-    namespace(&client, &group).await?;
+    let sim = sim_with_namespace(&client, &group, 2, &[]).await?;
     let result = async {
         let api: Api<Pod> = Api::namespaced(client.clone(), &group);
         let gated = json!({ "readinessGates": [{ "conditionType": "InPlaceUpdateReady" }] });
@@ -347,7 +357,8 @@ async fn readiness_gate_holds_ready_until_its_condition_is_true() -> Result<()> 
 async fn faults_and_graceful_deletion() -> Result<()> {
     let client = client().await?;
     let group = format!("nst-faults-{}", suffix());
-    let sim = start_sim(
+    let sim = sim_with_namespace(
+        &client,
         &group,
         2,
         &[
@@ -362,10 +373,8 @@ async fn faults_and_graceful_deletion() -> Result<()> {
             "--stats-interval",
             "1s",
         ],
-    )?;
-    sim.wait_nodes_ready(&client, Duration::from_secs(60))
-        .await?;
-    namespace(&client, &group).await?;
+    )
+    .await?;
     let result = async {
         let api: Api<Pod> = Api::namespaced(client.clone(), &group);
         let with_fault = |name: &str, fault: &str| -> Result<Pod> {
@@ -611,14 +620,13 @@ async fn the_simulator_writes_status_at_least_as_often_as_the_real_kubelet_per_i
 -> Result<()> {
     let client = client().await?;
     let group = format!("nst-writes-{}", suffix());
-    let sim = start_sim(
+    let sim = sim_with_namespace(
+        &client,
         &group,
         1,
         &["--update-delay", "1s", "--ready-delay", "500ms"],
-    )?;
-    sim.wait_nodes_ready(&client, Duration::from_secs(60))
-        .await?;
-    namespace(&client, &group).await?;
+    )
+    .await?;
     let image = |v: &str| {
         std::env::var(format!("INPLACE_TEST_IMAGE_{}", v.to_uppercase()))
             .unwrap_or_else(|_| format!("127.0.0.1:5000/inplace-test/app:{v}"))
