@@ -137,6 +137,13 @@ pub struct Executor {
     stale_since: HashMap<String, std::time::Instant>,
     /// uid → back-off of a pod whose last sync failed.
     retry_after: HashMap<String, Retry>,
+    /// (uid, revision, container batches applied) → when this daemon saw that batch
+    /// appear (node clock, ns), `None` for one already there at its start: the node-clock
+    /// anchor of the env-from-metadata decision (see [`decide::NodeClock`]).
+    batch_seen: HashMap<(String, String, usize), Option<i64>>,
+    /// Set after the first pass over the synced pod cache: a batch first seen later
+    /// appeared while the daemon was watching.
+    watching: bool,
 }
 
 /// How long a container found with stale metadata env is left running before the daemon
@@ -194,14 +201,26 @@ impl Executor {
             restarts: HashMap::new(),
             stale_since: HashMap::new(),
             retry_after: HashMap::new(),
+            batch_seen: HashMap::new(),
+            watching: false,
         }
     }
 
     pub async fn run(mut self) {
+        // Until the pod cache has synced, every pod would look new to `batch_seen`.
+        if self.store.wait_until_ready().await.is_err() {
+            tracing::warn!("pod watch ended before the cache synced");
+        }
+        let mut first_pass = true;
         loop {
-            tokio::select! {
-                _ = self.notify.notified() => {}
-                _ = tokio::time::sleep(self.poll) => {}
+            if first_pass {
+                first_pass = false;
+            } else {
+                self.watching = true;
+                tokio::select! {
+                    _ = self.notify.notified() => {}
+                    _ = tokio::time::sleep(self.poll) => {}
+                }
             }
             let pods: Vec<Arc<Pod>> = self
                 .store
@@ -219,6 +238,9 @@ impl Executor {
                 .retain(|_, (_, at)| at.elapsed() < COMPLETION_MEMORY);
             self.retry_after
                 .retain(|uid, _| pods.iter().any(|p| p.metadata.uid.as_deref() == Some(uid)));
+            self.batch_seen.retain(|(uid, _, _), _| {
+                pods.iter().any(|p| p.metadata.uid.as_deref() == Some(uid))
+            });
             for pod in pods {
                 let uid = pod.metadata.uid.clone().unwrap_or_default();
                 let version = pod.metadata.resource_version.clone().unwrap_or_default();
@@ -343,6 +365,8 @@ impl Executor {
             .and_then(|l| l.get(keys::REVISION_LABEL))
             .cloned()
             .unwrap_or_default();
+        // first, so that a batch is anchored when first seen even if this sync fails
+        let clock = self.node_clock(pod, &uid, &revision);
         if self
             .completed
             .get(&uid)
@@ -356,8 +380,14 @@ impl Executor {
         self.read_metadata_env(pod, &mut runtime).await;
         let resolved = self.resolve_images(pod).await;
         let observed = self.observe_resized(pod, &runtime).await;
-        let mut d =
-            decide::decide_with_resize(pod, &runtime, &resolved, &observed, self.apply_resize);
+        let mut d = decide::decide_on_node(
+            pod,
+            &runtime,
+            &resolved,
+            &observed,
+            self.apply_resize,
+            clock,
+        );
         if let Decision::Restart { container, id } = &d {
             // First seen stale now: give the kubelet a moment to see the new metadata
             // before the container is stopped (the poll comes back to it). Stopped at once,
@@ -396,6 +426,12 @@ impl Executor {
         }
         match &d {
             Decision::Restart { container, id } => {
+                // Decided without the container's env (runtime does not report it): record
+                // the container stopped, so that its successor is judged by id, not by
+                // comparing clocks.
+                if runtime.iter().any(|rc| &rc.id == id && rc.env.is_none()) {
+                    self.record_env_stopped(pod, container, id).await?;
+                }
                 self.stop_for_restart(
                     pod,
                     container,
@@ -443,6 +479,48 @@ impl Executor {
             Decision::NotInUpdate | Decision::Wait(_) | Decision::Invalid(_) => {}
         }
         Ok(d)
+    }
+
+    /// The node-clock facts of `pod`'s current container batch: when this daemon saw it
+    /// appear, recorded the first time it is asked about it.
+    fn node_clock(&mut self, pod: &Pod, uid: &str, revision: &str) -> decide::NodeClock {
+        let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+        let Some(Ok(state)) = InPlaceUpdateState::from_annotations(&annotations) else {
+            return decide::NodeClock::default();
+        };
+        let key = (
+            uid.to_owned(),
+            revision.to_owned(),
+            state.container_batches_record.len(),
+        );
+        let watching = self.watching;
+        let seen = *self.batch_seen.entry(key).or_insert_with(|| {
+            watching.then(|| {
+                i64::try_from(k8s_openapi::jiff::Timestamp::now().as_nanosecond())
+                    .unwrap_or(i64::MAX)
+            })
+        });
+        decide::NodeClock {
+            batch_seen_at: seen,
+        }
+    }
+
+    /// Records in the state annotation that container `container` (runtime id `id`) is
+    /// stopped for an env-from-metadata restart, unless it says so already.
+    async fn record_env_stopped(
+        &self,
+        pod: &Pod,
+        container: &str,
+        id: &str,
+    ) -> Result<(), ExecError> {
+        let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+        let Some(Ok(state)) = InPlaceUpdateState::from_annotations(&annotations) else {
+            return Ok(());
+        };
+        if let Some(s) = decide::state_with_env_stopped(&state, container, id)? {
+            self.write_state(pod, s).await?;
+        }
+        Ok(())
     }
 
     /// Stops container `container` (runtime id `id`) so that the kubelet starts it again
