@@ -187,6 +187,8 @@ pub async fn write_node_image_status(
     // resourceVersion it left. While the watch still shows the version before it, what it
     // left is the base (else the next patch would be refused for our own write).
     let mut written: Option<(Option<String>, NodeImageStatus, Option<String>)> = None;
+    // failed writes and reads are retried with exponential back-off and jitter
+    let mut backoff = crate::inplace::retry_backoff();
     loop {
         if !retry && status_rx.changed().await.is_err() {
             return;
@@ -221,6 +223,7 @@ pub async fn write_node_image_status(
             .await
         {
             Ok(ni) => {
+                backoff = crate::inplace::retry_backoff();
                 written = Some((
                     rv.clone(),
                     ni.status.unwrap_or_default(),
@@ -255,8 +258,9 @@ pub async fn write_node_image_status(
                     // gone: written again once it exists (the watch says so)
                     Ok(None) => {}
                     Err(e) => {
-                        tracing::warn!(error = %e, "reading the NodeImage after a conflict failed; retrying");
-                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        let delay = backoff.next().unwrap_or(crate::inplace::RETRY_MAX);
+                        tracing::warn!(error = %e, retry_in = ?delay, "reading the NodeImage after a conflict failed; retrying");
+                        tokio::time::sleep(delay).await;
                         retry = true;
                     }
                 }
@@ -266,8 +270,9 @@ pub async fn write_node_image_status(
                     .status_writes
                     .get_or_create(&Metrics::result("error"))
                     .inc();
-                tracing::warn!(error = %e, "NodeImage status write failed; retrying");
-                tokio::time::sleep(Duration::from_secs(1)).await;
+                let delay = backoff.next().unwrap_or(crate::inplace::RETRY_MAX);
+                tracing::warn!(error = %e, retry_in = ?delay, "NodeImage status write failed; retrying");
+                tokio::time::sleep(delay).await;
                 retry = true;
             }
         }

@@ -153,17 +153,43 @@ const ENV_SETTLE: Duration = Duration::from_secs(1);
 /// When a pod whose sync failed is tried again: exponential back-off with jitter, from
 /// half a second up to [`RETRY_MAX`], per pod.
 #[derive(Debug)]
-struct Retry {
+pub(crate) struct Retry {
     backoff: backon::ExponentialBackoff,
-    /// The pod version that failed; a newer one is tried at once.
+    /// The object version that failed; a newer one is tried at once.
     version: String,
     not_before: std::time::Instant,
 }
 
-/// The longest wait between two tries of a failing pod.
-const RETRY_MAX: Duration = Duration::from_secs(30);
+impl Retry {
+    /// The first failure of `version`: nothing to wait for yet.
+    pub(crate) fn new(version: &str) -> Self {
+        Self {
+            backoff: retry_backoff(),
+            version: version.to_owned(),
+            not_before: std::time::Instant::now(),
+        }
+    }
 
-fn retry_backoff() -> backon::ExponentialBackoff {
+    /// Another failure, of `version`: the next delay, which it returns.
+    pub(crate) fn failed(&mut self, version: &str) -> Duration {
+        let delay = self.backoff.next().unwrap_or(RETRY_MAX);
+        version.clone_into(&mut self.version);
+        self.not_before = std::time::Instant::now() + delay;
+        delay
+    }
+
+    /// Whether `version` must still wait out the back-off (a newer version need not).
+    pub(crate) fn waiting(&self, version: &str) -> bool {
+        self.version == version && std::time::Instant::now() < self.not_before
+    }
+}
+
+/// The longest wait between two tries of a failing pod.
+pub(crate) const RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// Exponential back-off with jitter from half a second to [`RETRY_MAX`], never ending:
+/// the daemon's retry of a failed pod sync, CRR sync or NodeImage status write.
+pub(crate) fn retry_backoff() -> backon::ExponentialBackoff {
     use backon::BackoffBuilder;
     backon::ExponentialBuilder::default()
         .with_jitter()
@@ -246,9 +272,11 @@ impl Executor {
                 let version = pod.metadata.resource_version.clone().unwrap_or_default();
                 // A pod whose last sync failed waits out its back-off, unless it changed
                 // meanwhile (a conflict is answered by the newer version at once).
-                if self.retry_after.get(&uid).is_some_and(|r| {
-                    r.version == version && std::time::Instant::now() < r.not_before
-                }) {
+                if self
+                    .retry_after
+                    .get(&uid)
+                    .is_some_and(|r| r.waiting(&version))
+                {
                     continue;
                 }
                 let span = crate::logging::pod_span(
@@ -260,14 +288,11 @@ impl Executor {
                         self.retry_after.remove(&uid);
                     }
                     Err(e) => {
-                        let retry = self.retry_after.entry(uid).or_insert_with(|| Retry {
-                            backoff: retry_backoff(),
-                            version: version.clone(),
-                            not_before: std::time::Instant::now(),
-                        });
-                        let delay = retry.backoff.next().unwrap_or(RETRY_MAX);
-                        retry.version = version;
-                        retry.not_before = std::time::Instant::now() + delay;
+                        let delay = self
+                            .retry_after
+                            .entry(uid)
+                            .or_insert_with(|| Retry::new(&version))
+                            .failed(&version);
                         tracing::warn!(pod = %pod_name(&pod), error = %e, retry_in = ?delay, "in-place sync failed");
                     }
                 }
@@ -654,5 +679,18 @@ mod tests {
         assert!(delays.iter().all(|d| *d >= Duration::from_millis(500)));
         assert!(delays.iter().all(|d| *d <= 2 * RETRY_MAX), "{delays:?}");
         assert!(delays[99] >= RETRY_MAX, "{:?}", delays[99]);
+    }
+
+    /// A failed version waits out its back-off; a newer version of the object is tried
+    /// at once; the delays grow.
+    #[test]
+    fn a_retry_holds_the_failed_version_only() {
+        let mut r = Retry::new("1");
+        assert!(!r.waiting("1"), "nothing failed yet");
+        let first = r.failed("1");
+        assert!(r.waiting("1"));
+        assert!(!r.waiting("2"));
+        let later: Vec<Duration> = (0..8).map(|_| r.failed("1")).collect();
+        assert!(later[7] > first, "{first:?} then {later:?}");
     }
 }
