@@ -362,6 +362,61 @@ mod tests {
         assert!(t1.elapsed() >= Duration::from_millis(499));
     }
 
+    /// A NodeImage status write the API server keeps refusing (500) is retried with
+    /// exponential back-off and jitter: about half a second at first, half a minute and
+    /// more after seven failures, never every second forever.
+    #[tokio::test(start_paused = true)]
+    async fn failed_status_writes_back_off_exponentially() {
+        use axum::http::{Method, Request, Response};
+        let patches: Arc<std::sync::Mutex<Vec<tokio::time::Instant>>> = Arc::default();
+        let seen = patches.clone();
+        let server = tower::service_fn(move |req: Request<kube::client::Body>| {
+            if req.method() == Method::PATCH
+                && let Ok(mut p) = seen.lock()
+            {
+                p.push(tokio::time::Instant::now());
+            }
+            let body = r#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"boom","reason":"InternalError","code":500}"#;
+            let response = Response::builder()
+                .status(500)
+                .header("content-type", "application/json")
+                .body(body.to_owned());
+            async move { response }
+        });
+        let api: Api<NodeImage> = Api::all(kube::Client::new(server, "default"));
+        let (status_tx, status_rx) = watch::channel(NodeImageStatus::default());
+        let (_snap_tx, snap_rx) = watch::channel(Some(Snapshot {
+            resource_version: Some("1".into()),
+            ..Snapshot::default()
+        }));
+        let writer = tokio::spawn(write_node_image_status(
+            api,
+            "node-a".into(),
+            status_rx,
+            snap_rx,
+            RateLimiter::new(100.0, 100),
+            Metrics::unregistered(),
+        ));
+        let _ = status_tx.send(NodeImageStatus {
+            desired: 1,
+            waiting: 1,
+            ..NodeImageStatus::default()
+        });
+        let count = || patches.lock().map(|p| p.len()).unwrap_or_default();
+        while count() < 8 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        writer.abort();
+        let at = patches.lock().map(|p| p.clone()).unwrap_or_default();
+        let gaps: Vec<Duration> = at.windows(2).map(|w| w[1] - w[0]).collect();
+        assert!(
+            gaps[0] >= Duration::from_millis(450) && gaps[0] <= Duration::from_millis(1100),
+            "{gaps:?}"
+        );
+        assert!(gaps[6] >= Duration::from_secs(29), "{gaps:?}");
+        assert!(gaps.windows(2).all(|g| g[1] >= g[0] / 2), "{gaps:?}");
+    }
+
     #[test]
     fn health_lists_what_is_missing() {
         let h = Health::default();
