@@ -318,6 +318,29 @@ pub fn outside(only: Option<&str>, namespace: &str, name: &str) -> Option<String
     }
 }
 
+/// Test support: a client whose API server answers every request with 500
+/// (InternalError), recording when each PATCH arrived in `patches`.
+#[cfg(test)]
+pub(crate) fn failing_client(
+    patches: Arc<std::sync::Mutex<Vec<tokio::time::Instant>>>,
+) -> kube::Client {
+    use axum::http::{Method, Request, Response};
+    let server = tower::service_fn(move |req: Request<kube::client::Body>| {
+        if req.method() == Method::PATCH
+            && let Ok(mut p) = patches.lock()
+        {
+            p.push(tokio::time::Instant::now());
+        }
+        let body = r#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"boom","reason":"InternalError","code":500}"#;
+        let response = Response::builder()
+            .status(500)
+            .header("content-type", "application/json")
+            .body(body.to_owned());
+        async move { response }
+    });
+    kube::Client::new(server, "default")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -367,23 +390,8 @@ mod tests {
     /// more after seven failures, never every second forever.
     #[tokio::test(start_paused = true)]
     async fn failed_status_writes_back_off_exponentially() {
-        use axum::http::{Method, Request, Response};
         let patches: Arc<std::sync::Mutex<Vec<tokio::time::Instant>>> = Arc::default();
-        let seen = patches.clone();
-        let server = tower::service_fn(move |req: Request<kube::client::Body>| {
-            if req.method() == Method::PATCH
-                && let Ok(mut p) = seen.lock()
-            {
-                p.push(tokio::time::Instant::now());
-            }
-            let body = r#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"boom","reason":"InternalError","code":500}"#;
-            let response = Response::builder()
-                .status(500)
-                .header("content-type", "application/json")
-                .body(body.to_owned());
-            async move { response }
-        });
-        let api: Api<NodeImage> = Api::all(kube::Client::new(server, "default"));
+        let api: Api<NodeImage> = Api::all(failing_client(patches.clone()));
         let (status_tx, status_rx) = watch::channel(NodeImageStatus::default());
         let (_snap_tx, snap_rx) = watch::channel(Some(Snapshot {
             resource_version: Some("1".into()),

@@ -543,6 +543,49 @@ mod tests {
     use super::*;
     use crate::api::CrrPhase;
 
+    /// A request whose status write the API server keeps refusing (500) is synced again
+    /// with exponential back-off and jitter, not at every poll: over a minute with a
+    /// 100 ms poll, about eight writes instead of six hundred.
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_sync_is_retried_with_back_off_not_every_poll() {
+        let patches: Arc<std::sync::Mutex<Vec<tokio::time::Instant>>> = Arc::default();
+        let client = crate::kube_io::failing_client(patches.clone());
+        let (crrs, mut crr_writer) = kube::runtime::reflector::store();
+        let mut c = (*req("ns", "r1", "gone", "2026-01-01T00:00:00Z", None)).clone();
+        c.metadata.uid = Some("u1".into());
+        c.metadata.resource_version = Some("1".into());
+        crr_writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(c));
+        let (pods, _pod_writer) = kube::runtime::reflector::store();
+        let cri = CriClient::new(
+            std::path::Path::new("/nonexistent.sock"),
+            Duration::from_secs(1),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let handler = CrrHandler::new(
+            cri,
+            client,
+            crrs,
+            pods,
+            Arc::new(Notify::new()),
+            Metrics::unregistered(),
+            Duration::from_millis(100),
+        );
+        let task = tokio::spawn(handler.run());
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        task.abort();
+        let at = patches.lock().map(|p| p.clone()).unwrap_or_default();
+        let gaps: Vec<Duration> = at.windows(2).map(|w| w[1] - w[0]).collect();
+        assert!(
+            (5..=12).contains(&at.len()),
+            "{} writes: {gaps:?}",
+            at.len()
+        );
+        assert!(
+            gaps.last().is_some_and(|g| *g >= Duration::from_secs(8)),
+            "{gaps:?}"
+        );
+    }
+
     fn req(
         ns: &str,
         name: &str,

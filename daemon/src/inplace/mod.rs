@@ -157,7 +157,7 @@ pub(crate) struct Retry {
     backoff: backon::ExponentialBackoff,
     /// The object version that failed; a newer one is tried at once.
     version: String,
-    not_before: std::time::Instant,
+    not_before: tokio::time::Instant,
 }
 
 impl Retry {
@@ -166,7 +166,7 @@ impl Retry {
         Self {
             backoff: retry_backoff(),
             version: version.to_owned(),
-            not_before: std::time::Instant::now(),
+            not_before: tokio::time::Instant::now(),
         }
     }
 
@@ -174,13 +174,13 @@ impl Retry {
     pub(crate) fn failed(&mut self, version: &str) -> Duration {
         let delay = self.backoff.next().unwrap_or(RETRY_MAX);
         version.clone_into(&mut self.version);
-        self.not_before = std::time::Instant::now() + delay;
+        self.not_before = tokio::time::Instant::now() + delay;
         delay
     }
 
     /// Whether `version` must still wait out the back-off (a newer version need not).
     pub(crate) fn waiting(&self, version: &str) -> bool {
-        self.version == version && std::time::Instant::now() < self.not_before
+        self.version == version && tokio::time::Instant::now() < self.not_before
     }
 }
 
