@@ -135,5 +135,8 @@ mod tests {
                 "failure {f}: {got} ms, base {b} ms"
             );
         }
+        let spread: std::collections::BTreeSet<Duration> =
+            (0..50).map(|_| resubscribe_delay(3)).collect();
+        assert!(spread.len() > 1, "no jitter: {spread:?}");
     }
 }
