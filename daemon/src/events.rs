@@ -40,6 +40,7 @@ pub fn resubscribe_delay(failures: u32) -> Duration {
     let max = Duration::from_secs(30);
     // Past 6 doublings every delay is the maximum; the bound keeps `nth` short.
     backon::ExponentialBuilder::default()
+        .with_jitter()
         .with_min_delay(Duration::from_millis(500))
         .with_max_delay(max)
         .with_factor(2.0)
@@ -122,14 +123,20 @@ mod tests {
         assert_eq!(filters()[1], "namespace==k8s.io,topic==\"/tasks/exit\"");
     }
 
+    /// Doubling from half a second to half a minute, each delay with up to as much again
+    /// of jitter (so that the daemons of many nodes do not come back in step).
     #[test]
     fn backoff() {
-        let got: Vec<u64> = (0..9)
-            .map(|f| resubscribe_delay(f).as_millis() as u64)
-            .collect();
-        assert_eq!(
-            got,
-            vec![500, 1000, 2000, 4000, 8000, 16000, 30000, 30000, 30000]
-        );
+        let base = [500, 1000, 2000, 4000, 8000, 16000, 30000, 30000, 30000];
+        for (f, b) in base.into_iter().enumerate() {
+            let got = resubscribe_delay(f as u32).as_millis() as u64;
+            assert!(
+                got >= b && got <= 2 * b,
+                "failure {f}: {got} ms, base {b} ms"
+            );
+        }
+        let spread: std::collections::BTreeSet<Duration> =
+            (0..50).map(|_| resubscribe_delay(3)).collect();
+        assert!(spread.len() > 1, "no jitter: {spread:?}");
     }
 }

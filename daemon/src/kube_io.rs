@@ -187,6 +187,8 @@ pub async fn write_node_image_status(
     // resourceVersion it left. While the watch still shows the version before it, what it
     // left is the base (else the next patch would be refused for our own write).
     let mut written: Option<(Option<String>, NodeImageStatus, Option<String>)> = None;
+    // failed writes and reads are retried with exponential back-off and jitter
+    let mut backoff = crate::inplace::retry_backoff();
     loop {
         if !retry && status_rx.changed().await.is_err() {
             return;
@@ -221,6 +223,7 @@ pub async fn write_node_image_status(
             .await
         {
             Ok(ni) => {
+                backoff = crate::inplace::retry_backoff();
                 written = Some((
                     rv.clone(),
                     ni.status.unwrap_or_default(),
@@ -255,8 +258,9 @@ pub async fn write_node_image_status(
                     // gone: written again once it exists (the watch says so)
                     Ok(None) => {}
                     Err(e) => {
-                        tracing::warn!(error = %e, "reading the NodeImage after a conflict failed; retrying");
-                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        let delay = backoff.next().unwrap_or(crate::inplace::RETRY_MAX);
+                        tracing::warn!(error = %e, retry_in = ?delay, "reading the NodeImage after a conflict failed; retrying");
+                        tokio::time::sleep(delay).await;
                         retry = true;
                     }
                 }
@@ -266,8 +270,9 @@ pub async fn write_node_image_status(
                     .status_writes
                     .get_or_create(&Metrics::result("error"))
                     .inc();
-                tracing::warn!(error = %e, "NodeImage status write failed; retrying");
-                tokio::time::sleep(Duration::from_secs(1)).await;
+                let delay = backoff.next().unwrap_or(crate::inplace::RETRY_MAX);
+                tracing::warn!(error = %e, retry_in = ?delay, "NodeImage status write failed; retrying");
+                tokio::time::sleep(delay).await;
                 retry = true;
             }
         }
@@ -313,6 +318,29 @@ pub fn outside(only: Option<&str>, namespace: &str, name: &str) -> Option<String
     }
 }
 
+/// Test support: a client whose API server answers every request with 500
+/// (InternalError), recording when each PATCH arrived in `patches`.
+#[cfg(test)]
+pub(crate) fn failing_client(
+    patches: Arc<std::sync::Mutex<Vec<tokio::time::Instant>>>,
+) -> kube::Client {
+    use axum::http::{Method, Request, Response};
+    let server = tower::service_fn(move |req: Request<kube::client::Body>| {
+        if req.method() == Method::PATCH
+            && let Ok(mut p) = patches.lock()
+        {
+            p.push(tokio::time::Instant::now());
+        }
+        let body = r#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"boom","reason":"InternalError","code":500}"#;
+        let response = Response::builder()
+            .status(500)
+            .header("content-type", "application/json")
+            .body(body.to_owned());
+        async move { response }
+    });
+    kube::Client::new(server, "default")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -355,6 +383,46 @@ mod tests {
         assert_eq!(t1.elapsed(), Duration::ZERO);
         l.acquire().await;
         assert!(t1.elapsed() >= Duration::from_millis(499));
+    }
+
+    /// A NodeImage status write the API server keeps refusing (500) is retried with
+    /// exponential back-off and jitter: about half a second at first, half a minute and
+    /// more after seven failures, never every second forever.
+    #[tokio::test(start_paused = true)]
+    async fn failed_status_writes_back_off_exponentially() {
+        let patches: Arc<std::sync::Mutex<Vec<tokio::time::Instant>>> = Arc::default();
+        let api: Api<NodeImage> = Api::all(failing_client(patches.clone()));
+        let (status_tx, status_rx) = watch::channel(NodeImageStatus::default());
+        let (_snap_tx, snap_rx) = watch::channel(Some(Snapshot {
+            resource_version: Some("1".into()),
+            ..Snapshot::default()
+        }));
+        let writer = tokio::spawn(write_node_image_status(
+            api,
+            "node-a".into(),
+            status_rx,
+            snap_rx,
+            RateLimiter::new(100.0, 100),
+            Metrics::unregistered(),
+        ));
+        let _ = status_tx.send(NodeImageStatus {
+            desired: 1,
+            waiting: 1,
+            ..NodeImageStatus::default()
+        });
+        let count = || patches.lock().map(|p| p.len()).unwrap_or_default();
+        while count() < 8 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        writer.abort();
+        let at = patches.lock().map(|p| p.clone()).unwrap_or_default();
+        let gaps: Vec<Duration> = at.windows(2).map(|w| w[1] - w[0]).collect();
+        assert!(
+            gaps[0] >= Duration::from_millis(450) && gaps[0] <= Duration::from_millis(1100),
+            "{gaps:?}"
+        );
+        assert!(gaps[6] >= Duration::from_secs(29), "{gaps:?}");
+        assert!(gaps.windows(2).all(|g| g[1] >= g[0] / 2), "{gaps:?}");
     }
 
     #[test]

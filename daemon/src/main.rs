@@ -38,6 +38,11 @@ struct Args {
     /// Node-wide cap on concurrent image pulls.
     #[arg(long, default_value_t = 2)]
     max_concurrent_pulls: usize,
+    /// An image pull attempt that fetches no new bytes for this long (seconds) is
+    /// cancelled and counted as a failed attempt, freeing its pull slot (containerd only:
+    /// progress is read from its content store); 0 turns this off.
+    #[arg(long, default_value_t = inplace_daemon::puller::stall::DEFAULT_STALL_WINDOW.as_secs())]
+    pull_stall_timeout_seconds: u64,
     /// Address of /healthz and /metrics.
     #[arg(long, default_value = "0.0.0.0:10231")]
     addr: SocketAddr,
@@ -126,6 +131,8 @@ async fn main() -> anyhow::Result<()> {
         cri.clone(),
         PullerConfig {
             max_concurrent: args.max_concurrent_pulls,
+            stall_window: Some(Duration::from_secs(args.pull_stall_timeout_seconds))
+                .filter(|w| !w.is_zero()),
         },
         kube_io::secret_fetcher(client.clone(), args.secrets_namespace.clone()),
         metrics.clone(),

@@ -54,15 +54,19 @@ struct Run {
 }
 
 fn start_puller(fx: &Fixture, max: usize, s: NodeImageSpec) -> Run {
-    let cri = CriClient::new(&fx.socket, Duration::from_secs(10)).unwrap();
-    let (puller, status_rx) = Puller::new(
-        cri,
+    start_puller_with(
+        fx,
         PullerConfig {
             max_concurrent: max,
+            stall_window: None,
         },
-        no_secrets(),
-        Metrics::unregistered(),
-    );
+        s,
+    )
+}
+
+fn start_puller_with(fx: &Fixture, config: PullerConfig, s: NodeImageSpec) -> Run {
+    let cri = CriClient::new(&fx.socket, Duration::from_secs(10)).unwrap();
+    let (puller, status_rx) = Puller::new(cri, config, no_secrets(), Metrics::unregistered());
     let (snap_tx, snap_rx) = watch::channel(Some(Snapshot {
         spec: s,
         status: NodeImageStatus::default(),
@@ -239,4 +243,113 @@ async fn failures_land_in_status_with_the_runtime_message() {
     assert_eq!(the_tag(&s2, &good).version, 1);
     assert!(t1.elapsed() < Duration::from_secs(2));
     run.task.abort();
+}
+
+/// A registry that accepts connections and never answers holds a pull slot only for the
+/// stall window, not for the attempt's timeout: with one slot, a pull from the good
+/// registry queued behind the stalled one completes once the window has passed, the
+/// stalled attempt counts as failed with the reason, and the retry stalls again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root + containerd/docker-registry/skopeo (daemon/src/testkit.rs)"]
+async fn a_stalled_registry_frees_its_pull_slot_within_the_stall_window() {
+    let fx = Fixture::start().unwrap();
+    let hole = BlackHole::start().await.unwrap();
+    fx.allow_http(&hole.addr).unwrap();
+    let window = Duration::from_secs(5);
+    let slack = Duration::from_secs(4);
+    let stalled = format!("{}/x/y", hole.addr);
+    let good = format!("{}/inplace-test/app", fx.registry);
+    // 600 s per attempt, as the reference's default; two attempts
+    let mut run = start_puller_with(
+        &fx,
+        PullerConfig {
+            max_concurrent: 1,
+            stall_window: Some(window),
+        },
+        spec(vec![(stalled.clone(), vec![tag("v1", 600, 1)])]),
+    );
+    let t0 = Instant::now();
+    wait_for_tag(&mut run, &stalled, Duration::from_secs(10), |t| {
+        t.phase == TagPhase::Pulling
+    })
+    .await;
+    // the good image is queued behind the stalled pull (one slot)
+    run.snap_tx
+        .send(Some(Snapshot {
+            spec: spec(vec![
+                (stalled.clone(), vec![tag("v1", 600, 1)]),
+                (good.clone(), vec![tag("v1", 60, 0)]),
+            ]),
+            status: NodeImageStatus::default(),
+            resource_version: None,
+        }))
+        .unwrap();
+    let g = wait_for_tag(
+        &mut run,
+        &good,
+        window + slack + Duration::from_secs(10),
+        |t| t.phase.is_finished(),
+    )
+    .await;
+    let good_done = t0.elapsed();
+    assert_eq!(g.phase, TagPhase::Succeeded, "{g:?}");
+    println!("good image pulled after {good_done:?} (stall window {window:?})");
+    assert!(good_done >= window, "{good_done:?}");
+    assert!(
+        good_done < window + slack + Duration::from_secs(5),
+        "{good_done:?}"
+    );
+    let h = the_tag(&run.status_rx.borrow(), &stalled);
+    assert_eq!(h.phase, TagPhase::Pulling, "retry still under way: {h:?}");
+    let want = format!(
+        "attempt 1: no progress for 5s from registry {}; retrying",
+        hole.addr
+    );
+    assert_eq!(h.message, want);
+
+    let h = wait_for_tag(&mut run, &stalled, 2 * (window + slack), |t| {
+        t.phase.is_finished()
+    })
+    .await;
+    let stalled_done = t0.elapsed();
+    println!("stalled image failed after {stalled_done:?}: {}", h.message);
+    assert_eq!(h.phase, TagPhase::Failed);
+    assert_eq!(
+        h.message,
+        format!(
+            "no progress for 5s from registry {} (after 2 attempt(s))",
+            hole.addr
+        )
+    );
+    // two windows and the 1 s backoff, far below one 600 s attempt
+    assert!(stalled_done < 2 * (window + slack), "{stalled_done:?}");
+    run.task.abort();
+}
+
+async fn wait_for_tag(
+    run: &mut Run,
+    image: &str,
+    limit: Duration,
+    ok: impl Fn(&ImageTagStatus) -> bool,
+) -> ImageTagStatus {
+    let t0 = Instant::now();
+    loop {
+        if let Some(t) = run
+            .status_rx
+            .borrow_and_update()
+            .image_statuses
+            .get(image)
+            .and_then(|i| i.tags.first())
+            .filter(|t| ok(t))
+        {
+            return t.clone();
+        }
+        let left = limit.saturating_sub(t0.elapsed());
+        assert!(
+            !left.is_zero(),
+            "{image} not as expected within {limit:?}: {:#?}",
+            *run.status_rx.borrow()
+        );
+        let _ = tokio::time::timeout(left, run.status_rx.changed()).await;
+    }
 }

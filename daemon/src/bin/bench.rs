@@ -142,7 +142,10 @@ async fn pull_with_daemon(fx: &Fixture, refs: &[String], p: usize) -> anyhow::Re
     let cri = CriClient::new(&fx.socket, Duration::from_secs(30))?;
     let (puller, mut status_rx) = Puller::new(
         cri,
-        PullerConfig { max_concurrent: p },
+        PullerConfig {
+            max_concurrent: p,
+            stall_window: None,
+        },
         no_secrets(),
         Metrics::unregistered(),
     );

@@ -182,6 +182,73 @@ pub fn decide(
     decide_with_resize(pod, runtime, resolved, &BTreeMap::new(), false)
 }
 
+/// Key under which the daemon records, in the state annotation, the runtime id of each
+/// container it stopped for an env-from-metadata restart while the runtime did not report
+/// the container's env (name → id). Not in the reference.
+pub const STATE_ENV_STOPPED_KEY: &str = "daemonEnvStoppedIDs";
+
+/// The containers recorded under [`STATE_ENV_STOPPED_KEY`] (name → runtime id).
+pub fn env_stopped_ids(state: &InPlaceUpdateState) -> BTreeMap<String, String> {
+    state
+        .extra
+        .get(STATE_ENV_STOPPED_KEY)
+        .and_then(|v| serde_json::from_value(v.clone()).ok())
+        .unwrap_or_default()
+}
+
+/// The state annotation with `container` → `id` added under [`STATE_ENV_STOPPED_KEY`], or
+/// `None` when it is recorded already.
+pub fn state_with_env_stopped(
+    state: &InPlaceUpdateState,
+    container: &str,
+    id: &str,
+) -> Result<Option<String>, serde_json::Error> {
+    let mut ids = env_stopped_ids(state);
+    if ids.get(container).map(String::as_str) == Some(id) {
+        return Ok(None);
+    }
+    ids.insert(container.to_owned(), id.to_owned());
+    let mut s = state.clone();
+    s.extra
+        .insert(STATE_ENV_STOPPED_KEY.into(), serde_json::to_value(ids)?);
+    serde_json::to_string(&s).map(Some)
+}
+
+/// Facts of the node's own clock for the env-from-metadata decision when the runtime does
+/// not report a container's env.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeClock {
+    /// When this daemon saw the current container batch of the update appear (node clock,
+    /// nanoseconds since the epoch), if it did: a pod already in the update when the
+    /// daemon started has none.
+    pub batch_seen_at: Option<i64>,
+}
+
+/// Whether env reader `rc` (container `name`) runs with metadata older than the current
+/// batch, when the runtime does not report its env. Decided from facts of one clock or
+/// none, so that a node clock ahead of or behind the controller's changes nothing:
+/// - the daemon stopped a container of this name for this update (`stopped`, recorded in
+///   the state): stale only while that same container is the newest one, whatever the
+///   times say (the kubelet's next one was created after the stop, so after the update);
+/// - else, the daemon saw the batch appear: stale if created before that (node clock
+///   against node clock; the update was written before the daemon could see it);
+/// - else (the pod was in the update when the daemon started): created before the time
+///   the controller recorded (`updated_at`, the controller's clock: the only fact left).
+///
+/// `None` when there is no fact to decide from.
+fn stale_without_env(
+    rc: &RuntimeContainer,
+    stopped: Option<&String>,
+    clock: NodeClock,
+    updated_at: Option<i64>,
+) -> Option<bool> {
+    if let Some(id) = stopped {
+        return Some(&rc.id == id);
+    }
+    let anchor = clock.batch_seen_at.or(updated_at)?;
+    Some(rc.created_at < anchor)
+}
+
 /// The containers whose resources an update changes (state `updateResources`).
 pub fn resized_containers(state: &InPlaceUpdateState) -> Vec<String> {
     if !state.update_resources {
@@ -200,6 +267,25 @@ pub fn decide_with_resize(
     resolved: &BTreeMap<String, String>,
     observed: &BTreeMap<String, Limits>,
     apply_resize: bool,
+) -> Decision {
+    decide_on_node(
+        pod,
+        runtime,
+        resolved,
+        observed,
+        apply_resize,
+        NodeClock::default(),
+    )
+}
+
+/// [`decide_with_resize`] with the node's clock facts (see [`NodeClock`]).
+pub fn decide_on_node(
+    pod: &Pod,
+    runtime: &[RuntimeContainer],
+    resolved: &BTreeMap<String, String>,
+    observed: &BTreeMap<String, Limits>,
+    apply_resize: bool,
+    clock: NodeClock,
 ) -> Decision {
     if !in_update(pod) {
         return Decision::NotInUpdate;
@@ -313,6 +399,7 @@ pub fn decide_with_resize(
         let in_current_batch = |name: &str| {
             !later_batches || current.is_some_and(|b| b.containers.iter().any(|c| c == name))
         };
+        let stopped = env_stopped_ids(&state);
         for c in spec.containers.iter().filter(|c| env_from_metadata(c)) {
             let Some(rc) = newest(runtime, &c.name) else {
                 return Decision::Wait(format!("no runtime container for {} yet", c.name));
@@ -320,9 +407,9 @@ pub fn decide_with_resize(
             let stale = match &rc.env {
                 Some(env) => !stale_metadata_env(c, env, &pod.metadata).is_empty(),
                 // The runtime does not tell the env: a container created before the update
-                // was written is stale (compares the node's clock with the controller's).
-                None => match updated_at {
-                    Some(at) => rc.created_at < at && in_current_batch(&c.name),
+                // was written is stale (see `stale_without_env` for the facts used).
+                None => match stale_without_env(rc, stopped.get(&c.name), clock, updated_at) {
+                    Some(stale) => stale && in_current_batch(&c.name),
                     None => {
                         return Decision::Invalid(
                             "updateEnvFromMetadata without updateTimestamp, and the runtime does not report container env".into(),

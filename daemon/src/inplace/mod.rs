@@ -137,6 +137,13 @@ pub struct Executor {
     stale_since: HashMap<String, std::time::Instant>,
     /// uid → back-off of a pod whose last sync failed.
     retry_after: HashMap<String, Retry>,
+    /// (uid, revision, container batches applied) → when this daemon saw that batch
+    /// appear (node clock, ns), `None` for one already there at its start: the node-clock
+    /// anchor of the env-from-metadata decision (see [`decide::NodeClock`]).
+    batch_seen: HashMap<(String, String, usize), Option<i64>>,
+    /// Set after the first pass over the synced pod cache: a batch first seen later
+    /// appeared while the daemon was watching.
+    watching: bool,
 }
 
 /// How long a container found with stale metadata env is left running before the daemon
@@ -146,17 +153,43 @@ const ENV_SETTLE: Duration = Duration::from_secs(1);
 /// When a pod whose sync failed is tried again: exponential back-off with jitter, from
 /// half a second up to [`RETRY_MAX`], per pod.
 #[derive(Debug)]
-struct Retry {
+pub(crate) struct Retry {
     backoff: backon::ExponentialBackoff,
-    /// The pod version that failed; a newer one is tried at once.
+    /// The object version that failed; a newer one is tried at once.
     version: String,
-    not_before: std::time::Instant,
+    not_before: tokio::time::Instant,
+}
+
+impl Retry {
+    /// The first failure of `version`: nothing to wait for yet.
+    pub(crate) fn new(version: &str) -> Self {
+        Self {
+            backoff: retry_backoff(),
+            version: version.to_owned(),
+            not_before: tokio::time::Instant::now(),
+        }
+    }
+
+    /// Another failure, of `version`: the next delay, which it returns.
+    pub(crate) fn failed(&mut self, version: &str) -> Duration {
+        let delay = self.backoff.next().unwrap_or(RETRY_MAX);
+        version.clone_into(&mut self.version);
+        self.not_before = tokio::time::Instant::now() + delay;
+        delay
+    }
+
+    /// Whether `version` must still wait out the back-off (a newer version need not).
+    pub(crate) fn waiting(&self, version: &str) -> bool {
+        self.version == version && tokio::time::Instant::now() < self.not_before
+    }
 }
 
 /// The longest wait between two tries of a failing pod.
-const RETRY_MAX: Duration = Duration::from_secs(30);
+pub(crate) const RETRY_MAX: Duration = Duration::from_secs(30);
 
-fn retry_backoff() -> backon::ExponentialBackoff {
+/// Exponential back-off with jitter from half a second to [`RETRY_MAX`], never ending:
+/// the daemon's retry of a failed pod sync, CRR sync or NodeImage status write.
+pub(crate) fn retry_backoff() -> backon::ExponentialBackoff {
     use backon::BackoffBuilder;
     backon::ExponentialBuilder::default()
         .with_jitter()
@@ -194,14 +227,26 @@ impl Executor {
             restarts: HashMap::new(),
             stale_since: HashMap::new(),
             retry_after: HashMap::new(),
+            batch_seen: HashMap::new(),
+            watching: false,
         }
     }
 
     pub async fn run(mut self) {
+        // Until the pod cache has synced, every pod would look new to `batch_seen`.
+        if self.store.wait_until_ready().await.is_err() {
+            tracing::warn!("pod watch ended before the cache synced");
+        }
+        let mut first_pass = true;
         loop {
-            tokio::select! {
-                _ = self.notify.notified() => {}
-                _ = tokio::time::sleep(self.poll) => {}
+            if first_pass {
+                first_pass = false;
+            } else {
+                self.watching = true;
+                tokio::select! {
+                    _ = self.notify.notified() => {}
+                    _ = tokio::time::sleep(self.poll) => {}
+                }
             }
             let pods: Vec<Arc<Pod>> = self
                 .store
@@ -219,14 +264,19 @@ impl Executor {
                 .retain(|_, (_, at)| at.elapsed() < COMPLETION_MEMORY);
             self.retry_after
                 .retain(|uid, _| pods.iter().any(|p| p.metadata.uid.as_deref() == Some(uid)));
+            self.batch_seen.retain(|(uid, _, _), _| {
+                pods.iter().any(|p| p.metadata.uid.as_deref() == Some(uid))
+            });
             for pod in pods {
                 let uid = pod.metadata.uid.clone().unwrap_or_default();
                 let version = pod.metadata.resource_version.clone().unwrap_or_default();
                 // A pod whose last sync failed waits out its back-off, unless it changed
                 // meanwhile (a conflict is answered by the newer version at once).
-                if self.retry_after.get(&uid).is_some_and(|r| {
-                    r.version == version && std::time::Instant::now() < r.not_before
-                }) {
+                if self
+                    .retry_after
+                    .get(&uid)
+                    .is_some_and(|r| r.waiting(&version))
+                {
                     continue;
                 }
                 let span = crate::logging::pod_span(
@@ -238,14 +288,11 @@ impl Executor {
                         self.retry_after.remove(&uid);
                     }
                     Err(e) => {
-                        let retry = self.retry_after.entry(uid).or_insert_with(|| Retry {
-                            backoff: retry_backoff(),
-                            version: version.clone(),
-                            not_before: std::time::Instant::now(),
-                        });
-                        let delay = retry.backoff.next().unwrap_or(RETRY_MAX);
-                        retry.version = version;
-                        retry.not_before = std::time::Instant::now() + delay;
+                        let delay = self
+                            .retry_after
+                            .entry(uid)
+                            .or_insert_with(|| Retry::new(&version))
+                            .failed(&version);
                         tracing::warn!(pod = %pod_name(&pod), error = %e, retry_in = ?delay, "in-place sync failed");
                     }
                 }
@@ -343,6 +390,8 @@ impl Executor {
             .and_then(|l| l.get(keys::REVISION_LABEL))
             .cloned()
             .unwrap_or_default();
+        // first, so that a batch is anchored when first seen even if this sync fails
+        let clock = self.node_clock(pod, &uid, &revision);
         if self
             .completed
             .get(&uid)
@@ -356,8 +405,14 @@ impl Executor {
         self.read_metadata_env(pod, &mut runtime).await;
         let resolved = self.resolve_images(pod).await;
         let observed = self.observe_resized(pod, &runtime).await;
-        let mut d =
-            decide::decide_with_resize(pod, &runtime, &resolved, &observed, self.apply_resize);
+        let mut d = decide::decide_on_node(
+            pod,
+            &runtime,
+            &resolved,
+            &observed,
+            self.apply_resize,
+            clock,
+        );
         if let Decision::Restart { container, id } = &d {
             // First seen stale now: give the kubelet a moment to see the new metadata
             // before the container is stopped (the poll comes back to it). Stopped at once,
@@ -396,6 +451,12 @@ impl Executor {
         }
         match &d {
             Decision::Restart { container, id } => {
+                // Decided without the container's env (runtime does not report it): record
+                // the container stopped, so that its successor is judged by id, not by
+                // comparing clocks.
+                if runtime.iter().any(|rc| &rc.id == id && rc.env.is_none()) {
+                    self.record_env_stopped(pod, container, id).await?;
+                }
                 self.stop_for_restart(
                     pod,
                     container,
@@ -443,6 +504,48 @@ impl Executor {
             Decision::NotInUpdate | Decision::Wait(_) | Decision::Invalid(_) => {}
         }
         Ok(d)
+    }
+
+    /// The node-clock facts of `pod`'s current container batch: when this daemon saw it
+    /// appear, recorded the first time it is asked about it.
+    fn node_clock(&mut self, pod: &Pod, uid: &str, revision: &str) -> decide::NodeClock {
+        let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+        let Some(Ok(state)) = InPlaceUpdateState::from_annotations(&annotations) else {
+            return decide::NodeClock::default();
+        };
+        let key = (
+            uid.to_owned(),
+            revision.to_owned(),
+            state.container_batches_record.len(),
+        );
+        let watching = self.watching;
+        let seen = *self.batch_seen.entry(key).or_insert_with(|| {
+            watching.then(|| {
+                i64::try_from(k8s_openapi::jiff::Timestamp::now().as_nanosecond())
+                    .unwrap_or(i64::MAX)
+            })
+        });
+        decide::NodeClock {
+            batch_seen_at: seen,
+        }
+    }
+
+    /// Records in the state annotation that container `container` (runtime id `id`) is
+    /// stopped for an env-from-metadata restart, unless it says so already.
+    async fn record_env_stopped(
+        &self,
+        pod: &Pod,
+        container: &str,
+        id: &str,
+    ) -> Result<(), ExecError> {
+        let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+        let Some(Ok(state)) = InPlaceUpdateState::from_annotations(&annotations) else {
+            return Ok(());
+        };
+        if let Some(s) = decide::state_with_env_stopped(&state, container, id)? {
+            self.write_state(pod, s).await?;
+        }
+        Ok(())
     }
 
     /// Stops container `container` (runtime id `id`) so that the kubelet starts it again
@@ -576,5 +679,18 @@ mod tests {
         assert!(delays.iter().all(|d| *d >= Duration::from_millis(500)));
         assert!(delays.iter().all(|d| *d <= 2 * RETRY_MAX), "{delays:?}");
         assert!(delays[99] >= RETRY_MAX, "{:?}", delays[99]);
+    }
+
+    /// A failed version waits out its back-off; a newer version of the object is tried
+    /// at once; the delays grow.
+    #[test]
+    fn a_retry_holds_the_failed_version_only() {
+        let mut r = Retry::new("1");
+        assert!(!r.waiting("1"), "nothing failed yet");
+        let first = r.failed("1");
+        assert!(r.waiting("1"));
+        assert!(!r.waiting("2"));
+        let later: Vec<Duration> = (0..8).map(|_| r.failed("1")).collect();
+        assert!(later[7] > first, "{first:?} then {later:?}");
     }
 }

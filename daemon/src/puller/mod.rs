@@ -11,6 +11,7 @@
 
 pub mod auth;
 pub mod plan;
+pub mod stall;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -54,6 +55,51 @@ pub struct Snapshot {
 pub struct PullerConfig {
     /// Node-wide cap on concurrent PullImage calls.
     pub max_concurrent: usize,
+    /// An attempt that fetches nothing for this long is cancelled (see [`stall`]);
+    /// `None`: only the per-attempt timeout ends it.
+    pub stall_window: Option<Duration>,
+}
+
+/// Reads the runtime's active content ingests (see [`stall`]); `None` when it cannot.
+pub type ProgressProbe = Arc<dyn Fn() -> BoxFuture<'static, Option<stall::Ingests>> + Send + Sync>;
+
+/// The probe of containerd's content store on `socket` (the CRI socket: containerd serves
+/// its own API on it too), in the CRI namespace; each call waits at most `timeout`.
+/// Another runtime (CRI-O) has no such service: every sample is `None`.
+pub fn containerd_progress(socket: std::path::PathBuf, timeout: Duration) -> ProgressProbe {
+    Arc::new(move || {
+        let socket = socket.clone();
+        Box::pin(async move {
+            match tokio::time::timeout(timeout, list_ingests(&socket)).await {
+                Ok(Ok(i)) => Some(i),
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "content store ingests not readable");
+                    None
+                }
+                Err(_) => None,
+            }
+        })
+    })
+}
+
+async fn list_ingests(socket: &std::path::Path) -> Result<stall::Ingests, String> {
+    use containerd_client::services::v1::ListStatusesRequest;
+    use containerd_client::services::v1::content_client::ContentClient;
+    let channel = containerd_client::connect(socket)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut req = tonic::Request::new(ListStatusesRequest { filters: vec![] });
+    req.metadata_mut().insert(
+        "containerd-namespace",
+        tonic::metadata::MetadataValue::from_static(crate::events::CRI_NAMESPACE),
+    );
+    let statuses = ContentClient::new(channel)
+        .list_statuses(req)
+        .await
+        .map_err(|e| format!("{}: {}", e.code(), e.message()))?
+        .into_inner()
+        .statuses;
+    Ok(statuses.into_iter().map(|s| (s.r#ref, s.offset)).collect())
 }
 
 #[derive(Debug)]
@@ -69,6 +115,8 @@ struct Shared {
     repo_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     secrets: SecretFetcher,
     metrics: Metrics,
+    /// The stall window and the probe that samples progress.
+    stall: Option<(Duration, ProgressProbe)>,
 }
 
 impl Shared {
@@ -117,12 +165,17 @@ impl Puller {
     ) -> (Self, watch::Receiver<NodeImageStatus>) {
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let (status_tx, status_rx) = watch::channel(NodeImageStatus::default());
+        let probe = containerd_progress(cri.socket().to_path_buf(), Duration::from_secs(5));
         let shared = Arc::new(Shared {
             cri,
             global: Semaphore::new(config.max_concurrent.max(1)),
             repo_locks: Mutex::default(),
             secrets,
             metrics,
+            stall: config
+                .stall_window
+                .filter(|w| !w.is_zero())
+                .map(|w| (w, probe)),
         });
         (
             Self {
@@ -445,7 +498,7 @@ async fn pull_task(
         attempts_made = attempt;
         shared.metrics.pulls_in_flight.inc();
         let attempt_start = Instant::now();
-        let result = tokio::time::timeout(deadline, async {
+        let pull = async {
             let mut last = None;
             for c in creds.iter().cloned().map(Some).chain([None]) {
                 match shared
@@ -453,23 +506,35 @@ async fn pull_task(
                     .pull_image(&reference, c, Some(sandbox.clone()), deadline)
                     .await
                 {
-                    Ok(r) => return Ok(r),
+                    Ok(r) => return Outcome::Pulled(r),
                     Err(e) => last = Some(e),
                 }
             }
-            Err(last)
-        })
-        .await;
+            Outcome::Failed(last)
+        };
+        let pull = async {
+            tokio::time::timeout(deadline, pull)
+                .await
+                .unwrap_or(Outcome::TimedOut)
+        };
+        // Dropping the pull future cancels the RPC, and containerd the pull with it.
+        let result = match &shared.stall {
+            None => pull.await,
+            Some((window, probe)) => tokio::select! {
+                r = pull => r,
+                idle = stalled(*window, probe) => Outcome::Stalled(idle),
+            },
+        };
         shared.metrics.pulls_in_flight.dec();
         match result {
-            Ok(Ok(runtime_ref)) => {
+            Outcome::Pulled(runtime_ref) => {
                 let id = image_id(&shared, &key, &runtime_ref).await;
                 finish(&mut st, Ok(id));
                 tracing::info!(image = %reference, attempt, secs = attempt_start.elapsed().as_secs_f64(), "pulled");
                 send(&st);
                 return;
             }
-            Ok(Err(e)) => {
+            Outcome::Failed(e) => {
                 let retry = e.as_ref().and_then(|e| e.code()) != Some(tonic::Code::InvalidArgument);
                 last_err = e.map(|e| e.runtime_message()).unwrap_or_default();
                 tracing::warn!(image = %reference, attempt, error = %last_err, "pull attempt failed");
@@ -477,12 +542,21 @@ async fn pull_task(
                     break;
                 }
             }
-            Err(_) => {
+            Outcome::TimedOut => {
                 last_err = format!(
                     "pull did not finish within its {}s deadline",
                     deadline.as_secs_f64()
                 );
                 tracing::warn!(image = %reference, attempt, error = %last_err, "pull attempt timed out");
+            }
+            Outcome::Stalled(idle) => {
+                // the slot is freed below; the retry follows the job's backoff
+                last_err = stall::reason(idle, &auth::registry_of(&key.image));
+                tracing::warn!(image = %reference, attempt, error = %last_err, "pull attempt cancelled: no progress");
+                if attempt < start.params.attempts {
+                    st.message = format!("attempt {attempt}: {last_err}; retrying");
+                    send(&st);
+                }
             }
         }
         drop(_permit);
@@ -499,4 +573,31 @@ async fn pull_task(
     }
     finish(&mut st, Err(msg));
     send(&st);
+}
+
+/// How one pull attempt ended.
+enum Outcome {
+    /// The runtime's image reference.
+    Pulled(String),
+    /// The runtime's error of the last credentials tried.
+    Failed(Option<crate::cri::CriError>),
+    /// The per-attempt deadline passed.
+    TimedOut,
+    /// No progress for this long (see [`stall`]).
+    Stalled(Duration),
+}
+
+/// Resolves once the content store has shown no progress for `window` (see [`stall`]),
+/// with the time it was idle; pending forever while it moves.
+async fn stalled(window: Duration, probe: &ProgressProbe) -> Duration {
+    let t0 = Instant::now();
+    let mut watch = stall::StallWatch::new(window);
+    let every = stall::sample_interval(window);
+    loop {
+        let sample = probe().await;
+        if let stall::Verdict::Abort { idle } = watch.observe(t0.elapsed(), sample) {
+            return idle;
+        }
+        tokio::time::sleep(every).await;
+    }
 }

@@ -603,3 +603,131 @@ fn ready_patch_is_one_condition_by_type() {
                 "lastTransitionTime": "1970-01-01T00:00:00Z", "reason": null, "message": null}]}})
     );
 }
+
+/// The env-from-metadata decision when the runtime does not report container env, with
+/// the node's clock ahead of, behind and equal to the controller's. The update is written
+/// at controller time T10; the daemon, watching, sees it a second later (node clock:
+/// T10 + 1 s + skew). Before the daemon's restart the container is stale whatever the
+/// skew; after it, the successor of the recorded container is done whatever the skew.
+/// The old rule (container time against the controller's time) is kept only where no
+/// other fact exists, and gives the same answers with no skew.
+#[test]
+fn env_from_metadata_without_runtime_env_is_clock_skew_tolerant() {
+    const S: i64 = 1_000_000_000;
+    let state = |stopped: Option<&str>| {
+        let mut s = json!({"revision": "cs-2", "updateTimestamp": "2026-01-01T00:00:10Z",
+            "lastContainerStatuses": {}, "updateEnvFromMetadata": true});
+        if let Some(id) = stopped {
+            s[STATE_ENV_STOPPED_KEY] = json!({ "side": id });
+        }
+        pod(json!({"metadata": {
+            "labels": {"x": "new"},
+            "annotations": {"apps.kruise.io/inplace-update-state": s.to_string()}}}))
+    };
+    let restart = Decision::Restart {
+        container: "side".into(),
+        id: "s0".into(),
+    };
+    let done = Decision::Complete(BTreeMap::from([("side".into(), "s1".into())]));
+    let waiting = Decision::Wait("side stopped, waiting for the kubelet to start it".into());
+    for (skew_name, skew) in [
+        ("no skew", 0),
+        ("node 5 min ahead", 300 * S),
+        ("node 5 min behind", -300 * S),
+        ("node 1 h behind", -3600 * S),
+    ] {
+        let node = |true_time: i64| true_time + skew;
+        let watching = NodeClock {
+            batch_seen_at: Some(node(T10 + S)),
+        };
+        // created 30 s before the update (true time), the kubelet's restart 10 s after it
+        let old = |running| rc("s0", "side", 0, running, node(T10 - 30 * S), "sha256:side");
+        let new = rc("s1", "side", 1, true, node(T10 + 10 * S), "sha256:side");
+        let cases = [
+            (
+                "old container, daemon watching",
+                state(None),
+                vec![old(true)],
+                watching,
+                restart.clone(),
+            ),
+            (
+                "the container the daemon stopped is still the newest",
+                state(Some("s0")),
+                vec![old(false)],
+                watching,
+                waiting.clone(),
+            ),
+            (
+                "the stopped container's successor, daemon watching",
+                state(Some("s0")),
+                vec![old(false), new.clone()],
+                watching,
+                done.clone(),
+            ),
+            (
+                "the stopped container's successor, daemon restarted since",
+                state(Some("s0")),
+                vec![old(false), new.clone()],
+                NodeClock::default(),
+                done.clone(),
+            ),
+        ];
+        for (name, p, rt, clock, want) in cases {
+            let got = super::decide_on_node(
+                &reported(&p, &rt),
+                &rt,
+                &resolved(),
+                &BTreeMap::new(),
+                false,
+                clock,
+            );
+            assert_eq!(got, want, "{skew_name}: {name}");
+        }
+    }
+    // Before this change, with the node 5 min ahead, the old container looked newer than
+    // the update and was never restarted; 5 min behind, the successor looked older and
+    // was restarted again. The old rule is what is left with no other fact:
+    let ahead = rc("s0", "side", 0, true, T10 - 30 * S + 300 * S, "sha256:side");
+    assert!(matches!(
+        decide(&state(None), &[ahead], &resolved()),
+        Decision::Complete(_)
+    ));
+    let behind = [
+        rc("s0", "side", 0, false, T10 - 330 * S, "sha256:side"),
+        rc("s1", "side", 1, true, T10 + 10 * S - 300 * S, "sha256:side"),
+    ];
+    assert!(matches!(
+        decide(&state(None), &behind, &resolved()),
+        Decision::Restart { .. }
+    ));
+    // ... and with the record of the stop, the successor is done.
+    assert_eq!(decide(&state(Some("s0")), &behind, &resolved()), done);
+}
+
+/// The stop record is added to the state once, keeping everything else.
+#[test]
+fn the_env_stop_record_is_added_once_and_keeps_the_state() {
+    let s: InPlaceUpdateState = serde_json::from_str(
+        r#"{"revision":"cs-2","updateEnvFromMetadata":true,"futureKey":{"a":1}}"#,
+    )
+    .unwrap_or_default();
+    let first = state_with_env_stopped(&s, "side", "s0")
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let s1: InPlaceUpdateState = serde_json::from_str(&first).unwrap_or_default();
+    assert_eq!(
+        env_stopped_ids(&s1),
+        BTreeMap::from([("side".to_string(), "s0".to_string())])
+    );
+    assert_eq!(s1.extra.get("futureKey"), Some(&json!({"a": 1})));
+    assert!(s1.update_env_from_metadata);
+    assert_eq!(state_with_env_stopped(&s1, "side", "s0").ok(), Some(None));
+    let second = state_with_env_stopped(&s1, "side", "s2")
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let s2: InPlaceUpdateState = serde_json::from_str(&second).unwrap_or_default();
+    assert_eq!(env_stopped_ids(&s2)["side"], "s2");
+}
