@@ -27,6 +27,7 @@ pub mod instance_ids;
 pub mod lifecycle;
 pub mod model;
 pub mod not_ready;
+pub mod order_rules;
 pub mod predownload;
 pub mod protection;
 pub mod quantity;

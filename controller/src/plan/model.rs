@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
-use super::update_order::{OrderRules, PrecomputedOrder};
+use super::order_rules::{OrderRules, PrecomputedOrder};
 
 /// Switches that the reference implementation keeps behind feature gates.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -54,7 +54,7 @@ use crate::events::Note;
 use crate::expectations::Expectation;
 use crate::metrics::CloneSetLabels;
 use crate::plan::{Action, Plan, UpdateMethod};
-use crate::runtime::{Context, key_of};
+use crate::runtime::context::{Context, key_of};
 use crate::watch::Owned;
 
 /// The CloneSet condition a failed action is reported under.

@@ -24,12 +24,12 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::{Map, Value, json};
 use tracing::debug;
 
-use crate::act::Outcome;
 use crate::error::Error;
 use crate::events::Note;
 use crate::metrics::CloneSetLabels;
 use crate::plan::{Plan, PlanProblem, status};
-use crate::runtime::Context;
+use crate::runtime::apply::Outcome;
+use crate::runtime::context::Context;
 
 /// The problems of this reconcile: the planner's, then one per failed action (their
 /// condition is the action's kind, `FailedScale` or `FailedUpdate`).
@@ -221,8 +221,8 @@ mod tests {
         // An action failure has no reason: the field is left out, not written empty.
         let outcome = Outcome {
             attempted: 1,
-            failures: vec![crate::act::Failure {
-                kind: crate::act::FailureKind::Update,
+            failures: vec![crate::runtime::apply::Failure {
+                kind: crate::runtime::apply::FailureKind::Update,
                 error: Error::NotCached("pod demo-a".into()),
             }],
             skipped: 0,
