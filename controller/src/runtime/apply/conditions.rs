@@ -79,7 +79,7 @@ impl Actor<'_> {
             outcome.attempted += 1;
             match r {
                 Ok(()) => {}
-                Err(e) if e.status_code() == Some(409) => {}
+                Err(e) if e.is_conflict() => {}
                 Err(error) => outcome.failures.push(Failure {
                     kind: FailureKind::Update,
                     error,
@@ -142,7 +142,7 @@ impl Actor<'_> {
         ]});
         match self.patch_pod_status(pod, status, true).await {
             // Only for the pod version we checked: a newer one is judged again next time.
-            Err(e) if e.status_code() == Some(409) => Ok(()),
+            Err(e) if e.is_conflict() => Ok(()),
             other => other,
         }
     }
@@ -162,7 +162,7 @@ impl Actor<'_> {
             "reason": reason, "message": message,
         }]});
         match self.patch_pod_status(pod, status, true).await {
-            Err(e) if e.status_code() == Some(409) => return Ok(()),
+            Err(e) if e.is_conflict() => return Ok(()),
             other => other?,
         }
         warn!(pod = %name, reason, %message, "in-place update stalled");
