@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use inplace_proto::CloneSet;
+use inplace_proto::{CloneSet, CloneSetStatus};
 use kube::{Client, ResourceExt};
 
 use crate::discovery::ServerCapabilities;
@@ -18,6 +18,7 @@ use crate::metrics::{Health, Metrics};
 use crate::plan::PlanOptions;
 use crate::watch::{Scope, Stores};
 
+use super::last_write::LastWrites;
 use super::predownload_jobs::{JobWriter, PreDownloader};
 
 /// Settings of the reconciler.
@@ -72,6 +73,8 @@ pub struct Context {
     /// Image pre-download (gate `PreDownloadImageForInPlaceUpdate`); `None` when off.
     pub predownload: Option<PreDownloader>,
     pub(super) failures: Mutex<HashMap<String, u32>>,
+    /// Per CloneSet UID: the status and resourceVersion our last status write left.
+    pub status_writes: LastWrites<CloneSetStatus>,
     /// Turns true once every cache has synced. A watch channel wakes every waiting
     /// reconcile; awaiting the stores' readiness from each reconcile does not (only the
     /// last waiter was woken, and the others sat out their whole timeout).

@@ -14,6 +14,7 @@
 
 pub mod apply;
 pub mod context;
+pub mod last_write;
 pub mod predownload_jobs;
 pub mod status_writer;
 
@@ -63,6 +64,7 @@ pub async fn reconcile(cs: Arc<CloneSet>, ctx: Arc<Context>) -> Result<Action, E
     if gone {
         // Deleted while it was reconciled: the series just written go with it.
         ctx.metrics.forget(&labels);
+        ctx.status_writes.forget(&cs.uid().unwrap_or_default());
     }
     let result = end_of_deleted(result, gone);
     if result.is_ok() {
@@ -127,6 +129,7 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context, key: &str) -> Result<Acti
     if cs.metadata.deletion_timestamp.is_some() {
         // Pods, PVCs and revisions carry owner references: the garbage collector removes them.
         ctx.expectations.forget(key);
+        ctx.status_writes.forget(&cs.uid().unwrap_or_default());
         ctx.metrics
             .forget(&CloneSetLabels::new(&ns, &cs.name_any()));
         return Ok(Action::await_change());
@@ -430,6 +433,7 @@ pub async fn run(
         caps,
         settings,
         failures: Mutex::new(HashMap::new()),
+        status_writes: last_write::LastWrites::default(),
         synced,
     });
     {

@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 
 use inplace_proto::keys;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::api::Patch;
 use serde_json::{Value, json};
@@ -178,35 +179,66 @@ impl Actor<'_> {
     }
 
     /// Adds or removes our key in the `KruisePodReady` condition's message list (only on
-    /// pods with that readiness gate, like the reference).
+    /// pods with that readiness gate, like the reference). The write is pinned to the pod
+    /// version decided from: the cached one, or the one an earlier write of this execution
+    /// left. Others edit the same list (ContainerRecreateRequests, the daemon), so on 409
+    /// the pod is read again and the change decided again from it, once.
     pub(super) async fn set_not_ready_key(
         &self,
         pod: &Pod,
         key: &str,
         add: bool,
     ) -> Result<(), Error> {
-        if !has_gate(pod, keys::KRUISE_POD_READY_CONDITION) {
+        let name = pod.name_any();
+        let pinned = self.left.pin_for(pod);
+        let Some(body) = not_ready_key_patch(pod, key, add, pinned.as_deref(), now_time()) else {
             return Ok(());
+        };
+        match self.patch_pod_status_body(name.clone(), body).await {
+            Err(e) if e.is_conflict() => {
+                let fresh = self
+                    .pod_api()
+                    .get(&name)
+                    .await
+                    .map_err(|e| Error::kube(format!("read pod {name} after a conflict"), e))?;
+                let rv = fresh.resource_version();
+                match not_ready_key_patch(&fresh, key, add, rv.as_deref(), now_time()) {
+                    Some(body) => self.patch_pod_status_body(name, body).await,
+                    None => Ok(()),
+                }
+            }
+            other => other,
         }
-        let ours = NotReadyMessage {
-            user_agent: NOT_READY_USER_AGENT.into(),
-            key: key.into(),
-        };
-        let Some((status, message)) = kruise_pod_ready(pod, &ours, add) else {
-            return Ok(());
-        };
-        self.patch_pod_status(
-            pod,
-            json!({"conditions": [{
-                "type": keys::KRUISE_POD_READY_CONDITION,
-                "status": status,
-                "message": message,
-                "lastTransitionTime": now_time(),
-            }]}),
-            false,
-        )
-        .await
     }
+}
+
+/// The `pods/status` patch that adds (`add`) or removes our `key` in the `KruisePodReady`
+/// condition's message list of `pod`, conditional on `resource_version`; `None` when the
+/// pod has no such readiness gate or the list is already as wanted.
+pub fn not_ready_key_patch(
+    pod: &Pod,
+    key: &str,
+    add: bool,
+    resource_version: Option<&str>,
+    now: Time,
+) -> Option<Value> {
+    if !has_gate(pod, keys::KRUISE_POD_READY_CONDITION) {
+        return None;
+    }
+    let ours = NotReadyMessage {
+        user_agent: NOT_READY_USER_AGENT.into(),
+        key: key.into(),
+    };
+    let (status, message) = kruise_pod_ready(pod, &ours, add)?;
+    Some(json!({
+        "metadata": {"resourceVersion": resource_version},
+        "status": {"conditions": [{
+            "type": keys::KRUISE_POD_READY_CONDITION,
+            "status": status,
+            "message": message,
+            "lastTransitionTime": now,
+        }]},
+    }))
 }
 
 /// Whether the pod has a readiness gate of this condition type.

@@ -35,7 +35,8 @@ pub use conditions::{gate_conditions_to_set, has_gate};
 pub use conflict::still_updatable;
 pub use inplace::spec_from_change;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::StreamExt;
@@ -118,6 +119,44 @@ struct Actor<'a> {
     labels: CloneSetLabels,
     pods: BTreeMap<&'a str, &'a Pod>,
     revisions_ok: AtomicBool,
+    left: LeftVersions,
+}
+
+/// Per pod name: the resourceVersion our last write of this execution left on the pod. A
+/// later write of the same pod in the same execution is pinned to it (the cached pod's
+/// version is outdated by our own write).
+#[derive(Debug, Default)]
+struct LeftVersions(Mutex<HashMap<String, String>>);
+
+impl LeftVersions {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Notes what a pod write left (from its expectation).
+    fn record(&self, written: &Expectation) {
+        if let Expectation::PodUpdated {
+            name,
+            resource_version,
+            ..
+        } = written
+            && !resource_version.is_empty()
+        {
+            self.map().insert(name.clone(), resource_version.clone());
+        }
+    }
+
+    /// The version a write of `pod` is pinned to: what our last write of it left, else the
+    /// cached pod's own.
+    fn pin_for(&self, pod: &Pod) -> Option<String> {
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        self.map()
+            .get(name)
+            .cloned()
+            .or_else(|| pod.resource_version())
+    }
 }
 
 fn now_time() -> Time {
@@ -221,6 +260,7 @@ pub async fn execute(ctx: &Context, cs: &CloneSet, owned: &Owned, plan: &Plan) -
             .collect(),
         ns,
         revisions_ok: AtomicBool::new(true),
+        left: LeftVersions::default(),
     };
     actor.run().await
 }
@@ -259,6 +299,7 @@ impl Actor<'_> {
     }
 
     fn expect(&self, e: Expectation) {
+        self.left.record(&e);
         self.ctx.expectations.expect(&self.key, e);
     }
 
@@ -445,11 +486,16 @@ impl Actor<'_> {
     /// Strategic merge patch of `pods/status`. With `pinned`, the patch only applies to the
     /// pod version we planned from (resourceVersion precondition).
     async fn patch_pod_status(&self, pod: &Pod, status: Value, pinned: bool) -> Result<(), Error> {
-        let name = pod.name_any();
         let mut body = json!({ "status": status });
         if pinned {
             body["metadata"] = json!({"resourceVersion": pod.resource_version()});
         }
+        self.patch_pod_status_body(pod.name_any(), body).await
+    }
+
+    /// Strategic merge patch `body` (status and, for a precondition, metadata) of the
+    /// `pods/status` of pod `name`.
+    async fn patch_pod_status_body(&self, name: String, body: Value) -> Result<(), Error> {
         let written = self
             .pod_api()
             .patch_status(&name, &self.pp(), &Patch::Strategic(body))
