@@ -28,6 +28,7 @@ pub mod lifecycle;
 pub mod model;
 pub mod not_ready;
 pub mod order_rules;
+pub mod pod_conditions;
 pub mod predownload;
 pub mod protection;
 pub mod quantity;

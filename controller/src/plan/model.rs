@@ -504,6 +504,10 @@ pub struct Plan {
     pub revisions: RevisionPlan,
     /// Ordered actions. One reconcile does a scale step or an update step, never both.
     pub actions: Vec<Action>,
+    /// Readiness-gate conditions set True on pods that lack them
+    /// ([`super::pod_conditions`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pod_conditions: Vec<super::pod_conditions::InitialConditions>,
     /// The status the controller should write.
     pub status: CloneSetStatus,
     #[serde(skip_serializing_if = "Vec::is_empty")]

@@ -31,7 +31,7 @@ mod revisions;
 #[cfg(test)]
 mod tests;
 
-pub use conditions::{gate_conditions_to_set, has_gate};
+pub use crate::plan::pod_conditions::{gate_conditions_to_set, has_gate};
 pub use conflict::still_updatable;
 pub use inplace::spec_from_change;
 
