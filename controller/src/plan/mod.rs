@@ -25,6 +25,7 @@ pub mod housekeeping;
 pub mod inplace;
 pub mod instance_ids;
 pub mod lifecycle;
+pub mod lifecycle_write;
 pub mod model;
 pub mod not_ready;
 pub mod order_rules;

@@ -508,6 +508,9 @@ pub struct Plan {
     /// ([`super::pod_conditions`]).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub pod_conditions: Vec<super::pod_conditions::InitialConditions>,
+    /// What each [`Action::Lifecycle`] writes ([`super::lifecycle_write`]), in plan order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub lifecycle_writes: Vec<super::lifecycle_write::LifecycleWrite>,
     /// The status the controller should write.
     pub status: CloneSetStatus,
     #[serde(skip_serializing_if = "Vec::is_empty")]

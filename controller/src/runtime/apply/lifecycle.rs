@@ -1,67 +1,38 @@
-//! The pod's lifecycle state label (and the hook put back on a pod that goes through
-//! another update), with its key in `KruisePodReady` where the hook marks it not ready.
+//! A lifecycle transition as the plan wrote it down ([`crate::plan::lifecycle_write`]): our
+//! key in `KruisePodReady` where the hook marks the pod not ready, then the pod patch of
+//! the state label (with the hook put back on a pod that goes through another update).
 
-use inplace_proto::{LifecycleState, keys};
-use kube::ResourceExt;
-use serde_json::json;
+use std::borrow::Cow;
+
 use tracing::debug;
 
 use crate::error::Error;
+use crate::plan::Action;
+use crate::plan::lifecycle_write;
 
-use super::{Actor, now_rfc3339};
+use super::{Actor, action_key, now_rfc3339};
 
 impl Actor<'_> {
-    pub(super) async fn lifecycle(
-        &self,
-        name: &str,
-        from: Option<LifecycleState>,
-        to: LifecycleState,
-        mark_not_ready: Option<bool>,
-    ) -> Result<(), Error> {
+    pub(super) async fn lifecycle(&self, name: &str, action: &Action) -> Result<(), Error> {
         let pod = self.pod(name)?;
-        if let Some(add) = mark_not_ready {
-            let key = if to == LifecycleState::PreparingDelete
-                || from == Some(LifecycleState::PreparingDelete)
-            {
-                keys::PRE_DELETE_HOOK_KEY
-            } else {
-                keys::PRE_UPDATE_HOOK_KEY
-            };
-            self.set_not_ready_key(pod, key, add).await?;
+        // A plan made without its writes (by hand) has them derived from the action.
+        let write = match self.lifecycle_writes.get(&action_key(action)) {
+            Some(w) => Cow::Borrowed(*w),
+            None => match lifecycle_write::of(self.cs, action) {
+                Some(w) => Cow::Owned(w),
+                None => return Ok(()),
+            },
+        };
+        if let Some(nr) = write.not_ready {
+            self.set_not_ready_key(pod, nr.key, nr.add).await?;
         }
-        let mut body = json!({"metadata": {
-            "labels": {keys::LIFECYCLE_STATE_LABEL: to.as_str()},
-            "annotations": {keys::LIFECYCLE_TIMESTAMP_ANNOTATION: now_rfc3339()},
-        }});
-        if to == LifecycleState::PreparingUpdate && from == Some(LifecycleState::Updated) {
-            // Back to PreparingUpdate for another update: the hook is put back on the pod
-            // (reference `UpdatePodLifecycleWithHandler`).
-            if let Some(hook) = self
-                .cs
-                .spec
-                .lifecycle
-                .as_ref()
-                .and_then(|l| l.in_place_update.as_ref())
-            {
-                for (k, v) in &hook.labels_handler {
-                    body["metadata"]["labels"][k] = json!(v);
-                }
-                if !hook.finalizers_handler.is_empty() {
-                    body["metadata"]["finalizers"] = json!(hook.finalizers_handler);
-                }
-            }
-        }
-        let pod_labels = pod.labels();
-        if pod_labels
-            .get(keys::LIFECYCLE_STATE_LABEL)
-            .map(String::as_str)
-            == Some(to.as_str())
-            && body["metadata"].get("finalizers").is_none()
-        {
+        let Some(body) = write.patch(&now_rfc3339()) else {
             return Ok(());
-        }
+        };
         self.patch_pod(pod, body, "set lifecycle of", false).await?;
-        debug!(pod = %name, ?from, to = %to, "lifecycle state changed");
+        if let Action::Lifecycle { from, to, .. } = action {
+            debug!(pod = %name, ?from, to = %to, "lifecycle state changed");
+        }
         Ok(())
     }
 }

@@ -54,6 +54,7 @@ use crate::error::Error;
 use crate::events::Note;
 use crate::expectations::Expectation;
 use crate::metrics::CloneSetLabels;
+use crate::plan::lifecycle_write::LifecycleWrite;
 use crate::plan::{Action, Plan, UpdateMethod};
 use crate::runtime::context::{Context, key_of};
 use crate::watch::Owned;
@@ -120,6 +121,25 @@ struct Actor<'a> {
     pods: BTreeMap<&'a str, &'a Pod>,
     revisions_ok: AtomicBool,
     left: LeftVersions,
+    /// The plan's write of each of its lifecycle actions, by the action's address.
+    lifecycle_writes: HashMap<usize, &'a LifecycleWrite>,
+}
+
+/// An action's identity within its plan (its address), to find what the plan says it
+/// writes.
+fn action_key(action: &Action) -> usize {
+    std::ptr::from_ref(action) as usize
+}
+
+/// The plan's lifecycle writes by their actions (one per [`Action::Lifecycle`], in order).
+fn lifecycle_writes_of(plan: &Plan) -> HashMap<usize, &LifecycleWrite> {
+    plan.actions
+        .iter()
+        .filter(|a| matches!(a, Action::Lifecycle { .. }))
+        .zip(&plan.lifecycle_writes)
+        .filter(|(a, w)| pod_of(a) == Some(w.pod.as_str()))
+        .map(|(a, w)| (action_key(a), w))
+        .collect()
 }
 
 /// Per pod name: the resourceVersion our last write of this execution left on the pod. A
@@ -261,6 +281,7 @@ pub async fn execute(ctx: &Context, cs: &CloneSet, owned: &Owned, plan: &Plan) -
         ns,
         revisions_ok: AtomicBool::new(true),
         left: LeftVersions::default(),
+        lifecycle_writes: lifecycle_writes_of(plan),
     };
     actor.run().await
 }
@@ -462,12 +483,7 @@ impl Actor<'_> {
                 method: UpdateMethod::InPlace,
                 revision,
             } => self.update_in_place(pod, revision).await,
-            Action::Lifecycle {
-                pod,
-                from,
-                to,
-                mark_not_ready,
-            } => self.lifecycle(pod, *from, *to, *mark_not_ready).await,
+            Action::Lifecycle { pod, .. } => self.lifecycle(pod, action).await,
             Action::CompleteInPlaceUpdate { pod } => self.complete_in_place(pod).await,
             Action::ApplyGracedUpdate { pod } => self.apply_graced(pod).await,
             Action::DeletePvc { pvc } => self.delete_pvc(pvc).await,
