@@ -114,22 +114,23 @@ fn pods_lacking_their_gate_conditions_get_them_unless_an_action_writes_them() {
     }
 }
 
-#[test]
-fn a_condition_left_false_by_an_update_that_never_landed_is_set_again() {
-    let stuck = gated("p", &[IUR]).raw(|v| {
-        v["status"]["conditions"].as_array_mut().unwrap().push(
-            json!({"type": IUR, "status": "False", "reason": keys::START_INPLACE_UPDATE_REASON}),
-        );
-    });
-    assert_eq!(writes(vec![stuck.clone()], &[]), vec![w("p", &[IUR])]);
-    // another reason: left alone
-    let other = gated("p", &[IUR]).raw(|v| {
+/// A gated pod whose `InPlaceUpdateReady` is False with `reason`.
+fn in_place_false(reason: &str) -> PodBuilder {
+    let condition = json!({"type": IUR, "status": "False", "reason": reason});
+    gated("p", &[IUR]).raw(|v| {
         v["status"]["conditions"]
             .as_array_mut()
             .unwrap()
-            .push(json!({"type": IUR, "status": "False", "reason": "Stalled"}));
-    });
-    assert_eq!(writes(vec![other], &[]), vec![]);
+            .push(condition);
+    })
+}
+
+#[test]
+fn a_condition_left_false_by_an_update_that_never_landed_is_set_again() {
+    let stuck = in_place_false(keys::START_INPLACE_UPDATE_REASON);
+    assert_eq!(writes(vec![stuck], &[]), vec![w("p", &[IUR])]);
+    // another reason: left alone
+    assert_eq!(writes(vec![in_place_false("Stalled")], &[]), vec![]);
 }
 
 #[test]
