@@ -411,3 +411,51 @@ fn a_later_write_of_a_pod_is_pinned_to_what_our_earlier_write_left() {
     }
     assert_eq!(left.pin_for(&p), Some("15".into()));
 }
+
+#[test]
+fn each_lifecycle_action_finds_the_write_the_plan_made_for_it() {
+    let cs = CloneSet::new("demo", inplace_proto::CloneSetSpec::default());
+    let lifecycle = |pod: &str, to| Action::Lifecycle {
+        pod: pod.into(),
+        from: Some(LifecycleState::Updating),
+        to,
+        mark_not_ready: None,
+    };
+    let actions = vec![
+        lifecycle("demo-a", LifecycleState::Updated),
+        Action::CompleteInPlaceUpdate {
+            pod: "demo-b".into(),
+        },
+        lifecycle("demo-b", LifecycleState::Normal),
+    ];
+    let plan = Plan {
+        lifecycle_writes: crate::plan::lifecycle_write::all(&cs, &actions),
+        actions,
+        ..Plan::default()
+    };
+    let writes = lifecycle_writes_of(&plan);
+    assert_eq!(writes.len(), 2);
+    for action in &plan.actions {
+        let found = writes.get(&action_key(action)).map(|w| w.pod.as_str());
+        match action {
+            Action::Lifecycle { pod, to, .. } => {
+                assert_eq!(found, Some(pod.as_str()));
+                let w = writes[&action_key(action)];
+                assert_eq!(
+                    w.labels
+                        .get(keys::LIFECYCLE_STATE_LABEL)
+                        .map(String::as_str),
+                    Some(to.as_str())
+                );
+            }
+            _ => assert_eq!(found, None),
+        }
+    }
+    // A plan whose writes do not line up with its actions finds none (the applier then
+    // derives the write from the action).
+    let mismatched = Plan {
+        lifecycle_writes: plan.lifecycle_writes.iter().rev().cloned().collect(),
+        ..plan.clone()
+    };
+    assert!(lifecycle_writes_of(&mismatched).is_empty());
+}
