@@ -37,6 +37,15 @@ pub enum Error {
     /// An annotation the action works from is absent from the pod.
     #[error("{what} of pod {pod} is missing")]
     AnnotationMissing { pod: String, what: &'static str },
+    /// An annotation the action works from is on the pod but cannot be read (written by
+    /// another hand, or by a version we cannot read): waiting does not mend it.
+    #[error("{what} of pod {pod} cannot be read: {source}")]
+    BadAnnotation {
+        pod: String,
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
     /// Some of the plan's actions failed; the others were carried out.
     #[error("{failed} of {total} actions failed, first: {first}")]
     Actions {
@@ -65,6 +74,12 @@ impl Error {
             Self::Actions { first, .. } => first.status_code(),
             _ => None,
         }
+    }
+
+    /// Whether the API server answered 409: a failed precondition (the object changed since
+    /// it was read) or an object that already exists.
+    pub fn is_conflict(&self) -> bool {
+        self.api_failure() == Some(ApiFailure::Conflict)
     }
 
     /// What kind of API failure this is, if it is one.
@@ -104,6 +119,7 @@ impl Error {
             Self::NotCached(_) => "missing",
             Self::InPlaceRefused { .. } => "in_place_refused",
             Self::AnnotationMissing { .. } => "annotation_missing",
+            Self::BadAnnotation { .. } => "bad_annotation",
             Self::Actions { first, .. } => first.metric_label(),
         }
     }
@@ -124,7 +140,8 @@ impl Error {
             | Self::NotCached(_)
             | Self::InPlaceRefused { .. }
             | Self::AnnotationMissing { .. } => RetryClass::Soon,
-            Self::Plan(_) | Self::Encode { .. } => RetryClass::Later,
+            // What others wrote unreadably stays so until they write it again.
+            Self::Plan(_) | Self::Encode { .. } | Self::BadAnnotation { .. } => RetryClass::Later,
             Self::Actions { first, .. } => first.retry_class(),
         }
     }
@@ -233,6 +250,75 @@ mod tests {
         }
     }
 
+    fn bad_annotation() -> Error {
+        match serde_json::from_str::<serde_json::Value>("{") {
+            Err(source) => Error::BadAnnotation {
+                pod: "a".into(),
+                what: "in-place state",
+                source,
+            },
+            Ok(_) => Error::CacheNotReady("unreachable"),
+        }
+    }
+
+    #[test]
+    fn not_found_refused_and_bad_annotation_are_told_apart() {
+        // An object gone from the cache and an annotation not there yet pass by
+        // themselves; a refused in-place update is planned again from the newer cache;
+        // an unreadable annotation does not mend by waiting.
+        let cases = [
+            Error::NotCached("pod ns/a".into()),
+            Error::InPlaceRefused {
+                pod: "a".into(),
+                reason: "the image changed".into(),
+            },
+            Error::AnnotationMissing {
+                pod: "a".into(),
+                what: "in-place state",
+            },
+            bad_annotation(),
+        ];
+        let labels: Vec<&str> = cases.iter().map(Error::metric_label).collect();
+        assert_eq!(
+            labels,
+            [
+                "missing",
+                "in_place_refused",
+                "annotation_missing",
+                "bad_annotation"
+            ]
+        );
+        let classes: Vec<RetryClass> = cases.iter().map(Error::retry_class).collect();
+        use RetryClass::{Later, Soon};
+        assert_eq!(classes, [Soon, Soon, Soon, Later]);
+        let bad = bad_annotation();
+        assert!(
+            bad.to_string()
+                .starts_with("in-place state of pod a cannot be read: ")
+        );
+        assert!(std::error::Error::source(&bad).is_some());
+    }
+
+    #[test]
+    fn a_conflict_is_any_409_and_nothing_else() {
+        assert!(api(409, "Conflict").is_conflict());
+        assert!(api(409, "AlreadyExists").is_conflict());
+        let many = Error::Actions {
+            failed: 2,
+            total: 2,
+            first: Box::new(api(409, "Conflict")),
+        };
+        assert!(many.is_conflict());
+        for other in [
+            api(404, "NotFound"),
+            api(500, ""),
+            transport(),
+            bad_annotation(),
+        ] {
+            assert!(!other.is_conflict(), "{other}");
+        }
+    }
+
     #[test]
     fn each_kind_of_error_has_its_retry_class_and_label() {
         use RetryClass::{Later, Soon, Stale};
@@ -271,6 +357,7 @@ mod tests {
                 Soon,
                 "annotation_missing",
             ),
+            (bad_annotation(), Later, "bad_annotation"),
         ];
         for (err, class, label) in cases {
             assert_eq!(err.retry_class(), class, "{err}");

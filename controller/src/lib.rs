@@ -2,14 +2,14 @@
 //!
 //! - [`plan`]: pure decisions from a snapshot to the next step.
 //! - [`cli`]: the `kubectl-inplace` plugin (offline plan preview).
-//! - [`runtime`]: the reconciler (watches → snapshot → plan → [`act`] → [`status_writer`]),
-//!   with [`watch`], [`expectations`], [`events`], [`metrics`], [`leader`], [`discovery`].
+//! - [`runtime`]: the reconciler (watches → snapshot → plan → [`runtime::apply`] →
+//!   [`runtime::status_writer`]), with [`watch`], [`expectations`], [`events`], [`metrics`],
+//!   [`leader`], [`discovery`].
 
 pub mod plan;
 
 pub mod cli;
 
-pub mod act;
 pub mod alloc_trim;
 pub mod api_metrics;
 pub mod claim;
@@ -25,7 +25,5 @@ pub mod leader;
 pub mod logging;
 pub mod metrics;
 pub mod pod_events;
-pub mod predownload;
 pub mod runtime;
-pub mod status_writer;
 pub mod watch;

@@ -275,9 +275,9 @@ fn chart_crds_equal_the_generated_crds() {
 }
 
 /// What `inplace-controller` calls, read from controller/src: watch.rs (watchers on
-/// CloneSets, Pods, PVCs, ControllerRevisions, Nodes), act/ (pod/PVC/revision
+/// CloneSets, Pods, PVCs, ControllerRevisions, Nodes), runtime/apply/ (pod/PVC/revision
 /// create/delete/patch, pod status patch, CloneSet spec patch of podsToDelete),
-/// status_writer.rs (CloneSet status merge patch), events.rs (kube Recorder: events.k8s.io
+/// runtime/status_writer.rs (CloneSet status merge patch), events.rs (kube Recorder: events.k8s.io
 /// create/patch), imagepulljob/secrets.rs (the pull secrets jobs name, read by name).
 /// The Lease and the pull-secret copies are in namespaced Roles (checked below).
 const CONTROLLER_USES: &[(&str, &str, &[&str])] = &[
@@ -306,7 +306,7 @@ const CONTROLLER_USES: &[(&str, &str, &[&str])] = &[
     ("", "nodes", &["get", "list", "watch"]),
     ("events.k8s.io", "events", &["create", "patch"]),
     ("", "secrets", &["get"]),
-    // imagepulljob/mod.rs; predownload.rs (create, delete, watch; revision label patch above)
+    // imagepulljob/mod.rs; runtime/predownload_jobs.rs (create, delete, watch; revision label patch above)
     (
         "apps.kruise.io",
         "imagepulljobs",

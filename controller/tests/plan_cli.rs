@@ -310,3 +310,47 @@ fn a_restart_goes_in_place_within_partition_and_max_unavailable() {
         "{actions:?}"
     );
 }
+
+#[test]
+fn the_readiness_gate_conditions_a_pod_lacks_are_shown_as_writes() {
+    let args = |pods: &str, output: &'static str| {
+        vec![
+            "plan".to_owned(),
+            "-f".to_owned(),
+            fixture("partition-cloneset.yaml"),
+            "--pods".to_owned(),
+            fixture(pods),
+            "--revisions".to_owned(),
+            fixture("partition-revisions.yaml"),
+            "--now".to_owned(),
+            NOW.to_owned(),
+            "-o".to_owned(),
+            output.to_owned(),
+        ]
+    };
+    let run_with = |a: Vec<String>| run(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    let gated = run_with(args("gated-pods.yaml", "json"));
+    assert_eq!(gated.status.code(), Some(0), "{}", stderr(&gated));
+    let v = json(&gated);
+    assert_eq!(
+        v["podConditions"],
+        serde_json::json!([{
+            "pod": "sample-chvnr",
+            "resourceVersion": "812",
+            "conditions": ["InPlaceUpdateReady", "KruisePodReady"],
+        }])
+    );
+    // The same decision as without the missing conditions; none shown there.
+    let plain = json(&run_with(args("partition-pods.yaml", "json")));
+    assert_eq!(v["actions"], plain["actions"]);
+    assert_eq!(plain.get("podConditions"), None);
+
+    let table = stdout(&run_with(args("gated-pods.yaml", "table")));
+    assert!(
+        table.contains(
+            "  - set InPlaceUpdateReady and KruisePodReady True on pod sample-chvnr \
+             (its readiness gates; only on resourceVersion 812)"
+        ),
+        "{table}"
+    );
+}

@@ -7,8 +7,10 @@ use serde_json::{Value, json};
 
 use crate::plan::{Action, DeleteReason, Plan, UpdateMethod};
 
-/// The JSON object: `resolved`, `diffs`, `revisions`, `actions`, `status`, and `problems`
-/// and `requeueAfterSeconds` when there are any.
+/// The JSON object: `resolved`, `diffs`, `revisions`, `actions`, `status`, and
+/// `podConditions` (the readiness-gate conditions written besides the actions),
+/// `lifecycleWrites` (what each lifecycle action writes),
+/// `problems` and `requeueAfterSeconds` when there are any.
 pub fn json(plan: &Plan) -> Value {
     let revisions = &plan.revisions;
     let mut out = json!({
@@ -28,6 +30,12 @@ pub fn json(plan: &Plan) -> Value {
         "actions": plan.actions,
         "status": plan.status,
     });
+    if !plan.pod_conditions.is_empty() {
+        out["podConditions"] = json!(plan.pod_conditions);
+    }
+    if !plan.lifecycle_writes.is_empty() {
+        out["lifecycleWrites"] = json!(plan.lifecycle_writes);
+    }
     if !plan.problems.is_empty() {
         out["problems"] = json!(plan.problems);
     }
@@ -220,11 +228,42 @@ pub fn table(cs: &CloneSet, plan: &Plan, pod_count: usize) -> String {
     }
 
     let _ = writeln!(s, "\nNext step");
-    if plan.actions.is_empty() {
+    if plan.actions.is_empty() && plan.pod_conditions.is_empty() {
         let _ = writeln!(s, "  nothing to do");
     }
+    for w in &plan.pod_conditions {
+        let _ = writeln!(
+            s,
+            "  - set {} True on pod {} (its readiness gates; only on resourceVersion {})",
+            w.conditions.join(" and "),
+            w.pod,
+            if w.resource_version.is_empty() {
+                "-"
+            } else {
+                &w.resource_version
+            }
+        );
+    }
+    let mut lifecycle_writes = plan.lifecycle_writes.iter();
     for (i, action) in plan.actions.iter().enumerate() {
         let _ = writeln!(s, "  {}. {}", i + 1, describe(cs, action));
+        if matches!(action, Action::Lifecycle { .. })
+            && let Some(w) = lifecycle_writes.next()
+            && (w.labels.len() > 1 || !w.finalizers.is_empty())
+        {
+            let labels: Vec<String> = w
+                .labels
+                .iter()
+                .filter(|(k, _)| k.as_str() != inplace_proto::keys::LIFECYCLE_STATE_LABEL)
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            let _ = writeln!(
+                s,
+                "     putting the inPlaceUpdate hook back: labels [{}], finalizers [{}]",
+                labels.join(", "),
+                w.finalizers.join(", ")
+            );
+        }
     }
     for p in &plan.problems {
         let _ = writeln!(s, "  ! {} {}: {}", p.condition, p.reason, p.message);

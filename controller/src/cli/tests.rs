@@ -231,3 +231,56 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_lifecycle_action_shows_what_it_writes() {
+    use crate::plan::{Action, Plan, lifecycle_write};
+    use inplace_proto::LifecycleState;
+
+    let cs: inplace_proto::CloneSet = serde_json::from_value(json!({
+        "apiVersion": "apps.kruise.io/v1alpha1",
+        "kind": "CloneSet",
+        "metadata": {"name": "demo", "namespace": "default"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "demo"}},
+            "template": {"metadata": {"labels": {"app": "demo"}}, "spec": {"containers": []}},
+            "lifecycle": {"inPlaceUpdate": {
+                "labelsHandler": {"example.io/block": "true"},
+                "finalizersHandler": ["example.io/hold"],
+                "markPodNotReady": true,
+            }},
+        },
+    }))
+    .unwrap();
+    let action = Action::Lifecycle {
+        pod: "demo-a".into(),
+        from: Some(LifecycleState::Updated),
+        to: LifecycleState::PreparingUpdate,
+        mark_not_ready: Some(true),
+    };
+    let plan = Plan {
+        lifecycle_writes: lifecycle_write::all(&cs, std::slice::from_ref(&action)),
+        actions: vec![action],
+        ..Plan::default()
+    };
+    let v = render::json(&plan);
+    assert_eq!(
+        v["lifecycleWrites"],
+        json!([{
+            "pod": "demo-a",
+            "notReady": {"key": "preUpdateHook", "add": true},
+            "labels": {"example.io/block": "true", "lifecycle.apps.kruise.io/state": "PreparingUpdate"},
+            "finalizers": ["example.io/hold"],
+        }])
+    );
+    let table = render::table(&cs, &plan, 1);
+    assert!(
+        table.contains(
+            "     putting the inPlaceUpdate hook back: labels [example.io/block=true], \
+             finalizers [example.io/hold]"
+        ),
+        "{table}"
+    );
+    // Nothing of the kind without lifecycle actions.
+    assert_eq!(render::json(&Plan::default()).get("lifecycleWrites"), None);
+}

@@ -135,8 +135,8 @@ where
             ctx,
         )
         .for_each(|r| async move {
-            match (crate::runtime::Outcome::of(&r), r) {
-                (crate::runtime::Outcome::Gone, Err(e)) => {
+            match (crate::runtime::StreamOutcome::of(&r), r) {
+                (crate::runtime::StreamOutcome::Gone, Err(e)) => {
                     tracing::trace!(error = %e, "deleted; nothing to do");
                 }
                 (_, Err(e)) => tracing::debug!(error = %e, "crr reconcile"),
@@ -268,7 +268,7 @@ async fn reconcile(crr: Arc<ContainerRecreateRequest>, ctx: Arc<Ctx>) -> Result<
     {
         // finalizer first (so the key is always released), then the pod, then the
         // annotation the daemon waits on
-        let gated = crate::act::has_gate(pod, keys::KRUISE_POD_READY_CONDITION);
+        let gated = crate::runtime::apply::has_gate(pod, keys::KRUISE_POD_READY_CONDITION);
         if gated {
             if !crr
                 .finalizers()
@@ -330,7 +330,7 @@ async fn set_not_ready(
     key: &crate::plan::not_ready::NotReadyMessage,
     add: bool,
 ) -> Result<(), Error> {
-    if !crate::act::has_gate(pod, keys::KRUISE_POD_READY_CONDITION) {
+    if !crate::runtime::apply::has_gate(pod, keys::KRUISE_POD_READY_CONDITION) {
         return Ok(());
     }
     let Some((status, message)) = plan::kruise_pod_ready(pod, key, add) else {

@@ -193,8 +193,8 @@ pub async fn run<S>(
             ctx,
         )
         .for_each(|r| async move {
-            match (crate::runtime::Outcome::of(&r), r) {
-                (crate::runtime::Outcome::Gone, Err(e)) => {
+            match (crate::runtime::StreamOutcome::of(&r), r) {
+                (crate::runtime::StreamOutcome::Gone, Err(e)) => {
                     tracing::trace!(error = %e, "deleted; nothing to do");
                 }
                 (_, Err(e)) => tracing::debug!(error = %e, "imagepulljob reconcile"),

@@ -13,7 +13,7 @@
 //!   `lifecycle.apps.kruise.io/state: PreparingNormal` and its timestamp annotation;
 //! - the template spec, with the `InPlaceUpdateReady` readiness gate appended once, and
 //!   the `KruisePodReady` gate appended once (the reference's pod webhook adds that one;
-//!   inplace has no webhook, and the act layer starts both conditions True);
+//!   inplace has no webhook, and the applier starts both conditions True);
 //! - one volume per volumeClaimTemplate, named after it, claiming `<vct>-<cloneset>-<id>`,
 //!   first, followed by the template's other volumes (a template volume with a VCT's name
 //!   is replaced).

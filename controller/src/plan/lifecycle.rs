@@ -139,7 +139,7 @@ pub fn mark_not_ready(
 
 /// The action moving `pod` to `to`, with its markPodNotReady side effect.
 ///
-/// For Updated → PreparingUpdate (an Updated pod that must be updated again) the act layer
+/// For Updated → PreparingUpdate (an Updated pod that must be updated again) the applier
 /// re-applies the inPlaceUpdate hook's labels and finalizers in the same patch, as the
 /// reference does, so that the user's controller sees the hook again (a.7).
 pub fn transition(lifecycle: Option<&Lifecycle>, pod: &PodFacts, to: LifecycleState) -> Action {
@@ -327,7 +327,7 @@ fn resources_pending(pod: &PodFacts) -> Option<String> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum GraceStatus {
     /// Over (or no start time is known): apply the held update now. Also used when the
-    /// pod's revision no longer matches the held one: the act layer then drops the held
+    /// pod's revision no longer matches the held one: the applier then drops the held
     /// update instead of applying it (reference `finishGracePeriod`).
     Due,
     /// This much longer.
@@ -490,7 +490,7 @@ fn refresh_pod(
 
     let progress = in_place_progress(pod);
     // The condition is turned True only for the update the pod is on: a state left from an
-    // earlier revision (the act layer set the condition False but has not patched the spec
+    // earlier revision (the applier set the condition False but has not patched the spec
     // yet) must not end the new update early.
     let state_is_current = pod.in_place_state.as_ref().is_some_and(|s| {
         pod.revision

@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
-use super::update_order::{OrderRules, PrecomputedOrder};
+use super::order_rules::{OrderRules, PrecomputedOrder};
 
 /// Switches that the reference implementation keeps behind feature gates.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -504,6 +504,13 @@ pub struct Plan {
     pub revisions: RevisionPlan,
     /// Ordered actions. One reconcile does a scale step or an update step, never both.
     pub actions: Vec<Action>,
+    /// Readiness-gate conditions set True on pods that lack them
+    /// ([`super::pod_conditions`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pod_conditions: Vec<super::pod_conditions::InitialConditions>,
+    /// What each [`Action::Lifecycle`] writes ([`super::lifecycle_write`]), in plan order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub lifecycle_writes: Vec<super::lifecycle_write::LifecycleWrite>,
     /// The status the controller should write.
     pub status: CloneSetStatus,
     #[serde(skip_serializing_if = "Vec::is_empty")]

@@ -6,7 +6,9 @@ use std::time::Duration;
 use super::model::{Plan, PlanContext, PodFacts, Snapshot};
 use super::revision::RevisionError;
 use super::selector::{Selector, SelectorError};
-use super::{diffs, housekeeping, revision, scale, status, update};
+use super::{
+    diffs, housekeeping, lifecycle_write, pod_conditions, revision, scale, status, update,
+};
 
 /// Input the planner cannot work with. Everything else (odd percents, pods in odd states)
 /// is planned around, never a panic.
@@ -80,12 +82,16 @@ pub fn plan(snapshot: Snapshot<'_>) -> Result<Plan, PlanError> {
     status::apply_problems(&mut status, &problems, &previous, ctx.now());
     actions.extend(housekeeping::prune_pods_to_delete(&ctx));
     actions.extend(housekeeping::backfill_template_hash(&ctx));
+    let pod_conditions = pod_conditions::initial(ctx.snapshot.pods, &actions);
+    let lifecycle_writes = lifecycle_write::all(cloneset, &actions);
 
     Ok(Plan {
         resolved,
         diffs: reported,
         revisions,
         actions,
+        pod_conditions,
+        lifecycle_writes,
         status,
         problems,
         requeue_after: earliest(requeue_after, status_requeue),

@@ -27,7 +27,7 @@
 //!
 //! PVCs: an [`Action::Delete`] of a pod also deletes the PVCs with its instance id (docs:
 //! "When a Pod has been deleted by CloneSet controller, all PVCs related to it will be
-//! deleted together"); the act layer does that, no separate `DeletePvc` is planned.
+//! deleted together"); the applier does that, no separate `DeletePvc` is planned.
 //! Specified deletes are taken in pod-name order (the reference uses cache order).
 
 use inplace_proto::LifecycleState;

@@ -16,7 +16,7 @@
 //!    pods unavailable; choosing a pod that is unavailable already costs no budget
 //!    (a.6 "Limit");
 //! 6. per pod, the method from [`inplace`]:
-//!    - recreate → [`Action::Update`] with [`UpdateMethod::Recreate`]: the act layer labels
+//!    - recreate → [`Action::Update`] with [`UpdateMethod::Recreate`]: the applier labels
 //!      the pod `apps.kruise.io/specified-delete`, and a later scale step deletes it and
 //!      creates a pod of the update revision (nothing when the pod is labelled already);
 //!    - in place, and the inPlaceUpdate hook matches the pod (or it is Updated) →
@@ -25,14 +25,14 @@
 //!    - in place otherwise → [`Action::Update`] with [`UpdateMethod::InPlace`];
 //!    - `InPlaceOnly` and not possible in place → no action, a `FailedUpdate` problem.
 //!
-//! What the act layer does for `Update { method: InPlace }`, in the reference's order:
+//! What the applier does for `Update { method: InPlace }`, in the reference's order:
 //! set `InPlaceUpdateReady` False (reason `StartInPlaceUpdate`), then one pod update that
 //! writes the revision labels, the `apps.kruise.io/inplace-update-state` annotation, the
 //! lifecycle state Updating (and its timestamp) and the change itself (images, metadata,
 //! resources). With `inPlaceUpdateStrategy.gracePeriodSeconds > 0` the change is held in
 //! the `apps.kruise.io/inplace-update-grace` annotation instead and applied by a later
 //! [`Action::ApplyGracedUpdate`]. The action carries neither the change nor the grace
-//! period: the act layer reads `gracePeriodSeconds` from the CloneSet and recomputes the
+//! period: the applier reads `gracePeriodSeconds` from the CloneSet and recomputes the
 //! change with [`inplace::decide_for_revisions`], a pure function of the same inputs.
 
 use std::time::Duration;

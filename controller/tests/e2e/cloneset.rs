@@ -199,7 +199,7 @@ async fn an_invalid_cloneset_is_reported_and_does_not_stall_others() -> TestResu
 #[ignore = "needs the test bed"]
 async fn image_change_updates_in_place_within_max_unavailable() -> TestResult {
     let ns = Namespace::create("inplace")?;
-    let _ctl = ControllerProcess::start(&ns.name)?;
+    let ctl = ControllerProcess::start(&ns.name)?;
     ns.apply(&sample_cloneset(
         "web",
         5,
@@ -259,7 +259,32 @@ async fn image_change_updates_in_place_within_max_unavailable() -> TestResult {
         .filter(|e| e["reason"] == "SuccessfulUpdatePodInPlace")
         .count();
     assert!(in_place >= 5, "an in-place event per pod, saw {in_place}");
+    // Reported, not asserted: refused writes of the rollout (a status write over a cache
+    // that had not seen our own previous write was one of them).
+    let (_, metrics) = ctl.http_get("/metrics")?;
+    eprintln!(
+        "in-place rollout: reconcile errors reason=conflict {}, patch answers 409 {}",
+        metric_value(
+            &metrics,
+            "inplace_reconcile_errors_total{reason=\"conflict\"}"
+        ),
+        metric_value(
+            &metrics,
+            "inplace_api_requests_total{verb=\"patch\",code=\"409\"}"
+        )
+    );
     Ok(())
+}
+
+/// The value of the first sample line of `/metrics` text starting with `prefix` (0 when
+/// there is none).
+fn metric_value(metrics: &str, prefix: &str) -> f64 {
+    metrics
+        .lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -525,14 +550,7 @@ async fn a_status_write_from_a_stale_cloneset_is_refused_and_decided_again() -> 
 
     // The held write was refused by its precondition, counted, and logged quietly.
     let (_, metrics) = ctl.http_get("/metrics")?;
-    let count = |prefix: &str| -> f64 {
-        metrics
-            .lines()
-            .find(|l| l.starts_with(prefix))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0)
-    };
+    let count = |prefix: &str| metric_value(&metrics, prefix);
     assert!(
         count("inplace_api_requests_total{verb=\"patch\",code=\"409\"}") >= 1.0,
         "no 409 answer counted:\n{metrics}"

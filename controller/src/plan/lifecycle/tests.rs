@@ -398,7 +398,7 @@ fn refresh_completes_an_in_place_update_whose_containers_run_the_new_image() {
 
 #[test]
 fn refresh_does_not_complete_an_update_for_a_state_of_another_revision() {
-    // The act layer turned InPlaceUpdateReady False but has not patched the spec yet: the
+    // The applier turned InPlaceUpdateReady False but has not patched the spec yet: the
     // state still describes the previous update.
     let f = fixture(
         json!({}),

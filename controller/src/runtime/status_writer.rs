@@ -16,6 +16,13 @@
 //! and runs again, promptly and quietly, from the newer object (OpenKruise re-reads the
 //! CloneSet and writes the status it had computed over it; here the status is decided
 //! again).
+//!
+//! The version written over is the cache's, or the one our own last status write left
+//! while the cache does not show that write yet ([`super::last_write`]): the cache often
+//! lags behind our previous write, and a write over its version would be refused for a
+//! change that was our own.
+
+use std::borrow::Cow;
 
 use inplace_proto::{CloneSet, CloneSetStatus, keys};
 use k8s_openapi::jiff::Timestamp;
@@ -24,12 +31,12 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::{Map, Value, json};
 use tracing::debug;
 
-use crate::act::Outcome;
 use crate::error::Error;
 use crate::events::Note;
 use crate::metrics::CloneSetLabels;
 use crate::plan::{Plan, PlanProblem, status};
-use crate::runtime::Context;
+use crate::runtime::apply::Outcome;
+use crate::runtime::context::Context;
 
 /// The problems of this reconcile: the planner's, then one per failed action (their
 /// condition is the action's kind, `FailedScale` or `FailedUpdate`).
@@ -104,6 +111,21 @@ pub fn merge_patch(
     Ok(body)
 }
 
+/// `cs` as the status writer decides from it: with the status our own last write left
+/// when the cache does not show that write yet; and the resourceVersion to write over.
+fn based<'c>(ctx: &Context, cs: &'c CloneSet) -> (Cow<'c, CloneSet>, Option<String>) {
+    let cached = cs.resource_version();
+    let uid = cs.uid().unwrap_or_default();
+    match ctx.status_writes.base(&uid, cached.as_deref()) {
+        Some((status, rv)) => {
+            let mut ours = cs.clone();
+            ours.status = Some(status);
+            (Cow::Owned(ours), Some(rv))
+        }
+        None => (Cow::Borrowed(cs), cached),
+    }
+}
+
 /// Writes the status of `cs` after acting on `plan`.
 pub async fn write(
     ctx: &Context,
@@ -111,6 +133,8 @@ pub async fn write(
     plan: &Plan,
     outcome: &Outcome,
 ) -> Result<(), Error> {
+    let (based, rv) = based(ctx, cs);
+    let cs = based.as_ref();
     let failures = failures(plan, outcome);
     let status = desired_status(cs, plan, &failures, Timestamp::now());
     let labels = CloneSetLabels::new(&cs.namespace().unwrap_or_default(), &cs.name_any());
@@ -147,7 +171,6 @@ pub async fn write(
     if cs.status.as_ref() == Some(&status) {
         return Ok(());
     }
-    let rv = cs.resource_version();
     let body = merge_patch(cs.status.as_ref(), &status, rv.as_deref())?;
     let api: Api<CloneSet> =
         Api::namespaced(ctx.client.clone(), &cs.namespace().unwrap_or_default());
@@ -155,9 +178,18 @@ pub async fn write(
         field_manager: Some(ctx.settings.field_manager.clone()),
         ..PatchParams::default()
     };
-    api.patch_status(&cs.name_any(), &pp, &Patch::Merge(&body))
+    let written = api
+        .patch_status(&cs.name_any(), &pp, &Patch::Merge(&body))
         .await
         .map_err(|e| Error::kube("write CloneSet status", e))?;
+    if let (Some(uid), Some(left)) = (cs.uid(), written.resource_version()) {
+        ctx.status_writes.record(
+            &uid,
+            cs.resource_version().as_deref(),
+            written.status.unwrap_or_default(),
+            left,
+        );
+    }
     debug!(
         replicas = status.replicas,
         ready = status.ready_replicas,
@@ -170,7 +202,8 @@ pub async fn write(
 /// Reports a CloneSet the planner cannot work with: `FailedScale` True with the reason,
 /// the rest of the status left as it was, and a Warning event when the message is new.
 pub async fn write_invalid(ctx: &Context, cs: &CloneSet, message: &str) -> Result<(), Error> {
-    let mut status = cs.status.clone().unwrap_or_default();
+    let (based, _) = based(ctx, cs);
+    let mut status = based.status.clone().unwrap_or_default();
     status.observed_generation = cs.metadata.generation;
     let plan = Plan {
         status,
@@ -221,8 +254,8 @@ mod tests {
         // An action failure has no reason: the field is left out, not written empty.
         let outcome = Outcome {
             attempted: 1,
-            failures: vec![crate::act::Failure {
-                kind: crate::act::FailureKind::Update,
+            failures: vec![crate::runtime::apply::Failure {
+                kind: crate::runtime::apply::FailureKind::Update,
                 error: Error::NotCached("pod demo-a".into()),
             }],
             skipped: 0,

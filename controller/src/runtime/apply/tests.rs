@@ -301,3 +301,161 @@ fn not_ready_message_uses_reference_json() -> Result<(), serde_json::Error> {
     );
     Ok(())
 }
+
+#[test]
+fn the_not_ready_key_write_is_pinned_to_the_version_decided_from() {
+    let now = Time(Timestamp::UNIX_EPOCH);
+    let mut p = pod_with(&[keys::KRUISE_POD_READY_CONDITION], &[], &[]);
+    p.metadata.resource_version = Some("7".into());
+    let add = conditions::not_ready_key_patch(
+        &p,
+        keys::PRE_DELETE_HOOK_KEY,
+        true,
+        Some("9"),
+        now.clone(),
+    );
+    let Some(add) = add else {
+        panic!("adding our key to a pod with the gate is a write");
+    };
+    assert_eq!(add["metadata"], json!({"resourceVersion": "9"}));
+    assert_eq!(
+        add["status"]["conditions"][0]["type"],
+        json!(keys::KRUISE_POD_READY_CONDITION)
+    );
+    assert_eq!(add["status"]["conditions"][0]["status"], json!("False"));
+    assert_eq!(
+        add["status"]["conditions"][0]["message"],
+        json!(format!(
+            r#"[{{"userAgent":"ContainerRecreateRequest","key":"{}"}}]"#,
+            keys::PRE_DELETE_HOOK_KEY
+        ))
+    );
+
+    // Decided again from a pod that carries our key already: adding is nothing to write,
+    // removing empties the list and turns the condition True, pinned to that pod's version.
+    let mut with_key = p.clone();
+    if let Some(c) = with_key.status.as_mut().and_then(|s| s.conditions.as_mut()) {
+        c.push(PodCondition {
+            type_: keys::KRUISE_POD_READY_CONDITION.into(),
+            status: "False".into(),
+            message: add["status"]["conditions"][0]["message"]
+                .as_str()
+                .map(str::to_owned),
+            ..PodCondition::default()
+        });
+    }
+    assert_eq!(
+        conditions::not_ready_key_patch(
+            &with_key,
+            keys::PRE_DELETE_HOOK_KEY,
+            true,
+            Some("10"),
+            now.clone()
+        ),
+        None
+    );
+    let remove = conditions::not_ready_key_patch(
+        &with_key,
+        keys::PRE_DELETE_HOOK_KEY,
+        false,
+        Some("10"),
+        now.clone(),
+    );
+    assert_eq!(
+        remove.as_ref().map(|r| (
+            &r["metadata"],
+            &r["status"]["conditions"][0]["status"],
+            &r["status"]["conditions"][0]["message"]
+        )),
+        Some((
+            &json!({"resourceVersion": "10"}),
+            &json!("True"),
+            &json!("")
+        ))
+    );
+
+    // Without the readiness gate nothing is written.
+    let no_gate = pod_with(&[], &[], &[]);
+    assert_eq!(
+        conditions::not_ready_key_patch(&no_gate, keys::PRE_DELETE_HOOK_KEY, true, Some("9"), now),
+        None
+    );
+}
+
+#[test]
+fn a_later_write_of_a_pod_is_pinned_to_what_our_earlier_write_left() {
+    let mut p = pod_with(&[], &[], &[]);
+    p.metadata.name = Some("demo-a".into());
+    p.metadata.resource_version = Some("7".into());
+    let left = LeftVersions::default();
+    // nothing written yet: the cached pod's version
+    assert_eq!(left.pin_for(&p), Some("7".into()));
+    // a write of another pod, and writes that are not pod patches, change nothing
+    left.record(&Expectation::PodUpdated {
+        name: "demo-b".into(),
+        uid: "u-b".into(),
+        resource_version: "20".into(),
+    });
+    left.record(&Expectation::PodDeleted {
+        name: "demo-a".into(),
+        uid: "u-a".into(),
+    });
+    assert_eq!(left.pin_for(&p), Some("7".into()));
+    // our patch of demo-a left 12, then 15: the next write is pinned to the last
+    for rv in ["12", "15"] {
+        left.record(&Expectation::PodUpdated {
+            name: "demo-a".into(),
+            uid: "u-a".into(),
+            resource_version: rv.into(),
+        });
+    }
+    assert_eq!(left.pin_for(&p), Some("15".into()));
+}
+
+#[test]
+fn each_lifecycle_action_finds_the_write_the_plan_made_for_it() {
+    let cs = CloneSet::new("demo", inplace_proto::CloneSetSpec::default());
+    let lifecycle = |pod: &str, to| Action::Lifecycle {
+        pod: pod.into(),
+        from: Some(LifecycleState::Updating),
+        to,
+        mark_not_ready: None,
+    };
+    let actions = vec![
+        lifecycle("demo-a", LifecycleState::Updated),
+        Action::CompleteInPlaceUpdate {
+            pod: "demo-b".into(),
+        },
+        lifecycle("demo-b", LifecycleState::Normal),
+    ];
+    let plan = Plan {
+        lifecycle_writes: crate::plan::lifecycle_write::all(&cs, &actions),
+        actions,
+        ..Plan::default()
+    };
+    let writes = lifecycle_writes_of(&plan);
+    assert_eq!(writes.len(), 2);
+    for action in &plan.actions {
+        let found = writes.get(&action_key(action)).map(|w| w.pod.as_str());
+        match action {
+            Action::Lifecycle { pod, to, .. } => {
+                assert_eq!(found, Some(pod.as_str()));
+                let w = writes[&action_key(action)];
+                assert_eq!(
+                    w.labels
+                        .get(keys::LIFECYCLE_STATE_LABEL)
+                        .map(String::as_str),
+                    Some(to.as_str())
+                );
+            }
+            _ => assert_eq!(found, None),
+        }
+    }
+    // A plan whose writes do not line up with its actions finds none (the applier then
+    // derives the write from the action).
+    let mismatched = Plan {
+        lifecycle_writes: plan.lifecycle_writes.iter().rev().cloned().collect(),
+        ..plan.clone()
+    };
+    assert!(lifecycle_writes_of(&mismatched).is_empty());
+}

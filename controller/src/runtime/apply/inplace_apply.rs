@@ -190,8 +190,9 @@ impl Actor<'_> {
                 what: "grace annotation",
             })?;
         let spec: InPlaceUpdateGrace =
-            serde_json::from_str(raw).map_err(|source| Error::Encode {
-                what: format!("grace annotation of pod {name}"),
+            serde_json::from_str(raw).map_err(|source| Error::BadAnnotation {
+                pod: name.to_owned(),
+                what: "grace annotation",
                 source,
             })?;
         let on_revision = pod
@@ -244,8 +245,9 @@ impl Actor<'_> {
                 pod: name.to_owned(),
                 what: "in-place state",
             })?
-            .map_err(|source| Error::Encode {
-                what: format!("in-place state of pod {name}"),
+            .map_err(|source| Error::BadAnnotation {
+                pod: name.to_owned(),
+                what: "in-place state",
                 source,
             })?;
         let spec = container_batches::remaining(&state);

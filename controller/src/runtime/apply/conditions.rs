@@ -3,10 +3,9 @@
 //! in-place update starts, True when it completes, a stall's reason and message, and our
 //! key in `KruisePodReady`'s message list.
 
-use std::collections::BTreeSet;
-
 use inplace_proto::keys;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::api::Patch;
 use serde_json::{Value, json};
@@ -15,71 +14,32 @@ use tracing::warn;
 use crate::error::Error;
 use crate::events::Note;
 use crate::expectations::Expectation;
-use crate::plan::Action;
 use crate::plan::not_ready::{NOT_READY_USER_AGENT, NotReadyMessage, kruise_pod_ready};
+use crate::plan::pod_conditions::has_gate;
 
 use super::{Actor, Failure, FailureKind, Outcome, bounded, now_time, pod_ref};
 
 impl Actor<'_> {
-    /// Pods created with the `InPlaceUpdateReady` (or `KruisePodReady`) readiness gate get
-    /// the condition True as soon as no in-place update is running on them; without it the
-    /// kubelet would never report them Ready. (The reference's in-place `Refresh` and its
-    /// pod-readiness controller do this.) Pods the plan completes itself are left to it.
+    /// The plan's readiness-gate conditions for pods that lack them
+    /// ([`crate::plan::pod_conditions`]), each pinned to the pod version decided from; a
+    /// conflict is no failure (the pod is judged again from the newer version).
     pub(super) async fn init_pod_conditions(&self, outcome: &mut Outcome) {
-        let planned: BTreeSet<&str> = self
-            .plan
-            .actions
-            .iter()
-            .filter_map(|a| match a {
-                Action::CompleteInPlaceUpdate { pod } => Some(pod.as_str()),
-                _ => None,
-            })
-            .collect();
-        let updating: BTreeSet<&str> = self
-            .plan
-            .actions
-            .iter()
-            .filter_map(|a| match a {
-                Action::Update { pod, .. } | Action::ApplyGracedUpdate { pod } => {
-                    Some(pod.as_str())
-                }
-                _ => None,
-            })
-            .collect();
-        let mut todo = Vec::new();
-        for pod in &self.owned.pods {
-            let name = pod.name_any();
-            if planned.contains(name.as_str())
-                || updating.contains(name.as_str())
-                || pod.metadata.deletion_timestamp.is_some()
-            {
-                continue;
-            }
-            let conditions = gate_conditions_to_set(pod, updating.contains(name.as_str()));
-            if !conditions.is_empty() {
-                todo.push((pod, conditions));
-            }
-        }
-        if todo.is_empty() {
+        if self.plan.pod_conditions.is_empty() {
             return;
         }
         let now = now_time();
-        let futs: Vec<_> = todo
-            .into_iter()
-            .map(|(pod, conditions)| {
-                let conds: Vec<Value> = conditions
-                    .iter()
-                    .map(|t| json!({"type": t, "status": "True", "lastTransitionTime": now}))
-                    .collect();
-                self.patch_pod_status(pod, json!({ "conditions": conds }), true)
-            })
+        let futs: Vec<_> = self
+            .plan
+            .pod_conditions
+            .iter()
+            .map(|w| self.patch_pod_status_body(w.pod.clone(), w.patch(&now)))
             .collect();
         let results = bounded(futs, self.ctx.settings.api_parallelism).await;
         for r in results {
             outcome.attempted += 1;
             match r {
                 Ok(()) => {}
-                Err(e) if e.status_code() == Some(409) => {}
+                Err(e) if e.is_conflict() => {}
                 Err(error) => outcome.failures.push(Failure {
                     kind: FailureKind::Update,
                     error,
@@ -142,7 +102,7 @@ impl Actor<'_> {
         ]});
         match self.patch_pod_status(pod, status, true).await {
             // Only for the pod version we checked: a newer one is judged again next time.
-            Err(e) if e.status_code() == Some(409) => Ok(()),
+            Err(e) if e.is_conflict() => Ok(()),
             other => other,
         }
     }
@@ -162,7 +122,7 @@ impl Actor<'_> {
             "reason": reason, "message": message,
         }]});
         match self.patch_pod_status(pod, status, true).await {
-            Err(e) if e.status_code() == Some(409) => return Ok(()),
+            Err(e) if e.is_conflict() => return Ok(()),
             other => other?,
         }
         warn!(pod = %name, reason, %message, "in-place update stalled");
@@ -178,85 +138,64 @@ impl Actor<'_> {
     }
 
     /// Adds or removes our key in the `KruisePodReady` condition's message list (only on
-    /// pods with that readiness gate, like the reference).
+    /// pods with that readiness gate, like the reference). The write is pinned to the pod
+    /// version decided from: the cached one, or the one an earlier write of this execution
+    /// left. Others edit the same list (ContainerRecreateRequests, the daemon), so on 409
+    /// the pod is read again and the change decided again from it, once.
     pub(super) async fn set_not_ready_key(
         &self,
         pod: &Pod,
         key: &str,
         add: bool,
     ) -> Result<(), Error> {
-        if !has_gate(pod, keys::KRUISE_POD_READY_CONDITION) {
-            return Ok(());
-        }
-        let ours = NotReadyMessage {
-            user_agent: NOT_READY_USER_AGENT.into(),
-            key: key.into(),
-        };
-        let Some((status, message)) = kruise_pod_ready(pod, &ours, add) else {
+        let name = pod.name_any();
+        let pinned = self.left.pin_for(pod);
+        let Some(body) = not_ready_key_patch(pod, key, add, pinned.as_deref(), now_time()) else {
             return Ok(());
         };
-        self.patch_pod_status(
-            pod,
-            json!({"conditions": [{
-                "type": keys::KRUISE_POD_READY_CONDITION,
-                "status": status,
-                "message": message,
-                "lastTransitionTime": now_time(),
-            }]}),
-            false,
-        )
-        .await
-    }
-}
-
-/// Whether the pod has a readiness gate of this condition type.
-pub fn has_gate(pod: &Pod, condition: &str) -> bool {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.readiness_gates.as_ref())
-        .is_some_and(|g| g.iter().any(|g| g.condition_type == condition))
-}
-
-/// Readiness-gate conditions to set True on `pod`:
-/// - `KruisePodReady` when absent;
-/// - `InPlaceUpdateReady` when no in-place update is held or running on the pod and the
-///   condition is absent, or False from an update of ours whose spec patch never landed
-///   (reason `StartInPlaceUpdate`, no state annotation) and `updating` is false (no
-///   update of the pod is planned now).
-pub fn gate_conditions_to_set(pod: &Pod, updating: bool) -> Vec<&'static str> {
-    let conditions = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_deref())
-        .unwrap_or(&[]);
-    let find = |t: &str| conditions.iter().find(|c| c.type_ == t);
-    let annotations = pod.annotations();
-    let in_progress = [
-        keys::INPLACE_UPDATE_STATE_ANNOTATION,
-        keys::INPLACE_UPDATE_STATE_ANNOTATION_LEGACY,
-        keys::INPLACE_UPDATE_GRACE_ANNOTATION,
-        keys::INPLACE_UPDATE_GRACE_ANNOTATION_LEGACY,
-    ]
-    .iter()
-    .any(|k| annotations.contains_key(*k));
-    let mut out = Vec::new();
-    if has_gate(pod, keys::INPLACE_UPDATE_READY_CONDITION) && !in_progress {
-        let set = match find(keys::INPLACE_UPDATE_READY_CONDITION) {
-            None => true,
-            Some(c) => {
-                c.status != "True"
-                    && c.reason.as_deref() == Some(keys::START_INPLACE_UPDATE_REASON)
-                    && !updating
+        match self.patch_pod_status_body(name.clone(), body).await {
+            Err(e) if e.is_conflict() => {
+                let fresh = self
+                    .pod_api()
+                    .get(&name)
+                    .await
+                    .map_err(|e| Error::kube(format!("read pod {name} after a conflict"), e))?;
+                let rv = fresh.resource_version();
+                match not_ready_key_patch(&fresh, key, add, rv.as_deref(), now_time()) {
+                    Some(body) => self.patch_pod_status_body(name, body).await,
+                    None => Ok(()),
+                }
             }
-        };
-        if set {
-            out.push(keys::INPLACE_UPDATE_READY_CONDITION);
+            other => other,
         }
     }
-    if has_gate(pod, keys::KRUISE_POD_READY_CONDITION)
-        && find(keys::KRUISE_POD_READY_CONDITION).is_none()
-    {
-        out.push(keys::KRUISE_POD_READY_CONDITION);
+}
+
+/// The `pods/status` patch that adds (`add`) or removes our `key` in the `KruisePodReady`
+/// condition's message list of `pod`, conditional on `resource_version`; `None` when the
+/// pod has no such readiness gate or the list is already as wanted.
+pub fn not_ready_key_patch(
+    pod: &Pod,
+    key: &str,
+    add: bool,
+    resource_version: Option<&str>,
+    now: Time,
+) -> Option<Value> {
+    if !has_gate(pod, keys::KRUISE_POD_READY_CONDITION) {
+        return None;
     }
-    out
+    let ours = NotReadyMessage {
+        user_agent: NOT_READY_USER_AGENT.into(),
+        key: key.into(),
+    };
+    let (status, message) = kruise_pod_ready(pod, &ours, add)?;
+    Some(json!({
+        "metadata": {"resourceVersion": resource_version},
+        "status": {"conditions": [{
+            "type": keys::KRUISE_POD_READY_CONDITION,
+            "status": status,
+            "message": message,
+            "lastTransitionTime": now,
+        }]},
+    }))
 }

@@ -32,7 +32,7 @@ impl Actor<'_> {
         loop {
             match write(pinned.clone()).await {
                 Ok(out) => return Ok((pinned, out)),
-                Err(err) if err.status_code() == Some(409) && attempt < CONFLICT_RETRIES => {
+                Err(err) if err.is_conflict() && attempt < CONFLICT_RETRIES => {
                     attempt += 1;
                     pinned = self.reread_for_update(planned, gate_set, err).await?;
                 }

@@ -46,7 +46,7 @@ impl Actor<'_> {
                     format!("succeed to create pod {pod_name}"),
                 );
             }
-            Err(err) if err.status_code() == Some(409) => {
+            Err(err) if err.is_conflict() => {
                 debug!(pod = %pod_name, %err, "create deferred");
             }
             Err(err) => self.event(

@@ -31,11 +31,12 @@ mod revisions;
 #[cfg(test)]
 mod tests;
 
-pub use conditions::{gate_conditions_to_set, has_gate};
+pub use crate::plan::pod_conditions::{gate_conditions_to_set, has_gate};
 pub use conflict::still_updatable;
 pub use inplace::spec_from_change;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::StreamExt;
@@ -53,8 +54,9 @@ use crate::error::Error;
 use crate::events::Note;
 use crate::expectations::Expectation;
 use crate::metrics::CloneSetLabels;
+use crate::plan::lifecycle_write::LifecycleWrite;
 use crate::plan::{Action, Plan, UpdateMethod};
-use crate::runtime::{Context, key_of};
+use crate::runtime::context::{Context, key_of};
 use crate::watch::Owned;
 
 /// The CloneSet condition a failed action is reported under.
@@ -118,6 +120,63 @@ struct Actor<'a> {
     labels: CloneSetLabels,
     pods: BTreeMap<&'a str, &'a Pod>,
     revisions_ok: AtomicBool,
+    left: LeftVersions,
+    /// The plan's write of each of its lifecycle actions, by the action's address.
+    lifecycle_writes: HashMap<usize, &'a LifecycleWrite>,
+}
+
+/// An action's identity within its plan (its address), to find what the plan says it
+/// writes.
+fn action_key(action: &Action) -> usize {
+    std::ptr::from_ref(action) as usize
+}
+
+/// The plan's lifecycle writes by their actions (one per [`Action::Lifecycle`], in order).
+fn lifecycle_writes_of(plan: &Plan) -> HashMap<usize, &LifecycleWrite> {
+    plan.actions
+        .iter()
+        .filter(|a| matches!(a, Action::Lifecycle { .. }))
+        .zip(&plan.lifecycle_writes)
+        .filter(|(a, w)| pod_of(a) == Some(w.pod.as_str()))
+        .map(|(a, w)| (action_key(a), w))
+        .collect()
+}
+
+/// Per pod name: the resourceVersion our last write of this execution left on the pod. A
+/// later write of the same pod in the same execution is pinned to it (the cached pod's
+/// version is outdated by our own write).
+#[derive(Debug, Default)]
+struct LeftVersions(Mutex<HashMap<String, String>>);
+
+impl LeftVersions {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Notes what a pod write left (from its expectation).
+    fn record(&self, written: &Expectation) {
+        if let Expectation::PodUpdated {
+            name,
+            resource_version,
+            ..
+        } = written
+            && !resource_version.is_empty()
+        {
+            self.map().insert(name.clone(), resource_version.clone());
+        }
+    }
+
+    /// The version a write of `pod` is pinned to: what our last write of it left, else the
+    /// cached pod's own.
+    fn pin_for(&self, pod: &Pod) -> Option<String> {
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        self.map()
+            .get(name)
+            .cloned()
+            .or_else(|| pod.resource_version())
+    }
 }
 
 fn now_time() -> Time {
@@ -221,6 +280,8 @@ pub async fn execute(ctx: &Context, cs: &CloneSet, owned: &Owned, plan: &Plan) -
             .collect(),
         ns,
         revisions_ok: AtomicBool::new(true),
+        left: LeftVersions::default(),
+        lifecycle_writes: lifecycle_writes_of(plan),
     };
     actor.run().await
 }
@@ -259,6 +320,7 @@ impl Actor<'_> {
     }
 
     fn expect(&self, e: Expectation) {
+        self.left.record(&e);
         self.ctx.expectations.expect(&self.key, e);
     }
 
@@ -421,12 +483,7 @@ impl Actor<'_> {
                 method: UpdateMethod::InPlace,
                 revision,
             } => self.update_in_place(pod, revision).await,
-            Action::Lifecycle {
-                pod,
-                from,
-                to,
-                mark_not_ready,
-            } => self.lifecycle(pod, *from, *to, *mark_not_ready).await,
+            Action::Lifecycle { pod, .. } => self.lifecycle(pod, action).await,
             Action::CompleteInPlaceUpdate { pod } => self.complete_in_place(pod).await,
             Action::ApplyGracedUpdate { pod } => self.apply_graced(pod).await,
             Action::DeletePvc { pvc } => self.delete_pvc(pvc).await,
@@ -445,11 +502,16 @@ impl Actor<'_> {
     /// Strategic merge patch of `pods/status`. With `pinned`, the patch only applies to the
     /// pod version we planned from (resourceVersion precondition).
     async fn patch_pod_status(&self, pod: &Pod, status: Value, pinned: bool) -> Result<(), Error> {
-        let name = pod.name_any();
         let mut body = json!({ "status": status });
         if pinned {
             body["metadata"] = json!({"resourceVersion": pod.resource_version()});
         }
+        self.patch_pod_status_body(pod.name_any(), body).await
+    }
+
+    /// Strategic merge patch `body` (status and, for a precondition, metadata) of the
+    /// `pods/status` of pod `name`.
+    async fn patch_pod_status_body(&self, name: String, body: Value) -> Result<(), Error> {
         let written = self
             .pod_api()
             .patch_status(&name, &self.pp(), &Patch::Strategic(body))

@@ -9,8 +9,8 @@ use serde_json::{Value, json};
 
 use crate::error::Error;
 
-use super::conditions::has_gate;
 use super::{Actor, encode, now_rfc3339, now_time, pod_ref};
+use crate::plan::pod_conditions::has_gate;
 
 impl Actor<'_> {
     fn revision_labels(&self, revision: &str) -> Value {

@@ -1,11 +1,24 @@
-//! The CloneSet reconciler: watches → snapshot → plan → act → status.
+//! The CloneSet reconciler: watches → snapshot → plan → apply → status.
 //!
 //! One `kube::runtime::Controller` over CloneSets, fed by the shared pod / PVC /
 //! ControllerRevision / node watches of [`crate::watch`]. A reconcile:
 //! 1. waits for the caches to be synced;
 //! 2. skips planning while earlier writes are not observed yet ([`crate::expectations`]);
 //! 3. builds the [`Snapshot`](crate::plan::Snapshot) from the stores and asks the planner;
-//! 4. carries the plan out ([`crate::act`]) and writes the status ([`crate::status_writer`]).
+//! 4. carries the plan out ([`apply`]), writes the status ([`status_writer`]) and the
+//!    pre-download ImagePullJobs ([`predownload_jobs`]).
+//!
+//! The modules import downwards only: this loop imports the writers, the writers import
+//! [`context`] (what they share), and `context` imports none of them but the ImagePullJob
+//! cache it holds.
+
+pub mod apply;
+pub mod context;
+pub mod last_write;
+pub mod predownload_jobs;
+pub mod status_writer;
+
+pub use context::{Context, Settings, key_of};
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -25,89 +38,7 @@ use crate::error::Error;
 use crate::events::EventSink;
 use crate::expectations::Expectations;
 use crate::metrics::{CloneSetLabels, ErrorLabels, ExpectationLabels, Health, Metrics};
-use crate::plan::PlanOptions;
-use crate::watch::{Scope, Stores};
-
-/// Settings of the reconciler.
-#[derive(Clone, Debug)]
-pub struct Settings {
-    pub scope: Scope,
-    /// Concurrent reconciles (different CloneSets).
-    pub workers: u16,
-    /// After this long an unobserved write is given up on.
-    pub expectation_timeout: Duration,
-    /// Reconcile every CloneSet at least this often.
-    pub resync: Duration,
-    /// Concurrent API calls of one action phase (deletes, updates).
-    pub api_parallelism: usize,
-    /// Field manager / user agent name of our writes.
-    pub field_manager: String,
-    pub plan_options: PlanOptions,
-    /// `CloneSetEventHandlerOptimization`: only pod updates that matter trigger a
-    /// reconcile ([`crate::pod_events`]).
-    pub event_handler_optimization: bool,
-    /// `ResourcesDeletionProtection`: protected CloneSets carry a finalizer
-    /// ([`crate::plan::protection`]).
-    pub deletion_protection: bool,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Self {
-            scope: Scope::default(),
-            workers: 3,
-            expectation_timeout: Duration::from_secs(300),
-            resync: Duration::from_secs(300),
-            api_parallelism: 16,
-            field_manager: "inplace-controller".into(),
-            plan_options: PlanOptions::default(),
-            event_handler_optimization: false,
-            deletion_protection: false,
-        }
-    }
-}
-
-/// Everything a reconcile needs.
-pub struct Context {
-    pub client: Client,
-    pub stores: Stores,
-    pub expectations: Expectations,
-    pub events: EventSink,
-    pub metrics: Arc<Metrics>,
-    pub health: Arc<Health>,
-    pub caps: ServerCapabilities,
-    pub settings: Settings,
-    /// Image pre-download (gate `PreDownloadImageForInPlaceUpdate`); `None` when off.
-    pub predownload: Option<crate::predownload::PreDownloader>,
-    failures: Mutex<HashMap<String, u32>>,
-    /// Turns true once every cache has synced. A watch channel wakes every waiting
-    /// reconcile; awaiting the stores' readiness from each reconcile does not (only the
-    /// last waiter was woken, and the others sat out their whole timeout).
-    synced: tokio::sync::watch::Receiver<bool>,
-}
-
-impl std::fmt::Debug for Context {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Context")
-            .field("stores", &self.stores)
-            .field("caps", &self.caps)
-            .field("settings", &self.settings)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Context {
-    fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
-        self.failures
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
-
-/// `namespace/name` of a CloneSet, the key of its expectations.
-pub fn key_of(cs: &CloneSet) -> String {
-    format!("{}/{}", cs.namespace().unwrap_or_default(), cs.name_any())
-}
+use crate::watch::Stores;
 
 /// The span of one reconcile: every line logged in it names the CloneSet
 /// (`cloneset=namespace/name`; a field of the `span` object in JSON logs).
@@ -133,6 +64,7 @@ pub async fn reconcile(cs: Arc<CloneSet>, ctx: Arc<Context>) -> Result<Action, E
     if gone {
         // Deleted while it was reconciled: the series just written go with it.
         ctx.metrics.forget(&labels);
+        ctx.status_writes.forget(&cs.uid().unwrap_or_default());
     }
     let result = end_of_deleted(result, gone);
     if result.is_ok() {
@@ -157,7 +89,7 @@ fn end_of_deleted(result: Result<Action, Error>, gone: bool) -> Result<Action, E
 /// How [`run`] (and the ImagePullJob and ContainerRecreateRequest controllers) log one
 /// result of a controller's stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Outcome {
+pub(crate) enum StreamOutcome {
     Reconciled,
     /// A reconcile was due (a requeue, a change of one of its pods) for an object that is
     /// no longer in the store: deleted, nothing to do. Not an error.
@@ -165,7 +97,7 @@ pub(crate) enum Outcome {
     Failed,
 }
 
-impl Outcome {
+impl StreamOutcome {
     pub(crate) fn of<T, E: 'static, Q: 'static>(
         result: &Result<T, kube::runtime::controller::Error<E, Q>>,
     ) -> Self {
@@ -197,6 +129,7 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context, key: &str) -> Result<Acti
     if cs.metadata.deletion_timestamp.is_some() {
         // Pods, PVCs and revisions carry owner references: the garbage collector removes them.
         ctx.expectations.forget(key);
+        ctx.status_writes.forget(&cs.uid().unwrap_or_default());
         ctx.metrics
             .forget(&CloneSetLabels::new(&ns, &cs.name_any()));
         return Ok(Action::await_change());
@@ -237,7 +170,7 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context, key: &str) -> Result<Acti
         // webhook refuse is reported, and nothing is done for this CloneSet: e.g. a
         // template outside its own selector would make pods that never belong to it.
         let message = crate::plan::validate::summary(&violations);
-        crate::status_writer::write_invalid(ctx, cs, &message).await?;
+        status_writer::write_invalid(ctx, cs, &message).await?;
         return Ok(Action::requeue(ctx.settings.resync));
     }
     let owned = ctx.stores.owned(cs);
@@ -266,7 +199,7 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context, key: &str) -> Result<Acti
         Ok(plan) => plan,
         Err(Error::Plan(err)) => {
             // An invalid CloneSet is reported, not retried: its next change triggers us.
-            crate::status_writer::write_invalid(ctx, cs, &err.to_string()).await?;
+            status_writer::write_invalid(ctx, cs, &err.to_string()).await?;
             return Ok(Action::requeue(ctx.settings.resync));
         }
         Err(other) => return Err(other),
@@ -278,10 +211,11 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context, key: &str) -> Result<Acti
         "planned"
     );
 
-    let outcome = crate::act::execute(ctx, cs, &owned, &plan).await;
-    crate::status_writer::write(ctx, cs, &plan, &outcome).await?;
+    let outcome = apply::execute(ctx, cs, &owned, &plan).await;
+    status_writer::write(ctx, cs, &plan, &outcome).await?;
     if let Some(pd) = &ctx.predownload {
-        pd.reconcile(ctx, cs, &plan.revisions).await;
+        pd.reconcile(&ctx.job_writer(), &ctx.stores, cs, &plan.revisions)
+            .await;
     }
     if let Some(err) = outcome.into_error() {
         return Err(err);
@@ -482,7 +416,7 @@ pub async fn run(
         .graceful_shutdown_on(shutdown);
     let stores = part.with_clonesets(controller.store());
     let (synced_tx, synced) = tokio::sync::watch::channel(false);
-    let predownload = crate::predownload::PreDownloader::start(
+    let predownload = predownload_jobs::PreDownloader::start(
         &client,
         &settings.scope,
         settings.plan_options.pre_download_image,
@@ -499,6 +433,7 @@ pub async fn run(
         caps,
         settings,
         failures: Mutex::new(HashMap::new()),
+        status_writes: last_write::LastWrites::default(),
         synced,
     });
     {
@@ -518,9 +453,9 @@ pub async fn run(
     controller
         .run(reconcile, error_policy, ctx)
         .for_each(|res| async move {
-            match (Outcome::of(&res), res) {
+            match (StreamOutcome::of(&res), res) {
                 (_, Ok((obj, _))) => debug!(cloneset = %obj, "reconciled"),
-                (Outcome::Gone, Err(err)) => trace!(%err, "CloneSet deleted; nothing to do"),
+                (StreamOutcome::Gone, Err(err)) => trace!(%err, "CloneSet deleted; nothing to do"),
                 (_, Err(err)) => debug!(%err, "reconcile error"),
             }
         })
@@ -560,15 +495,18 @@ mod tests {
         let gone: Result = Err(ControllerError::ObjectNotFound(Box::new(
             ObjectRef::<CloneSet>::new("demo").within("ns").erase(),
         )));
-        assert_eq!(Outcome::of(&gone), Outcome::Gone);
+        assert_eq!(StreamOutcome::of(&gone), StreamOutcome::Gone);
         let failed: Result = Err(ControllerError::ReconcilerFailed(
             Error::CacheNotReady("pods"),
             Box::new(ObjectRef::<CloneSet>::new("demo").within("ns").erase()),
         ));
-        assert_eq!(Outcome::of(&failed), Outcome::Failed);
+        assert_eq!(StreamOutcome::of(&failed), StreamOutcome::Failed);
         let queue: Result = Err(ControllerError::QueueError(std::io::Error::other("watch")));
-        assert_eq!(Outcome::of(&queue), Outcome::Failed);
-        assert_eq!(Outcome::of(&Result::Ok(())), Outcome::Reconciled);
+        assert_eq!(StreamOutcome::of(&queue), StreamOutcome::Failed);
+        assert_eq!(
+            StreamOutcome::of(&Result::Ok(())),
+            StreamOutcome::Reconciled
+        );
     }
 
     #[test]

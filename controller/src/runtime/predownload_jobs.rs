@@ -20,11 +20,28 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
-use crate::events::Note;
-use crate::plan::RevisionPlan;
+use crate::events::{EventSink, Note};
 use crate::plan::predownload::{self, Decision, Input};
-use crate::runtime::Context;
-use crate::watch::Scope;
+use crate::plan::{PlanOptions, RevisionPlan};
+use crate::watch::{Scope, Stores};
+
+/// What the ImagePullJob writer writes with: the API client, the event sink, our field
+/// manager name, and the planner's options (borrowed from the reconciler's context).
+#[derive(Clone, Copy)]
+pub struct JobWriter<'a> {
+    pub client: &'a Client,
+    pub events: &'a EventSink,
+    pub field_manager: &'a str,
+    pub options: &'a PlanOptions,
+}
+
+impl std::fmt::Debug for JobWriter<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobWriter")
+            .field("field_manager", &self.field_manager)
+            .finish_non_exhaustive()
+    }
+}
 
 /// The ImagePullJob cache of the pre-download writer.
 #[derive(Clone)]
@@ -98,7 +115,13 @@ impl PreDownloader {
     }
 
     /// Decides and acts for `cs` after its plan (`revisions` are the plan's).
-    pub async fn reconcile(&self, ctx: &Context, cs: &CloneSet, revisions: &RevisionPlan) {
+    pub async fn reconcile(
+        &self,
+        ctx: &JobWriter<'_>,
+        stores: &Stores,
+        cs: &CloneSet,
+        revisions: &RevisionPlan,
+    ) {
         if !*self.synced.borrow() {
             debug!("ImagePullJob cache not synced yet; pre-download waits");
             return;
@@ -113,7 +136,7 @@ impl PreDownloader {
         let stored: Vec<ControllerRevision> =
             [&revisions.update_revision, &revisions.current_revision]
                 .into_iter()
-                .filter_map(|name| ctx.stores.revisions.get(&ObjectRef::new(name).within(&ns)))
+                .filter_map(|name| stores.revisions.get(&ObjectRef::new(name).within(&ns)))
                 .map(|r| ControllerRevision::clone(&r))
                 .collect();
         let decision = predownload::decide(&Input {
@@ -122,14 +145,14 @@ impl PreDownloader {
             current_revision: &revisions.current_revision,
             revisions: &stored,
             jobs: &jobs,
-            options: &ctx.settings.plan_options,
+            options: ctx.options,
         });
         self.apply(ctx, cs, &ns, decision).await;
     }
 
-    async fn apply(&self, ctx: &Context, cs: &CloneSet, ns: &str, decision: Decision) {
+    async fn apply(&self, ctx: &JobWriter<'_>, cs: &CloneSet, ns: &str, decision: Decision) {
         let pp = PatchParams {
-            field_manager: Some(ctx.settings.field_manager.clone()),
+            field_manager: Some(ctx.field_manager.to_owned()),
             ..PatchParams::default()
         };
         let job_api: Api<ImagePullJob> = Api::namespaced(ctx.client.clone(), ns);
@@ -196,7 +219,7 @@ impl PreDownloader {
     }
 }
 
-fn event(ctx: &Context, cs: &CloneSet, warning: bool, reason: &str, message: String) {
+fn event(ctx: &JobWriter<'_>, cs: &CloneSet, warning: bool, reason: &str, message: String) {
     if warning {
         warn!(reason, %message, "event");
     } else {

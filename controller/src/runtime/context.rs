@@ -1,0 +1,115 @@
+//! What every part of a CloneSet reconcile shares: the [`Settings`] of the reconciler and
+//! the [`Context`] (API client, caches, expectations, events, metrics), built once by
+//! [`super::run`]. It imports no other part of the runtime but the ImagePullJob cache it
+//! holds, so the writers ([`super::apply`], [`super::status_writer`]) and the reconcile
+//! loop ([`super`]) all import it without a circle.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use inplace_proto::{CloneSet, CloneSetStatus};
+use kube::{Client, ResourceExt};
+
+use crate::discovery::ServerCapabilities;
+use crate::events::EventSink;
+use crate::expectations::Expectations;
+use crate::metrics::{Health, Metrics};
+use crate::plan::PlanOptions;
+use crate::watch::{Scope, Stores};
+
+use super::last_write::LastWrites;
+use super::predownload_jobs::{JobWriter, PreDownloader};
+
+/// Settings of the reconciler.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub scope: Scope,
+    /// Concurrent reconciles (different CloneSets).
+    pub workers: u16,
+    /// After this long an unobserved write is given up on.
+    pub expectation_timeout: Duration,
+    /// Reconcile every CloneSet at least this often.
+    pub resync: Duration,
+    /// Concurrent API calls of one action phase (deletes, updates).
+    pub api_parallelism: usize,
+    /// Field manager / user agent name of our writes.
+    pub field_manager: String,
+    pub plan_options: PlanOptions,
+    /// `CloneSetEventHandlerOptimization`: only pod updates that matter trigger a
+    /// reconcile ([`crate::pod_events`]).
+    pub event_handler_optimization: bool,
+    /// `ResourcesDeletionProtection`: protected CloneSets carry a finalizer
+    /// ([`crate::plan::protection`]).
+    pub deletion_protection: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            scope: Scope::default(),
+            workers: 3,
+            expectation_timeout: Duration::from_secs(300),
+            resync: Duration::from_secs(300),
+            api_parallelism: 16,
+            field_manager: "inplace-controller".into(),
+            plan_options: PlanOptions::default(),
+            event_handler_optimization: false,
+            deletion_protection: false,
+        }
+    }
+}
+
+/// Everything a reconcile needs.
+pub struct Context {
+    pub client: Client,
+    pub stores: Stores,
+    pub expectations: Expectations,
+    pub events: EventSink,
+    pub metrics: Arc<Metrics>,
+    pub health: Arc<Health>,
+    pub caps: ServerCapabilities,
+    pub settings: Settings,
+    /// Image pre-download (gate `PreDownloadImageForInPlaceUpdate`); `None` when off.
+    pub predownload: Option<PreDownloader>,
+    pub(super) failures: Mutex<HashMap<String, u32>>,
+    /// Per CloneSet UID: the status and resourceVersion our last status write left.
+    pub status_writes: LastWrites<CloneSetStatus>,
+    /// Turns true once every cache has synced. A watch channel wakes every waiting
+    /// reconcile; awaiting the stores' readiness from each reconcile does not (only the
+    /// last waiter was woken, and the others sat out their whole timeout).
+    pub(super) synced: tokio::sync::watch::Receiver<bool>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("stores", &self.stores)
+            .field("caps", &self.caps)
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    /// What the ImagePullJob writer needs of the context.
+    pub fn job_writer(&self) -> JobWriter<'_> {
+        JobWriter {
+            client: &self.client,
+            events: &self.events,
+            field_manager: &self.settings.field_manager,
+            options: &self.settings.plan_options,
+        }
+    }
+
+    pub(super) fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
+        self.failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// `namespace/name` of a CloneSet, the key of its expectations.
+pub fn key_of(cs: &CloneSet) -> String {
+    format!("{}/{}", cs.namespace().unwrap_or_default(), cs.name_any())
+}
