@@ -17,6 +17,7 @@ use crate::events::Note;
 use crate::expectations::Expectation;
 use crate::plan::Action;
 use crate::plan::not_ready::{NOT_READY_USER_AGENT, NotReadyMessage, kruise_pod_ready};
+use crate::watch::CachedPod;
 
 use super::{Actor, Failure, FailureKind, Outcome, bounded, now_time, pod_ref};
 
@@ -57,7 +58,8 @@ impl Actor<'_> {
             }
             let conditions = gate_conditions_to_set(pod, updating.contains(name.as_str()));
             if !conditions.is_empty() {
-                todo.push((pod, conditions));
+                // the full pod only for the write
+                todo.push((pod.to_pod(), conditions));
             }
         }
         if todo.is_empty() {
@@ -65,7 +67,7 @@ impl Actor<'_> {
         }
         let now = now_time();
         let futs: Vec<_> = todo
-            .into_iter()
+            .iter()
             .map(|(pod, conditions)| {
                 let conds: Vec<Value> = conditions
                     .iter()
@@ -130,7 +132,7 @@ impl Actor<'_> {
     }
 
     pub(super) async fn complete_in_place(&self, name: &str) -> Result<(), Error> {
-        let pod = self.pod(name)?;
+        let pod = &self.pod(name)?;
         if !has_gate(pod, keys::INPLACE_UPDATE_READY_CONDITION) {
             return Ok(());
         }
@@ -156,7 +158,7 @@ impl Actor<'_> {
         reason: &str,
         message: &str,
     ) -> Result<(), Error> {
-        let pod = self.pod(name)?;
+        let pod = &self.pod(name)?;
         let status = json!({"conditions": [{
             "type": keys::INPLACE_UPDATE_READY_CONDITION, "status": "False",
             "reason": reason, "message": message,
@@ -223,13 +225,11 @@ pub fn has_gate(pod: &Pod, condition: &str) -> bool {
 ///   condition is absent, or False from an update of ours whose spec patch never landed
 ///   (reason `StartInPlaceUpdate`, no state annotation) and `updating` is false (no
 ///   update of the pod is planned now).
-pub fn gate_conditions_to_set(pod: &Pod, updating: bool) -> Vec<&'static str> {
-    let conditions = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_deref())
-        .unwrap_or(&[]);
-    let find = |t: &str| conditions.iter().find(|c| c.type_ == t);
+///
+/// Read from the cached pod: it runs for every pod of every reconcile.
+pub fn gate_conditions_to_set(pod: &CachedPod, updating: bool) -> Vec<&'static str> {
+    let find = |t: &str| pod.condition(t);
+    let has_gate = |t: &str| pod.readiness_gates().any(|g| g == t);
     let annotations = pod.annotations();
     let in_progress = [
         keys::INPLACE_UPDATE_STATE_ANNOTATION,
@@ -238,13 +238,13 @@ pub fn gate_conditions_to_set(pod: &Pod, updating: bool) -> Vec<&'static str> {
         keys::INPLACE_UPDATE_GRACE_ANNOTATION_LEGACY,
     ]
     .iter()
-    .any(|k| annotations.contains_key(*k));
+    .any(|k| annotations.contains_key(k));
     let mut out = Vec::new();
-    if has_gate(pod, keys::INPLACE_UPDATE_READY_CONDITION) && !in_progress {
+    if has_gate(keys::INPLACE_UPDATE_READY_CONDITION) && !in_progress {
         let set = match find(keys::INPLACE_UPDATE_READY_CONDITION) {
             None => true,
             Some(c) => {
-                c.status != "True"
+                &*c.status != "True"
                     && c.reason.as_deref() == Some(keys::START_INPLACE_UPDATE_REASON)
                     && !updating
             }
@@ -253,7 +253,7 @@ pub fn gate_conditions_to_set(pod: &Pod, updating: bool) -> Vec<&'static str> {
             out.push(keys::INPLACE_UPDATE_READY_CONDITION);
         }
     }
-    if has_gate(pod, keys::KRUISE_POD_READY_CONDITION)
+    if has_gate(keys::KRUISE_POD_READY_CONDITION)
         && find(keys::KRUISE_POD_READY_CONDITION).is_none()
     {
         out.push(keys::KRUISE_POD_READY_CONDITION);

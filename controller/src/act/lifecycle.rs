@@ -18,7 +18,7 @@ impl Actor<'_> {
         to: LifecycleState,
         mark_not_ready: Option<bool>,
     ) -> Result<(), Error> {
-        let pod = self.pod(name)?;
+        let pod = &self.pod(name)?;
         if let Some(add) = mark_not_ready {
             let key = if to == LifecycleState::PreparingDelete
                 || from == Some(LifecycleState::PreparingDelete)

@@ -22,6 +22,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::model::PodFacts;
 use super::selector::Selector;
+use crate::watch::cached::StrMap;
 
 /// Sorts `candidates` (indexes into `pods`) by the whole update order of `strategy`.
 ///
@@ -203,16 +204,12 @@ impl<'s> OrderRules<'s> {
     /// The priority key of a pod with `labels`; the scatter matches go to `scratch.hits`.
     /// The labels are read here unless they were shown to the scratch already
     /// ([`OrderScratch::clear`], [`OrderScratch::see`]).
-    fn evaluate<'p>(
-        &self,
-        labels: &'p BTreeMap<String, String>,
-        scratch: &mut OrderScratch<'p>,
-    ) -> (i64, i64) {
+    fn evaluate<'p>(&self, labels: StrMap<'p>, scratch: &mut OrderScratch<'p>) -> (i64, i64) {
         if !std::mem::take(&mut scratch.seen) && !self.wanted.is_empty() {
             scratch.values.fill(None);
-            for (key, value) in labels {
+            for (key, value) in labels.iter() {
                 if let Some(j) = self.wanted.iter().position(|w| w == key) {
-                    scratch.values[j] = Some(value.as_str());
+                    scratch.values[j] = Some(value);
                 }
             }
         }
@@ -250,7 +247,7 @@ impl<'s> OrderRules<'s> {
     /// Only when [`OrderRules::precomputable`].
     pub fn precompute<'p>(
         &self,
-        labels: &'p BTreeMap<String, String>,
+        labels: StrMap<'p>,
         scratch: &mut OrderScratch<'p>,
     ) -> PrecomputedOrder<'s> {
         let priority = self.evaluate(labels, scratch);
@@ -364,12 +361,12 @@ impl<'s> PriorityKey<'s> {
     }
 
     /// Smaller sorts first.
-    fn key(&self, labels: &BTreeMap<String, String>) -> (i64, i64) {
+    fn key(&self, labels: StrMap<'_>) -> (i64, i64) {
         match self {
             Self::Weight(terms) => {
                 let weight: i64 = terms
                     .iter()
-                    .filter(|(_, s)| s.matches(labels))
+                    .filter(|(_, s)| s.matches_with(|k| labels.get(k)))
                     .map(|(w, _)| w)
                     .sum();
                 (-weight, 0)
