@@ -5,8 +5,10 @@
 //! each `Container` another ~2 KiB, nearly all of it `None` fields), and stripping after
 //! deserialisation leaves the dropped parts' freed memory interleaved with the kept parts.
 //! So the stores hold these types instead, deserialised straight from the API's JSON
-//! (serde skips the fields they do not name without allocating them), and a reconcile
-//! materialises `Pod`s for the one CloneSet it plans ([`CachedPod::to_pod`]).
+//! (serde skips the fields they do not name without allocating them). The planner reads
+//! them as they are (`plan::PodFacts` borrow from a [`CachedPod`]; a reconcile shares the
+//! store's entries, it copies none), and the act layer builds a full `Pod`
+//! ([`CachedPod::to_pod`]) only for a pod it writes.
 //!
 //! [`CachedPod`] keeps everything the planner, the act layer and the status writer read:
 //! metadata (name, namespace, uid, resourceVersion, timestamps, labels, annotations,
@@ -691,5 +693,7 @@ impl PodPlacement {
     }
 }
 
+#[cfg(test)]
+mod facts_tests;
 #[cfg(test)]
 mod tests;
