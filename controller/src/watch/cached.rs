@@ -336,59 +336,40 @@ pub trait ContainerStatusView {
     fn resources(&self) -> Option<&ResourceRequirements>;
 }
 
-impl ContainerStatusView for ContainerStatus {
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn image(&self) -> &str {
-        &self.image
-    }
-    fn image_id(&self) -> &str {
-        &self.image_id
-    }
-    fn container_id(&self) -> Option<&str> {
-        self.container_id.as_deref()
-    }
-    fn ready(&self) -> bool {
-        self.ready
-    }
-    fn started(&self) -> Option<bool> {
-        self.started
-    }
-    fn state(&self) -> Option<&ContainerState> {
-        self.state.as_ref()
-    }
-    fn resources(&self) -> Option<&ResourceRequirements> {
-        self.resources.as_ref()
-    }
+/// [`ContainerStatusView`] of a type whose fields are named as the API's.
+macro_rules! container_status_view {
+    ($t:ty) => {
+        impl ContainerStatusView for $t {
+            fn name(&self) -> &str {
+                &self.name
+            }
+            fn image(&self) -> &str {
+                &self.image
+            }
+            fn image_id(&self) -> &str {
+                &self.image_id
+            }
+            fn container_id(&self) -> Option<&str> {
+                self.container_id.as_deref()
+            }
+            fn ready(&self) -> bool {
+                self.ready
+            }
+            fn started(&self) -> Option<bool> {
+                self.started
+            }
+            fn state(&self) -> Option<&ContainerState> {
+                self.state.as_ref()
+            }
+            fn resources(&self) -> Option<&ResourceRequirements> {
+                self.resources.as_ref()
+            }
+        }
+    };
 }
 
-impl ContainerStatusView for CachedContainerStatus {
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn image(&self) -> &str {
-        &self.image
-    }
-    fn image_id(&self) -> &str {
-        &self.image_id
-    }
-    fn container_id(&self) -> Option<&str> {
-        self.container_id.as_deref()
-    }
-    fn ready(&self) -> bool {
-        self.ready
-    }
-    fn started(&self) -> Option<bool> {
-        self.started
-    }
-    fn state(&self) -> Option<&ContainerState> {
-        self.state.as_ref()
-    }
-    fn resources(&self) -> Option<&ResourceRequirements> {
-        self.resources.as_ref()
-    }
-}
+container_status_view!(ContainerStatus);
+container_status_view!(CachedContainerStatus);
 
 /// `k8s_openapi::Resource` and `Metadata` of a compact pod form: it is read from and
 /// stands for `v1/Pod`, so kube can list and watch it as one.
