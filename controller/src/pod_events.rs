@@ -20,7 +20,6 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 
 use futures::{Stream, StreamExt};
 use inplace_proto::keys;
-use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 
@@ -43,35 +42,31 @@ const WATCHED_CONDITIONS: [&str; 3] = [
     keys::INPLACE_UPDATE_READY_CONDITION,
 ];
 
-/// A hash of what a CloneSet decides on in `pod` (see the module docs).
-pub fn trigger_hash(pod: &Pod) -> u64 {
+/// A hash of what a CloneSet decides on in `pod` (see the module docs), read from the
+/// cached form as the watch stores it.
+pub fn trigger_hash(pod: &CachedPod) -> u64 {
     let mut h = DefaultHasher::new();
     let meta = &pod.metadata;
     meta.generation.hash(&mut h);
     meta.deletion_timestamp.is_some().hash(&mut h);
-    meta.labels.hash(&mut h);
+    for label in pod.labels() {
+        label.hash(&mut h);
+    }
     meta.finalizers.hash(&mut h);
+    let annotations = pod.annotations();
     for key in WATCHED_ANNOTATIONS {
-        meta.annotations
-            .as_ref()
-            .and_then(|a| a.get(key))
-            .hash(&mut h);
+        annotations.get(key).hash(&mut h);
     }
-    if let Some(spec) = &pod.spec {
-        spec.node_name.hash(&mut h);
-        for c in &spec.containers {
-            (&c.name, &c.image).hash(&mut h);
-        }
+    pod.node_name().hash(&mut h);
+    for c in pod.containers() {
+        (&c.name, &c.image).hash(&mut h);
     }
-    if let Some(status) = &pod.status {
-        status.phase.hash(&mut h);
-        for ty in WATCHED_CONDITIONS {
-            let condition = status.conditions.iter().flatten().find(|c| c.type_ == ty);
-            condition.map(|c| &c.status).hash(&mut h);
-        }
-        for c in status.container_statuses.iter().flatten() {
-            (&c.name, &c.image, &c.image_id, c.ready, c.restart_count).hash(&mut h);
-        }
+    pod.phase().hash(&mut h);
+    for ty in WATCHED_CONDITIONS {
+        pod.condition(ty).map(|c| &c.status).hash(&mut h);
+    }
+    for c in pod.container_statuses() {
+        (&c.name, &c.image, &c.image_id, c.ready, c.restart_count).hash(&mut h);
     }
     h.finish()
 }
@@ -96,7 +91,7 @@ where
                     seen.remove(&key);
                     true
                 } else {
-                    let hash = trigger_hash(&pod.to_pod());
+                    let hash = trigger_hash(pod);
                     seen.insert(key, hash) != Some(hash)
                 }
             }
@@ -115,7 +110,11 @@ mod tests {
 
     type Change = Box<dyn FnOnce(&mut Value)>;
 
-    fn pod(f: impl FnOnce(&mut Value)) -> Pod {
+    fn pod(f: impl FnOnce(&mut Value)) -> CachedPod {
+        serde_json::from_value(pod_json(f)).unwrap()
+    }
+
+    fn pod_json(f: impl FnOnce(&mut Value)) -> Value {
         let mut v = json!({
             "metadata": {"name": "p", "namespace": "ns", "resourceVersion": "1", "generation": 1,
                 "labels": {"controller-revision-hash": "cs-1"}, "annotations": {}},
@@ -129,7 +128,7 @@ mod tests {
                     "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}]},
         });
         f(&mut v);
-        serde_json::from_value(v).unwrap()
+        v
     }
 
     #[test]
@@ -223,7 +222,7 @@ mod tests {
     #[tokio::test]
     async fn the_filter_passes_first_sight_relevant_changes_and_deletions() {
         let cached = |f: fn(&mut Value)| -> CachedPod {
-            let mut v = serde_json::to_value(pod(|_| {})).unwrap();
+            let mut v = pod_json(|_| {});
             f(&mut v);
             serde_json::from_value(v).unwrap()
         };

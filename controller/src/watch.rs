@@ -13,6 +13,7 @@ use futures::{Stream, StreamExt};
 use inplace_proto::{CloneSet, keys};
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
+use kube::core::Expression;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -231,12 +232,29 @@ fn owned_by(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta, u
 }
 
 /// Everything of one CloneSet that its plan reads.
+///
+/// The pods are the cache's own compact entries (shared, never copied): the planner reads
+/// them as they are, and the act layer builds a full [`Pod`] ([`CachedPod::to_pod`]) only
+/// for a pod it writes.
 #[derive(Clone, Debug, Default)]
 pub struct Owned {
-    pub pods: Vec<Pod>,
+    pub pods: Vec<Arc<CachedPod>>,
     pub pvcs: Vec<PersistentVolumeClaim>,
     pub revisions: Vec<ControllerRevision>,
     pub nodes: Vec<Node>,
+}
+
+/// Whether labels read through `get` satisfy `expr` (kube's `SelectorExt::matches` of an
+/// [`Expression`], on the cached pod's labels instead of a `BTreeMap`).
+fn expression_matches<'l>(expr: &Expression, get: impl Fn(&str) -> Option<&'l str>) -> bool {
+    match expr {
+        Expression::In(key, values) => get(key).is_some_and(|v| values.contains(v)),
+        Expression::NotIn(key, values) => get(key).is_none_or(|v| !values.contains(v)),
+        Expression::Exists(key) => get(key).is_some(),
+        Expression::DoesNotExist(key) => get(key).is_none(),
+        Expression::Equal(key, value) => get(key) == Some(value.as_str()),
+        Expression::NotEqual(key, value) => get(key) != Some(value.as_str()),
+    }
 }
 
 impl Stores {
@@ -265,16 +283,16 @@ impl Stores {
                 .as_ref()
                 .is_none_or(|s| kube::core::SelectorExt::matches(s, labels))
         };
-        let mut pods: Vec<Pod> = self
-            .pods
-            .state_filter(|p| {
-                p.metadata.namespace.as_deref() == Some(ns.as_str()) && owned_by(&p.metadata, &uid)
-            })
-            .iter()
-            .map(|p| p.to_pod())
-            // the cached form keeps its labels interned: match them on the materialised pod
-            .filter(|p| matches(p.labels()))
-            .collect();
+        let expressions: Option<Vec<Expression>> =
+            selector.clone().map(|s| s.into_iter().collect());
+        let mut pods: Vec<Arc<CachedPod>> = self.pods.state_filter(|p| {
+            p.metadata.namespace.as_deref() == Some(ns.as_str())
+                && owned_by(&p.metadata, &uid)
+                && expressions.as_ref().is_none_or(|e| {
+                    let labels = p.label_map();
+                    e.iter().all(|e| expression_matches(e, |k| labels.get(k)))
+                })
+        });
         pods.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         let mut pvcs: Vec<PersistentVolumeClaim> = self
             .pvcs
@@ -298,10 +316,8 @@ impl Stores {
             .map(|r| ControllerRevision::clone(r))
             .collect();
         revisions.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-        let node_names: std::collections::BTreeSet<&str> = pods
-            .iter()
-            .filter_map(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()))
-            .collect();
+        let node_names: std::collections::BTreeSet<&str> =
+            pods.iter().filter_map(|p| p.node_name()).collect();
         let nodes = node_names
             .into_iter()
             .filter_map(|n| self.nodes.get(&ObjectRef::new(n)))

@@ -17,10 +17,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use inplace_controller::plan::{
     Action, Plan, PlanOptions, PodFacts, Snapshot, UpdateMethod, plan, revision_matches,
 };
+use inplace_controller::watch::CachedPod;
 use inplace_proto::{CloneSet, LifecycleState, keys};
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Pod;
@@ -431,9 +433,10 @@ impl World {
     }
 
     fn plan(&self, pods: &[Pod]) -> Plan {
+        let pods = cached(pods);
         plan(Snapshot {
             cloneset: &self.cs,
-            pods,
+            pods: &pods,
             pvcs: &[],
             revisions: &self.revisions,
             nodes: &[],
@@ -647,12 +650,20 @@ impl World {
 // ---------------------------------------------------------------------------------------
 // The properties of one plan
 
+/// `pods` in the cached form the planner reads (as the watch would cache them).
+fn cached(pods: &[Pod]) -> Vec<Arc<CachedPod>> {
+    pods.iter()
+        .map(|p| Arc::new(CachedPod::from_pod(p).unwrap()))
+        .collect()
+}
+
 fn check_plan(
     cs: &CloneSet,
     pods: &[Pod],
     plan: &Plan,
     now: Timestamp,
 ) -> Result<(), TestCaseError> {
+    let pods = cached(pods);
     let facts: Vec<PodFacts> = pods
         .iter()
         .map(|p| PodFacts::from_pod(p, &BTreeSet::new()))

@@ -11,11 +11,12 @@ use std::collections::BTreeMap;
 
 use inplace_controller::plan::PodFacts;
 use inplace_controller::plan::container_batches;
+use inplace_controller::watch::CachedPod;
 use inplace_daemon::inplace::decide::{self as daemon, RuntimeContainer};
 use inplace_fuzz::{now, plan_with_first_pod, texts};
 use inplace_proto::keys;
 use inplace_proto::{InPlaceUpdateGrace, InPlaceUpdateState};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -30,8 +31,8 @@ fuzz_target!(|data: &[u8]| {
         if let Some(Ok(state)) = InPlaceUpdateState::from_annotations(&annotations) {
             // What the controller and the daemon do with a state they could read.
             let _ = serde_json::to_string(&state);
-            let _ = container_batches::next_batch(&state, &[]);
-            let _ = container_batches::env_restarts_awaited(&state, &[]);
+            let _ = container_batches::next_batch::<ContainerStatus>(&state, &[]);
+            let _ = container_batches::env_restarts_awaited::<ContainerStatus>(&state, &[]);
             let _ = container_batches::remaining(&state);
             let _ = daemon::resized_containers(&state);
             let ids = BTreeMap::from([("nginx".to_owned(), "containerd://b".to_owned())]);
@@ -89,8 +90,11 @@ fuzz_target!(|data: &[u8]| {
         let _ = daemon::in_update(&pod);
         let ids = BTreeMap::from([("nginx".to_owned(), "containerd://b".to_owned())]);
         let _ = daemon::completion_patch(&pod, &ids, now());
-        let facts = PodFacts::from_pod(&pod, &Default::default());
-        let _ = facts.lifecycle_since();
+        // The planner reads the pod as the watch caches it.
+        if let Ok(cached) = CachedPod::from_pod(&pod) {
+            let facts = PodFacts::from_pod(&cached, &Default::default());
+            let _ = facts.lifecycle_since();
+        }
     }
 
     // The controller's whole plan with the first pod carrying them.

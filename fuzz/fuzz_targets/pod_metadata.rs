@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 
 use arbitrary::Arbitrary;
 use inplace_controller::plan::{PodFacts, container_batches, predownload};
+use inplace_controller::watch::CachedPod;
 use inplace_daemon::inplace::decide as daemon;
 use inplace_daemon::resize;
 use inplace_fuzz::{now, partition_fixture, plan_and_render};
@@ -178,9 +179,12 @@ fuzz_target!(|input: Input<'_>| {
         }
     }
 
-    let facts = PodFacts::from_pod(pod, &Default::default());
-    let _ = facts.lifecycle_since();
-    let _ = facts.is_available(10, now());
+    // The planner reads the pod as the watch caches it.
+    if let Ok(cached) = CachedPod::from_pod(pod) {
+        let facts = PodFacts::from_pod(&cached, &Default::default());
+        let _ = facts.lifecycle_since();
+        let _ = facts.is_available(10, now());
+    }
 
     // Quantities, as the controller compares them and the daemon converts them.
     for q in &input.quantities {

@@ -3,10 +3,12 @@
 //! weight priority and a scatter term set, update type InPlaceIfPossible.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs, dead_code)]
 
+use std::sync::Arc;
+
 use inplace_controller::plan::{PlanOptions, Snapshot, plan};
+use inplace_controller::watch::CachedPod;
 use inplace_proto::CloneSet;
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 
@@ -60,7 +62,8 @@ fn cloneset(replicas: usize, image: &str, current: Option<&str>) -> CloneSet {
 
 pub struct Input {
     pub cs: CloneSet,
-    pub pods: Vec<Pod>,
+    /// In the cached form the planner reads, deserialised as the watch does.
+    pub pods: Vec<Arc<CachedPod>>,
     pub revisions: Vec<ControllerRevision>,
     pub options: PlanOptions,
 }
@@ -110,7 +113,7 @@ pub fn input(n: usize) -> Input {
             };
             let zone = ["a", "b", "c", "d"][i % 4];
             let rack = format!("r{}", i % 7);
-            serde_json::from_value(json!({
+            let pod: CachedPod = serde_json::from_value(json!({
                 "metadata": {
                     "name": format!("big-{i:06}"),
                     "namespace": "default",
@@ -145,7 +148,8 @@ pub fn input(n: usize) -> Input {
                     }],
                 },
             }))
-            .unwrap()
+            .unwrap();
+            Arc::new(pod)
         })
         .collect();
     Input {

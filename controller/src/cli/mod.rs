@@ -42,6 +42,7 @@ pub mod view;
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use inplace_proto::CloneSet;
@@ -316,9 +317,25 @@ pub fn compute(
         current_revision_override: settings.current_revision.clone().or(status_current),
         ..PlanOptions::default()
     };
+    // The planner reads pods in the controller's cached form.
+    let pods = inputs
+        .pods
+        .iter()
+        .map(|p| {
+            crate::watch::CachedPod::from_pod(p)
+                .map(Arc::new)
+                .map_err(|e| {
+                    InputError::field(
+                        &format!("pod/{}", p.metadata.name.as_deref().unwrap_or_default()),
+                        "",
+                        e.to_string(),
+                    )
+                })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let snapshot = Snapshot {
         cloneset: &inputs.cloneset,
-        pods: &inputs.pods,
+        pods: &pods,
         pvcs: &inputs.pvcs,
         revisions: &inputs.revisions,
         nodes: &[],

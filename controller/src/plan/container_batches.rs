@@ -34,8 +34,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use inplace_proto::{InPlaceUpdateGrace, InPlaceUpdateState, keys};
-use k8s_openapi::api::core::v1::ContainerStatus;
 use serde_json::{Map, Value};
+
+use crate::watch::cached::ContainerStatusView;
 
 /// Each container of the template, in order, with its launch priority.
 pub fn launch_priorities(template: &Map<String, Value>) -> Vec<(String, Option<i64>)> {
@@ -290,7 +291,7 @@ pub enum NextBatch {
 }
 
 /// Judges `state` against the pod's container statuses.
-pub fn next_batch(state: &InPlaceUpdateState, statuses: &[ContainerStatus]) -> NextBatch {
+pub fn next_batch<S: ContainerStatusView>(state: &InPlaceUpdateState, statuses: &[S]) -> NextBatch {
     if !state.has_next_batch() {
         return NextBatch::None;
     }
@@ -304,7 +305,7 @@ pub fn next_batch(state: &InPlaceUpdateState, statuses: &[ContainerStatus]) -> N
         .filter(|name| {
             !statuses
                 .iter()
-                .any(|s| &s.name == *name && started_and_ready(s))
+                .any(|s| s.name() == name.as_str() && started_and_ready(s))
         })
         .cloned()
         .collect();
@@ -321,9 +322,9 @@ pub fn next_batch(state: &InPlaceUpdateState, statuses: &[ContainerStatus]) -> N
 /// running with the pod's values (`daemonEnvChecked` for this batch, naming the container
 /// the status shows now). Only the daemon restarts them, and only it can see their env:
 /// the next batch waits for its word. Empty when nothing is awaited.
-pub fn env_restarts_awaited(
+pub fn env_restarts_awaited<S: ContainerStatusView>(
     state: &InPlaceUpdateState,
-    statuses: &[ContainerStatus],
+    statuses: &[S],
 ) -> Vec<String> {
     let Some(batch) = state.container_batches_record.last() else {
         return Vec::new();
@@ -339,8 +340,8 @@ pub fn env_restarts_awaited(
         .filter(|name| {
             let running = statuses
                 .iter()
-                .find(|s| &s.name == *name)
-                .and_then(|s| s.container_id.as_deref());
+                .find(|s| s.name() == name.as_str())
+                .and_then(|s| s.container_id());
             let verified = checked
                 .and_then(|c| c.containers.get(*name))
                 .map(String::as_str);
@@ -352,10 +353,10 @@ pub fn env_restarts_awaited(
 
 /// Running, started (postStart hook and startup probe done: the kubelet reports neither
 /// before) and Ready, as the reference's pre-check asks (`state.running` and `ready`).
-fn started_and_ready(status: &ContainerStatus) -> bool {
-    status.ready
-        && status.started != Some(false)
-        && status.state.as_ref().is_some_and(|s| s.running.is_some())
+fn started_and_ready(status: &impl ContainerStatusView) -> bool {
+    status.ready()
+        && status.started() != Some(false)
+        && status.state().is_some_and(|s| s.running.is_some())
 }
 
 /// The update that is left in `state`, as a spec to [`split`] again.

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use inplace_proto::{CloneSet, keys};
 use k8s_openapi::api::apps::v1::ControllerRevision;
@@ -12,6 +13,7 @@ use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 
 use super::model::{PlanContext, PlanOptions, PodFacts, Resolved, Snapshot};
+use crate::watch::CachedPod;
 
 /// The fixtures' epoch: every time is `t(seconds after it)`.
 pub fn t(secs: i64) -> Timestamp {
@@ -182,11 +184,21 @@ impl PodBuilder {
         serde_json::from_value(self.0).unwrap()
     }
 
+    /// The built pod in the cached form the planner reads.
+    pub fn cached(self) -> Arc<CachedPod> {
+        cached(&self.build())
+    }
+
     /// The facts of the built pod, which is leaked so that the facts (which borrow from
     /// it) can outlive this call: a few test pods for the whole test run.
     pub fn facts(self) -> PodFacts<'static> {
-        PodFacts::from_pod(Box::leak(Box::new(self.build())), &BTreeSet::new())
+        PodFacts::from_pod(Box::leak(Box::new(self.cached())), &BTreeSet::new())
     }
+}
+
+/// `pod` in the cached form the planner reads (as the watch would cache it).
+pub fn cached(pod: &Pod) -> Arc<CachedPod> {
+    Arc::new(CachedPod::from_pod(pod).expect("a pod converts to its cached form"))
 }
 
 /// A CloneSet `demo` from a JSON `spec` merged over a minimal valid one.
@@ -236,7 +248,7 @@ pub fn revision(name: &str, template: Value) -> ControllerRevision {
 #[derive(Debug)]
 pub struct Fixture {
     pub cloneset: CloneSet,
-    pub pods: Vec<Pod>,
+    pub pods: Vec<Arc<CachedPod>>,
     pub revisions: Vec<ControllerRevision>,
     pub options: PlanOptions,
     pub now: Timestamp,
@@ -251,7 +263,7 @@ impl Fixture {
         let replicas = cloneset.replicas();
         Self {
             cloneset,
-            pods: pods.into_iter().map(PodBuilder::build).collect(),
+            pods: pods.into_iter().map(PodBuilder::cached).collect(),
             revisions: Vec::new(),
             options: PlanOptions::default(),
             now: t(1000),

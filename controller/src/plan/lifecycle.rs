@@ -24,7 +24,9 @@ use inplace_proto::{
     InPlaceUpdateContainerStatus, InPlaceUpdateState, Lifecycle, LifecycleHook, LifecycleState,
     keys,
 };
-use k8s_openapi::api::core::v1::{ContainerStatus, ResourceRequirements};
+use k8s_openapi::api::core::v1::ResourceRequirements;
+
+use crate::watch::cached::ContainerStatusView;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::container_batches::{NextBatch, env_restarts_awaited, next_batch};
@@ -48,7 +50,7 @@ pub fn hook_matches(hook: Option<&LifecycleHook>, pod: &PodFacts) -> bool {
         || hook
             .labels_handler
             .iter()
-            .any(|(k, v)| pod.labels.get(k) == Some(v))
+            .any(|(k, v)| pod.labels.get(k) == Some(v.as_str()))
 }
 
 /// Whether `pod` carries ALL of the hook's labels (same values) and finalizers (reference
@@ -64,7 +66,7 @@ pub fn hook_all_present(hook: Option<&LifecycleHook>, pod: &PodFacts) -> bool {
         && hook
             .labels_handler
             .iter()
-            .all(|(k, v)| pod.labels.get(k) == Some(v))
+            .all(|(k, v)| pod.labels.get(k) == Some(v.as_str()))
 }
 
 fn in_place_hook(lifecycle: Option<&Lifecycle>) -> Option<&LifecycleHook> {
@@ -212,13 +214,13 @@ pub fn image_with_default_tag(image: &str) -> String {
 /// The first container of `state` that does not run the updated spec yet, and why.
 pub(super) fn containers_pending(pod: &PodFacts, state: &InPlaceUpdateState) -> Option<String> {
     for (name, before) in &state.last_container_statuses {
-        let Some(status) = pod.container_statuses.iter().find(|s| &s.name == name) else {
+        let Some(status) = pod.container_statuses.iter().find(|s| *s.name == **name) else {
             return Some(format!("container {name} to appear in the pod status"));
         };
         let spec_image = pod
             .container_specs
             .iter()
-            .find(|c| &c.name == name)
+            .find(|c| *c.name == **name)
             .and_then(|c| c.image.as_deref());
         if !container_updated(spec_image, before, status) {
             let waiting = waiting_reason(status)
@@ -248,18 +250,17 @@ pub(super) fn containers_pending(pod: &PodFacts, state: &InPlaceUpdateState) -> 
 pub fn container_updated(
     spec_image: Option<&str>,
     before: &InPlaceUpdateContainerStatus,
-    status: &ContainerStatus,
+    status: &impl ContainerStatusView,
 ) -> bool {
     if !before.container_id.is_empty() {
         return status
-            .container_id
-            .as_deref()
+            .container_id()
             .is_some_and(|id| !id.is_empty() && id != before.container_id);
     }
-    if status.image_id != before.image_id {
+    if status.image_id() != before.image_id {
         return true;
     }
-    spec_image.is_some_and(|image| same_image(image, &status.image))
+    spec_image.is_some_and(|image| same_image(image, status.image()))
 }
 
 /// Whether the spec's image and the image a container status reports name the same
@@ -278,8 +279,8 @@ fn same_image(spec_image: &str, status_image: &str) -> bool {
 
 /// `reason: message` of a container that is waiting with a reason (the kubelet's
 /// `ErrImagePull`, `CrashLoopBackOff`, …).
-pub fn waiting_reason(status: &ContainerStatus) -> Option<String> {
-    let waiting = status.state.as_ref()?.waiting.as_ref()?;
+pub fn waiting_reason(status: &impl ContainerStatusView) -> Option<String> {
+    let waiting = status.state()?.waiting.as_ref()?;
     let reason = waiting.reason.as_deref().filter(|r| !r.is_empty())?;
     Some(match waiting.message.as_deref().filter(|m| !m.is_empty()) {
         Some(message) => format!("{reason}: {message}"),

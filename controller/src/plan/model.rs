@@ -3,7 +3,8 @@
 //! Everything here is plain data: the controller fills a [`Snapshot`] from its caches,
 //! [`super::plan`] turns it into a [`Plan`], and the `act` layer carries the plan out.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use inplace_proto::keys;
@@ -11,13 +12,14 @@ use inplace_proto::{
     CloneSet, CloneSetStatus, InPlaceUpdateGrace, InPlaceUpdateState, LifecycleState,
 };
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::{
-    Container, ContainerStatus, Node, PersistentVolumeClaim, Pod, PodCondition,
-};
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim};
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
 use super::order_rules::{OrderRules, PrecomputedOrder};
+use crate::watch::cached::{
+    CachedCondition, CachedContainer, CachedContainerStatus, CachedPod, StrMap,
+};
 
 /// Switches that the reference implementation keeps behind feature gates.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -49,8 +51,9 @@ pub struct PlanOptions {
 #[derive(Clone, Copy, Debug)]
 pub struct Snapshot<'a> {
     pub cloneset: &'a CloneSet,
-    /// Pods owned by the CloneSet (active or not), already filtered by its selector.
-    pub pods: &'a [Pod],
+    /// Pods owned by the CloneSet (active or not), already filtered by its selector, in
+    /// the compact form the watch caches (shared with the cache, never copied).
+    pub pods: &'a [Arc<CachedPod>],
     /// PVCs carrying the CloneSet's instance-id label.
     pub pvcs: &'a [PersistentVolumeClaim],
     /// ControllerRevisions owned by the CloneSet.
@@ -65,8 +68,8 @@ pub struct Snapshot<'a> {
 
 /// What the planner knows about one pod, extracted once per plan.
 ///
-/// The facts borrow from the snapshot's [`Pod`] (names, labels, finalizers, containers)
-/// instead of copying them: extraction allocates nothing for a pod without in-place
+/// The facts borrow from the snapshot's [`CachedPod`] (names, labels, finalizers,
+/// containers) instead of copying them: extraction allocates nothing for a pod without in-place
 /// annotations, which keeps a plan over 100k pods within milliseconds.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PodFacts<'a> {
@@ -101,7 +104,7 @@ pub struct PodFacts<'a> {
     /// plan: looking it up in [`PodFacts::labels`] there re-reads every pod's label tree,
     /// which at 100k pods is no longer in the cache.
     pub has_template_hash: bool,
-    pub labels: &'a BTreeMap<String, String>,
+    pub labels: StrMap<'a>,
     pub finalizers: &'a [String],
     /// Parsed `apps.kruise.io/inplace-update-state`, if present and valid. Boxed, like the
     /// grace below: few pods carry one, and inline they would triple the size of the facts
@@ -118,20 +121,18 @@ pub struct PodFacts<'a> {
     /// The `InPlaceUpdateReady` condition itself (a stalled update is reported in its
     /// reason and message once, not on every plan). A pointer, not the two strings: every
     /// step of a plan re-reads the facts of every pod, so their size is its speed.
-    pub in_place_condition: Option<&'a PodCondition>,
+    pub in_place_condition: Option<&'a CachedCondition>,
     /// Raw `lifecycle.apps.kruise.io/timestamp`; see [`PodFacts::lifecycle_since`].
     pub lifecycle_timestamp: Option<&'a str>,
     /// `spec.containers`.
-    pub container_specs: &'a [Container],
+    pub container_specs: &'a [CachedContainer],
     /// `status.containerStatuses`.
-    pub container_statuses: &'a [ContainerStatus],
+    pub container_statuses: &'a [CachedContainerStatus],
     /// The priority and scatter inputs of this pod, computed while its labels were at hand
     /// ([`PodFacts::extract_all`]); None when extracted alone ([`PodFacts::from_pod`]), and
     /// then [`super::update_order`] reads the labels itself.
     pub order_labels: Option<PrecomputedOrder<'a>>,
 }
-
-static NO_STRINGS: BTreeMap<String, String> = BTreeMap::new();
 
 /// Most distinct revision labels [`PodFacts::extract_all`] shares (see there).
 const MAX_SHARED_REVISIONS: usize = 16;
@@ -160,39 +161,34 @@ impl PodPhase {
 
 impl<'a> PodFacts<'a> {
     /// Extracts the facts of `pod`. `pods_to_delete` is `spec.scaleStrategy.podsToDelete`.
-    pub fn from_pod(pod: &'a Pod, pods_to_delete: &BTreeSet<&str>) -> Self {
+    pub fn from_pod(pod: &'a CachedPod, pods_to_delete: &BTreeSet<&str>) -> Self {
         Self::extract(pod, pods_to_delete, |_, _| {})
     }
 
     /// [`PodFacts::from_pod`], showing every label to `on_label` in the same pass.
     fn extract(
-        pod: &'a Pod,
+        pod: &'a CachedPod,
         pods_to_delete: &BTreeSet<&str>,
         mut on_label: impl FnMut(&'a str, &'a str),
     ) -> Self {
         let meta = &pod.metadata;
-        let labels = meta.labels.as_ref().unwrap_or(&NO_STRINGS);
-        let annotations = meta.annotations.as_ref().unwrap_or(&NO_STRINGS);
+        let labels = pod.label_map();
+        let annotations = pod.annotations();
         let name = meta.name.as_deref().unwrap_or_default();
-        let status = pod.status.as_ref();
-        let phase = PodPhase::parse(status.and_then(|s| s.phase.as_deref()));
-        let conditions = status.and_then(|s| s.conditions.as_deref()).unwrap_or(&[]);
-        let condition = |ty: &str| conditions.iter().find(|c| c.type_ == ty);
-        let ready_condition = condition("Ready").filter(|c| c.status == "True");
-        let in_place_condition = condition(keys::INPLACE_UPDATE_READY_CONDITION);
-        let in_place_ready = in_place_condition.is_none_or(|c| c.status == "True");
+        let phase = PodPhase::parse(pod.phase());
+        let ready_condition = pod.condition("Ready").filter(|c| &*c.status == "True");
+        let in_place_condition = pod.condition(keys::INPLACE_UPDATE_READY_CONDITION);
+        let in_place_ready = in_place_condition.is_none_or(|c| &*c.status == "True");
         let ready = phase == PodPhase::Running && ready_condition.is_some() && in_place_ready;
-        let container_statuses = status
-            .and_then(|s| s.container_statuses.as_deref())
-            .unwrap_or(&[]);
+        let container_statuses = pod.container_statuses();
         let restarts = container_statuses.iter().map(|c| c.restart_count).sum();
         // One pass over the annotations too (see the labels below).
         let (mut cost_raw, mut lifecycle_timestamp) = (None, None);
         let (mut grace_new, mut grace_legacy) = (None, None);
         let (mut state_new, mut state_legacy) = (None, None);
-        for (key, value) in annotations {
-            let value = Some(value.as_str());
-            match key.as_str() {
+        for (key, value) in annotations.iter() {
+            let value = Some(value);
+            match key {
                 keys::POD_DELETION_COST_ANNOTATION => cost_raw = value,
                 keys::LIFECYCLE_TIMESTAMP_ANNOTATION => lifecycle_timestamp = value,
                 keys::INPLACE_UPDATE_GRACE_ANNOTATION => grace_new = value,
@@ -217,12 +213,12 @@ impl<'a> PodFacts<'a> {
         // strings down the tree, and this runs for every pod of every plan.
         let (mut revision, mut instance_id, mut lifecycle_label) = (None, None, None);
         let (mut specified_label, mut has_template_hash) = (false, false);
-        for (key, value) in labels {
+        for (key, value) in labels.iter() {
             on_label(key, value);
-            match key.as_str() {
-                keys::REVISION_LABEL => revision = Some(value.as_str()),
-                keys::INSTANCE_ID_LABEL => instance_id = Some(value.as_str()),
-                keys::LIFECYCLE_STATE_LABEL => lifecycle_label = Some(value.as_str()),
+            match key {
+                keys::REVISION_LABEL => revision = Some(value),
+                keys::INSTANCE_ID_LABEL => instance_id = Some(value),
+                keys::LIFECYCLE_STATE_LABEL => lifecycle_label = Some(value),
                 keys::SPECIFIED_DELETE_LABEL => specified_label = true,
                 keys::POD_TEMPLATE_HASH_LABEL => has_template_hash = true,
                 _ => {}
@@ -235,7 +231,7 @@ impl<'a> PodFacts<'a> {
             uid: meta.uid.as_deref().unwrap_or_default(),
             revision,
             instance_id,
-            node_name: pod.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+            node_name: pod.node_name(),
             phase,
             lifecycle: lifecycle_label.and_then(LifecycleState::parse),
             terminating: meta.deletion_timestamp.is_some(),
@@ -258,10 +254,10 @@ impl<'a> PodFacts<'a> {
             in_place_grace: grace_raw
                 .and_then(|raw| serde_json::from_str(raw).ok())
                 .map(Box::new),
-            in_place_update_ready: in_place_condition.map(|c| c.status == "True"),
+            in_place_update_ready: in_place_condition.map(|c| &*c.status == "True"),
             in_place_condition,
             lifecycle_timestamp,
-            container_specs: pod.spec.as_ref().map_or(&[], |s| s.containers.as_slice()),
+            container_specs: pod.containers(),
             container_statuses,
             name,
             order_labels: None,

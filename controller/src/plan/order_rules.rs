@@ -4,11 +4,10 @@
 //! ([`super::update_order`]) sorts by them; both import this module, which imports
 //! neither.
 
-use std::collections::BTreeMap;
-
 use inplace_proto::{CloneSetUpdateStrategy, UpdatePriorityStrategy, UpdateScatterTerm};
 
 use super::selector::Selector;
+use crate::watch::cached::StrMap;
 
 /// The priority and scatter inputs of one pod (what its labels say about them).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -163,14 +162,14 @@ impl<'s> OrderRules<'s> {
     /// ([`OrderScratch::clear`], [`OrderScratch::see`]).
     pub(super) fn evaluate<'p>(
         &self,
-        labels: &'p BTreeMap<String, String>,
+        labels: StrMap<'p>,
         scratch: &mut OrderScratch<'p>,
     ) -> (i64, i64) {
         if !std::mem::take(&mut scratch.seen) && !self.wanted.is_empty() {
             scratch.values.fill(None);
-            for (key, value) in labels {
+            for (key, value) in labels.iter() {
                 if let Some(j) = self.wanted.iter().position(|w| w == key) {
-                    scratch.values[j] = Some(value.as_str());
+                    scratch.values[j] = Some(value);
                 }
             }
         }
@@ -208,7 +207,7 @@ impl<'s> OrderRules<'s> {
     /// Only when [`OrderRules::precomputable`].
     pub fn precompute<'p>(
         &self,
-        labels: &'p BTreeMap<String, String>,
+        labels: StrMap<'p>,
         scratch: &mut OrderScratch<'p>,
     ) -> PrecomputedOrder<'s> {
         let priority = self.evaluate(labels, scratch);
@@ -256,12 +255,12 @@ impl<'s> PriorityKey<'s> {
     }
 
     /// Smaller sorts first.
-    fn key(&self, labels: &BTreeMap<String, String>) -> (i64, i64) {
+    fn key(&self, labels: StrMap<'_>) -> (i64, i64) {
         match self {
             Self::Weight(terms) => {
                 let weight: i64 = terms
                     .iter()
-                    .filter(|(_, s)| s.matches(labels))
+                    .filter(|(_, s)| s.matches_with(|k| labels.get(k)))
                     .map(|(w, _)| w)
                     .sum();
                 (-weight, 0)

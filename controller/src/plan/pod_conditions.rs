@@ -11,15 +11,16 @@
 //! adds the write time.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use inplace_proto::keys;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::ResourceExt;
 use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::model::Action;
+use crate::watch::CachedPod;
 
 /// One `pods/status` write: set `conditions` True on `pod`, only on the pod version
 /// `resource_version` (a pod that changed meanwhile is judged again next time).
@@ -48,8 +49,9 @@ impl InitialConditions {
 
 /// The initial-condition writes for `pods` next to `actions` (the plan's): every pod not
 /// being deleted, whose in-place update the plan neither starts, applies nor completes,
-/// that lacks a gate condition ([`gate_conditions_to_set`]).
-pub fn initial(pods: &[Pod], actions: &[Action]) -> Vec<InitialConditions> {
+/// that lacks a gate condition ([`gate_conditions_to_set`]). Read from the cached pods:
+/// it runs for every pod of every reconcile.
+pub fn initial(pods: &[Arc<CachedPod>], actions: &[Action]) -> Vec<InitialConditions> {
     let mut left_to_actions: BTreeSet<&str> = BTreeSet::new();
     for action in actions {
         match action {
@@ -67,8 +69,8 @@ pub fn initial(pods: &[Pod], actions: &[Action]) -> Vec<InitialConditions> {
         .filter_map(|p| {
             let conditions = gate_conditions_to_set(p, false);
             (!conditions.is_empty()).then(|| InitialConditions {
-                pod: p.name_any(),
-                resource_version: p.resource_version().unwrap_or_default(),
+                pod: p.metadata.name.clone().unwrap_or_default(),
+                resource_version: p.metadata.resource_version.clone().unwrap_or_default(),
                 conditions,
             })
         })
@@ -89,13 +91,9 @@ pub fn has_gate(pod: &Pod, condition: &str) -> bool {
 ///   condition is absent, or False from an update of ours whose spec patch never landed
 ///   (reason `StartInPlaceUpdate`, no state annotation) and `updating` is false (no
 ///   update of the pod is planned now).
-pub fn gate_conditions_to_set(pod: &Pod, updating: bool) -> Vec<&'static str> {
-    let conditions = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_deref())
-        .unwrap_or(&[]);
-    let find = |t: &str| conditions.iter().find(|c| c.type_ == t);
+pub fn gate_conditions_to_set(pod: &CachedPod, updating: bool) -> Vec<&'static str> {
+    let find = |t: &str| pod.condition(t);
+    let has_gate = |t: &str| pod.readiness_gates().any(|g| g == t);
     let annotations = pod.annotations();
     let in_progress = [
         keys::INPLACE_UPDATE_STATE_ANNOTATION,
@@ -104,13 +102,13 @@ pub fn gate_conditions_to_set(pod: &Pod, updating: bool) -> Vec<&'static str> {
         keys::INPLACE_UPDATE_GRACE_ANNOTATION_LEGACY,
     ]
     .iter()
-    .any(|k| annotations.contains_key(*k));
+    .any(|k| annotations.contains_key(k));
     let mut out = Vec::new();
-    if has_gate(pod, keys::INPLACE_UPDATE_READY_CONDITION) && !in_progress {
+    if has_gate(keys::INPLACE_UPDATE_READY_CONDITION) && !in_progress {
         let set = match find(keys::INPLACE_UPDATE_READY_CONDITION) {
             None => true,
             Some(c) => {
-                c.status != "True"
+                &*c.status != "True"
                     && c.reason.as_deref() == Some(keys::START_INPLACE_UPDATE_REASON)
                     && !updating
             }
@@ -119,7 +117,7 @@ pub fn gate_conditions_to_set(pod: &Pod, updating: bool) -> Vec<&'static str> {
             out.push(keys::INPLACE_UPDATE_READY_CONDITION);
         }
     }
-    if has_gate(pod, keys::KRUISE_POD_READY_CONDITION)
+    if has_gate(keys::KRUISE_POD_READY_CONDITION)
         && find(keys::KRUISE_POD_READY_CONDITION).is_none()
     {
         out.push(keys::KRUISE_POD_READY_CONDITION);

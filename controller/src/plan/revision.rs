@@ -455,7 +455,8 @@ mod tests {
         }))
         .unwrap();
         // Facts borrow from their pod; a test pod may live for the whole test run.
-        PodFacts::from_pod(Box::leak(Box::new(pod)), &BTreeSet::new())
+        let cached = crate::plan::fixtures::cached(&pod);
+        PodFacts::from_pod(Box::leak(Box::new(cached)), &BTreeSet::new())
     }
 
     fn plan_for(

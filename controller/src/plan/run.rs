@@ -104,16 +104,18 @@ mod tests {
 
     use inplace_proto::{CloneSet, keys};
     use k8s_openapi::api::apps::v1::ControllerRevision;
-    use k8s_openapi::api::core::v1::Pod;
+    use std::sync::Arc;
+
     use serde_json::{Value, json};
 
     use super::*;
     use crate::plan::fixtures::{PodBuilder, cloneset, pod, t};
     use crate::plan::model::{Action, PlanOptions, UpdateMethod};
+    use crate::watch::CachedPod;
 
     struct World {
         cs: CloneSet,
-        pods: Vec<Pod>,
+        pods: Vec<Arc<CachedPod>>,
         revisions: Vec<ControllerRevision>,
         options: PlanOptions,
     }
@@ -122,7 +124,7 @@ mod tests {
         fn new(spec: Value, pods: Vec<PodBuilder>) -> Self {
             Self {
                 cs: cloneset(spec),
-                pods: pods.into_iter().map(PodBuilder::build).collect(),
+                pods: pods.into_iter().map(PodBuilder::cached).collect(),
                 revisions: Vec::new(),
                 options: PlanOptions::default(),
             }
@@ -215,7 +217,7 @@ mod tests {
         assert!(p.actions.iter().all(|a| matches!(a, Action::Create { .. })));
         assert_eq!(p.actions.len(), 1);
         // Once the count is right, the update step runs.
-        w.pods.push(pod("demo-c", "demo-old").build());
+        w.pods.push(pod("demo-c", "demo-old").cached());
         let p = w.plan().unwrap();
         assert!(!p.actions.is_empty());
         assert!(p.actions.iter().all(|a| matches!(

@@ -194,6 +194,13 @@ impl Selector {
         self.requirements.iter().all(|r| r.matches(labels))
     }
 
+    /// [`Self::matches`] for labels read through `get` (the value of a key, if any).
+    pub fn matches_with<'l>(&self, get: impl Fn(&str) -> Option<&'l str>) -> bool {
+        self.requirements
+            .iter()
+            .all(|r| r.matches_value(get(r.key())))
+    }
+
     /// The first requirement that `labels` do not satisfy, printed (for error messages).
     pub fn first_mismatch(&self, labels: &BTreeMap<String, String>) -> Option<String> {
         self.requirements

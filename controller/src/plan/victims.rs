@@ -29,10 +29,10 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 
 use super::model::{PlanContext, PodFacts, PodPhase};
+use crate::watch::cached::CachedPod;
 
 /// The hostname topology key, whose domains are single nodes.
 const HOSTNAME_KEY: &str = "kubernetes.io/hostname";
@@ -53,16 +53,17 @@ struct Key<'a> {
 }
 
 impl<'a> Key<'a> {
-    fn new(facts: &'a PodFacts, pod: Option<&'a Pod>, min_ready: i32, now: Timestamp) -> Self {
+    fn new(
+        facts: &'a PodFacts,
+        pod: Option<&'a CachedPod>,
+        min_ready: i32,
+        now: Timestamp,
+    ) -> Self {
         let ready_condition = pod
-            .and_then(|p| p.status.as_ref())
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
-            .filter(|c| c.status == "True");
+            .and_then(|p| p.condition("Ready"))
+            .filter(|c| &*c.status == "True");
         let max_restarts = pod
-            .and_then(|p| p.status.as_ref())
-            .and_then(|s| s.container_statuses.as_ref())
-            .and_then(|cs| cs.iter().map(|c| c.restart_count).max())
+            .and_then(|p| p.container_statuses().iter().map(|c| c.restart_count).max())
             .unwrap_or(0);
         Key {
             name: facts.name,
@@ -233,7 +234,12 @@ pub fn deletion_order(ctx: &PlanContext<'_>, group: &[usize]) -> Vec<usize> {
         .iter()
         .filter_map(|&i| {
             let facts = ctx.pods.get(i)?;
-            Some(Key::new(facts, ctx.snapshot.pods.get(i), min_ready, now))
+            Some(Key::new(
+                facts,
+                ctx.snapshot.pods.get(i).map(|p| &**p),
+                min_ready,
+                now,
+            ))
         })
         .collect();
     if keys.len() != group.len() {

@@ -5,8 +5,10 @@
 //! each `Container` another ~2 KiB, nearly all of it `None` fields), and stripping after
 //! deserialisation leaves the dropped parts' freed memory interleaved with the kept parts.
 //! So the stores hold these types instead, deserialised straight from the API's JSON
-//! (serde skips the fields they do not name without allocating them), and a reconcile
-//! materialises `Pod`s for the one CloneSet it plans ([`CachedPod::to_pod`]).
+//! (serde skips the fields they do not name without allocating them). The planner reads
+//! them as they are (`plan::PodFacts` borrow from a [`CachedPod`]; a reconcile shares the
+//! store's entries, it copies none), and the act layer builds a full `Pod`
+//! ([`CachedPod::to_pod`]) only for a pod it writes.
 //!
 //! [`CachedPod`] keeps everything the planner, the act layer and the status writer read:
 //! metadata (name, namespace, uid, resourceVersion, timestamps, labels, annotations,
@@ -252,17 +254,18 @@ struct CachedGate {
     condition_type: Str,
 }
 
+/// A container of the pod spec, as cached.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct CachedContainer {
+pub struct CachedContainer {
     #[serde(default, deserialize_with = "interned")]
-    name: Str,
+    pub name: Str,
     #[serde(default, deserialize_with = "opt_interned")]
-    image: Option<Str>,
-    resources: Option<ResourceRequirements>,
-    resize_policy: Option<Vec<ContainerResizePolicy>>,
+    pub image: Option<Str>,
+    pub resources: Option<ResourceRequirements>,
+    pub resize_policy: Option<Vec<ContainerResizePolicy>>,
     #[serde(default, deserialize_with = "opt_interned")]
-    restart_policy: Option<Str>,
+    pub restart_policy: Option<Str>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
@@ -283,40 +286,90 @@ struct CachedPodStatus {
     message: Option<Str>,
 }
 
+/// A pod condition, as cached.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct CachedCondition {
+pub struct CachedCondition {
     #[serde(rename = "type", deserialize_with = "interned")]
-    type_: Str,
+    pub type_: Str,
     #[serde(deserialize_with = "interned")]
-    status: Str,
+    pub status: Str,
     #[serde(default, deserialize_with = "opt_interned")]
-    reason: Option<Str>,
+    pub reason: Option<Str>,
     #[serde(default, deserialize_with = "opt_interned")]
-    message: Option<Str>,
-    last_probe_time: Option<Time>,
-    last_transition_time: Option<Time>,
+    pub message: Option<Str>,
+    pub last_probe_time: Option<Time>,
+    pub last_transition_time: Option<Time>,
 }
 
+/// A container status, as cached.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct CachedContainerStatus {
+pub struct CachedContainerStatus {
     #[serde(default, deserialize_with = "interned")]
-    name: Str,
+    pub name: Str,
     #[serde(default, deserialize_with = "interned")]
-    image: Str,
+    pub image: Str,
     #[serde(default, rename = "imageID", deserialize_with = "interned")]
-    image_id: Str,
+    pub image_id: Str,
     #[serde(default, rename = "containerID", deserialize_with = "opt_interned")]
-    container_id: Option<Str>,
+    pub container_id: Option<Str>,
     #[serde(default)]
-    ready: bool,
+    pub ready: bool,
     #[serde(default)]
-    restart_count: i32,
-    started: Option<bool>,
-    state: Option<ContainerState>,
-    resources: Option<ResourceRequirements>,
+    pub restart_count: i32,
+    pub started: Option<bool>,
+    pub state: Option<ContainerState>,
+    pub resources: Option<ResourceRequirements>,
 }
+
+/// What the planner reads of a container status, in the full (`ContainerStatus`) and the
+/// cached ([`CachedContainerStatus`]) form alike.
+pub trait ContainerStatusView {
+    fn name(&self) -> &str;
+    fn image(&self) -> &str;
+    fn image_id(&self) -> &str;
+    fn container_id(&self) -> Option<&str>;
+    fn ready(&self) -> bool;
+    fn started(&self) -> Option<bool>;
+    fn state(&self) -> Option<&ContainerState>;
+    fn resources(&self) -> Option<&ResourceRequirements>;
+}
+
+/// [`ContainerStatusView`] of a type whose fields are named as the API's.
+macro_rules! container_status_view {
+    ($t:ty) => {
+        impl ContainerStatusView for $t {
+            fn name(&self) -> &str {
+                &self.name
+            }
+            fn image(&self) -> &str {
+                &self.image
+            }
+            fn image_id(&self) -> &str {
+                &self.image_id
+            }
+            fn container_id(&self) -> Option<&str> {
+                self.container_id.as_deref()
+            }
+            fn ready(&self) -> bool {
+                self.ready
+            }
+            fn started(&self) -> Option<bool> {
+                self.started
+            }
+            fn state(&self) -> Option<&ContainerState> {
+                self.state.as_ref()
+            }
+            fn resources(&self) -> Option<&ResourceRequirements> {
+                self.resources.as_ref()
+            }
+        }
+    };
+}
+
+container_status_view!(ContainerStatus);
+container_status_view!(CachedContainerStatus);
 
 /// `k8s_openapi::Resource` and `Metadata` of a compact pod form: it is read from and
 /// stands for `v1/Pod`, so kube can list and watch it as one.
@@ -345,15 +398,108 @@ macro_rules! pod_shaped {
 
 pod_shaped!(CachedPod);
 
+/// A string map of a cached pod (labels or annotations): pairs sorted by key, each key
+/// once.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StrMap<'a>(&'a [(Str, Str)]);
+
+impl<'a> StrMap<'a> {
+    /// The value of `key`.
+    pub fn get(&self, key: &str) -> Option<&'a str> {
+        self.0
+            .binary_search_by(|(k, _)| (**k).cmp(key))
+            .ok()
+            .map(|i| &*self.0[i].1)
+    }
+
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// The pairs, sorted by key.
+    pub fn iter(&self) -> impl Iterator<Item = (&'a str, &'a str)> + 'a {
+        self.0.iter().map(|(k, v)| (&**k, &**v))
+    }
+
+    /// A copy as the `BTreeMap` of a full object (None when empty).
+    pub fn to_map(&self) -> Option<BTreeMap<String, String>> {
+        to_map(self.0)
+    }
+}
+
 impl CachedPod {
+    /// The compact form of a full pod: exactly what the watch would cache had the API
+    /// server sent `pod` (it goes through the same deserialiser).
+    pub fn from_pod(pod: &Pod) -> Result<Self, serde_json::Error> {
+        serde_json::from_value(serde_json::to_value(pod)?)
+    }
+
     /// The pod's labels, sorted by key (`metadata.labels` of the cached form is empty).
     pub fn labels(&self) -> impl Iterator<Item = (&str, &str)> {
         self.labels.iter().map(|(k, v)| (&**k, &**v))
     }
 
+    /// The pod's labels as a map (`metadata.labels` of the cached form is empty).
+    pub fn label_map(&self) -> StrMap<'_> {
+        StrMap(&self.labels)
+    }
+
+    /// The pod's annotations (`metadata.annotations` of the cached form is empty).
+    pub fn annotations(&self) -> StrMap<'_> {
+        StrMap(&self.annotations)
+    }
+
     /// The node the pod is bound to.
     pub fn node_name(&self) -> Option<&str> {
         self.spec.node_name.as_deref()
+    }
+
+    /// `spec.containers`.
+    pub fn containers(&self) -> &[CachedContainer] {
+        &self.spec.containers
+    }
+
+    /// The condition types of `spec.readinessGates`.
+    pub fn readiness_gates(&self) -> impl Iterator<Item = &str> {
+        self.spec
+            .readiness_gates
+            .iter()
+            .flatten()
+            .map(|g| &*g.condition_type)
+    }
+
+    /// `status.phase`.
+    pub fn phase(&self) -> Option<&str> {
+        self.status.as_ref().and_then(|s| s.phase.as_deref())
+    }
+
+    /// `status.conditions`.
+    pub fn conditions(&self) -> &[CachedCondition] {
+        self.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_deref())
+            .unwrap_or(&[])
+    }
+
+    /// The condition of type `ty`.
+    pub fn condition(&self, ty: &str) -> Option<&CachedCondition> {
+        self.conditions().iter().find(|c| &*c.type_ == ty)
+    }
+
+    /// `status.containerStatuses`.
+    pub fn container_statuses(&self) -> &[CachedContainerStatus] {
+        self.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_deref())
+            .unwrap_or(&[])
     }
 
     /// The pod as the planner and the act layer take it.
@@ -528,5 +674,7 @@ impl PodPlacement {
     }
 }
 
+#[cfg(test)]
+mod facts_tests;
 #[cfg(test)]
 mod tests;

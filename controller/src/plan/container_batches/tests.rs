@@ -1,5 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use k8s_openapi::api::core::v1::ContainerStatus;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::json;
 
@@ -233,7 +234,7 @@ fn the_next_batch_waits_for_every_required_container_to_be_ready() {
         NextBatch::Waiting(vec!["sidecar".into()])
     );
     let done = InPlaceUpdateState::default();
-    assert_eq!(next_batch(&done, &[]), NextBatch::None);
+    assert_eq!(next_batch::<ContainerStatus>(&done, &[]), NextBatch::None);
 }
 
 /// A batch whose only change is metadata a container's env reads (the container is in the
@@ -322,7 +323,7 @@ fn restarts_go_in_priority_batches() {
     assert!(!second.has_next());
     second.record_in(&mut state);
     assert!(!state.has_next_batch());
-    assert_eq!(next_batch(&state, &[]), NextBatch::None);
+    assert_eq!(next_batch::<ContainerStatus>(&state, &[]), NextBatch::None);
     // Without priorities every restart goes at once.
     let all = split(&spec, &[]);
     assert_eq!(all.containers, ["log", "main", "sidecar"]);

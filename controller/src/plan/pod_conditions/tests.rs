@@ -21,7 +21,7 @@ fn gated(name: &str, gates: &[&str]) -> PodBuilder {
 }
 
 fn writes(pods: Vec<PodBuilder>, actions: &[Action]) -> Vec<(String, String, Vec<&'static str>)> {
-    let pods: Vec<Pod> = pods.into_iter().map(PodBuilder::build).collect();
+    let pods: Vec<_> = pods.into_iter().map(PodBuilder::cached).collect();
     initial(&pods, actions)
         .into_iter()
         .map(|w| (w.pod, w.resource_version, w.conditions))
@@ -135,7 +135,7 @@ fn a_condition_left_false_by_an_update_that_never_landed_is_set_again() {
 
 #[test]
 fn the_write_is_pinned_to_the_version_decided_from() {
-    let pods = vec![gated("p", &[IUR, KPR]).build()];
+    let pods = vec![gated("p", &[IUR, KPR]).cached()];
     let planned = initial(&pods, &[]);
     let now = Time(Timestamp::UNIX_EPOCH);
     assert_eq!(

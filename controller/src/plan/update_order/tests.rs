@@ -277,14 +277,8 @@ fn scatter_with_several_terms_applies_the_one_matching_more_pods_first() {
     sorted.sort_unstable();
     assert_eq!(sorted, all(8), "a permutation");
     // The x term is applied last, so its two pods end up first and last.
-    assert_eq!(
-        pods[order[0]].labels.get("x").map(String::as_str),
-        Some("1")
-    );
-    assert_eq!(
-        pods[order[7]].labels.get("x").map(String::as_str),
-        Some("1")
-    );
+    assert_eq!(pods[order[0]].labels.get("x"), Some("1"));
+    assert_eq!(pods[order[7]].labels.get("x"), Some("1"));
 }
 
 #[test]
@@ -405,7 +399,9 @@ mod reference {
     ) {
         default_order(pods, candidates);
         if let Some(priority) = strategy.and_then(|s| s.priority_strategy.as_ref()) {
-            candidates.sort_by_key(|&i| priority_key(priority, pods[i].labels));
+            candidates.sort_by_key(|&i| {
+                priority_key(priority, &pods[i].labels.to_map().unwrap_or_default())
+            });
         }
         let terms = strategy.map_or(&[][..], |s| s.scatter_strategy.as_slice());
         if !terms.is_empty() {
@@ -417,6 +413,7 @@ mod reference {
 
 mod equals_reference {
     use std::collections::BTreeSet;
+    use std::sync::Arc;
 
     use inplace_proto::CloneSet;
     use k8s_openapi::api::core::v1::Pod;
@@ -424,9 +421,10 @@ mod equals_reference {
     use serde_json::{Value, json};
 
     use super::reference;
-    use crate::plan::fixtures::{cloneset, pod, t};
+    use crate::plan::fixtures::{cached, cloneset, pod, t};
     use crate::plan::model::{PlanOptions, PodFacts, Snapshot};
     use crate::plan::update_order::sort_candidates;
+    use crate::watch::CachedPod;
 
     #[derive(Clone, Debug)]
     struct PodSpec {
@@ -542,7 +540,8 @@ mod equals_reference {
             skip in proptest::collection::vec(any::<bool>(), 40),
         ) {
             let cs: CloneSet = cloneset(json!({"updateStrategy": strategy}));
-            let pods: Vec<Pod> = specs.iter().enumerate().map(|(i, s)| build(i, s)).collect();
+            let pods: Vec<Arc<CachedPod>> =
+                specs.iter().enumerate().map(|(i, s)| cached(&build(i, s))).collect();
             let options = PlanOptions::default();
             let snapshot = Snapshot {
                 cloneset: &cs,

@@ -90,7 +90,7 @@ impl Actor<'_> {
     }
 
     pub(super) async fn complete_in_place(&self, name: &str) -> Result<(), Error> {
-        let pod = self.pod(name)?;
+        let pod = &self.pod(name)?;
         if !has_gate(pod, keys::INPLACE_UPDATE_READY_CONDITION) {
             return Ok(());
         }
@@ -116,7 +116,7 @@ impl Actor<'_> {
         reason: &str,
         message: &str,
     ) -> Result<(), Error> {
-        let pod = self.pod(name)?;
+        let pod = &self.pod(name)?;
         let status = json!({"conditions": [{
             "type": keys::INPLACE_UPDATE_READY_CONDITION, "status": "False",
             "reason": reason, "message": message,

@@ -57,7 +57,7 @@ impl Actor<'_> {
     }
 
     pub(super) async fn update_in_place(&self, name: &str, revision: &str) -> Result<(), Error> {
-        let pod = self.pod(name)?;
+        let pod = &self.pod(name)?;
         let result = self.update_in_place_inner(pod, revision).await;
         match &result {
             Ok(()) => {

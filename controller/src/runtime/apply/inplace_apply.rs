@@ -180,7 +180,7 @@ impl Actor<'_> {
     }
 
     pub(super) async fn apply_graced(&self, name: &str) -> Result<(), Error> {
-        let pod = self.pod(name)?;
+        let pod = &self.pod(name)?;
         let annotations = pod.annotations();
         let raw = annotations
             .get(keys::INPLACE_UPDATE_GRACE_ANNOTATION)
@@ -239,7 +239,7 @@ impl Actor<'_> {
     /// the state still holds is split again by priority and patched like the first batch,
     /// pinned to the pod version whose readiness was judged.
     pub(super) async fn apply_next_batch(&self, name: &str) -> Result<(), Error> {
-        let pod = self.pod(name)?;
+        let pod = &self.pod(name)?;
         let state = InPlaceUpdateState::from_annotations(pod.annotations())
             .ok_or_else(|| Error::AnnotationMissing {
                 pod: name.to_owned(),

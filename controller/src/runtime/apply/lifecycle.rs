@@ -14,7 +14,7 @@ use super::{Actor, action_key, now_rfc3339};
 
 impl Actor<'_> {
     pub(super) async fn lifecycle(&self, name: &str, action: &Action) -> Result<(), Error> {
-        let pod = self.pod(name)?;
+        let pod = &self.pod(name)?;
         // A plan made without its writes (by hand) has them derived from the action.
         let write = match self.lifecycle_writes.get(&action_key(action)) {
             Some(w) => Cow::Borrowed(*w),

@@ -57,7 +57,7 @@ use crate::metrics::CloneSetLabels;
 use crate::plan::lifecycle_write::LifecycleWrite;
 use crate::plan::{Action, Plan, UpdateMethod};
 use crate::runtime::context::{Context, key_of};
-use crate::watch::Owned;
+use crate::watch::{CachedPod, Owned};
 
 /// The CloneSet condition a failed action is reported under.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -118,7 +118,8 @@ struct Actor<'a> {
     ns: String,
     cs_ref: ObjectReference,
     labels: CloneSetLabels,
-    pods: BTreeMap<&'a str, &'a Pod>,
+    /// The cached pods by name; [`Actor::pod`] builds the full pod of one it writes.
+    pods: BTreeMap<&'a str, &'a CachedPod>,
     revisions_ok: AtomicBool,
     left: LeftVersions,
     /// The plan's write of each of its lifecycle actions, by the action's address.
@@ -276,7 +277,7 @@ pub async fn execute(ctx: &Context, cs: &CloneSet, owned: &Owned, plan: &Plan) -
         pods: owned
             .pods
             .iter()
-            .filter_map(|p| p.metadata.name.as_deref().map(|n| (n, p)))
+            .filter_map(|p| p.metadata.name.as_deref().map(|n| (n, &**p)))
             .collect(),
         ns,
         revisions_ok: AtomicBool::new(true),
@@ -347,10 +348,11 @@ impl Actor<'_> {
         });
     }
 
-    fn pod(&self, name: &str) -> Result<&Pod, Error> {
+    /// The full pod `name` (built from its cached form) for a write to it.
+    fn pod(&self, name: &str) -> Result<Pod, Error> {
         self.pods
             .get(name)
-            .copied()
+            .map(|p| p.to_pod())
             .ok_or_else(|| Error::NotCached(format!("pod {}/{name}", self.ns)))
     }
 

@@ -145,6 +145,7 @@ impl Actor<'_> {
             debug!(pod = %name, "pod to delete is already gone");
             return Ok(());
         };
+        let pod = &pod;
         let uid = pod.uid().unwrap_or_default();
         let dp = delete_only_uid(&uid);
         match self.pod_api().delete(name, &dp).await {
@@ -185,7 +186,7 @@ impl Actor<'_> {
             let reused = self.owned.pods.iter().any(|p| {
                 p.uid() != pod.uid()
                     && p.metadata.deletion_timestamp.is_none()
-                    && p.labels().get(keys::INSTANCE_ID_LABEL) == Some(id)
+                    && p.label_map().get(keys::INSTANCE_ID_LABEL) == Some(id.as_str())
             });
             if !reused {
                 for pvc in self
@@ -234,7 +235,7 @@ impl Actor<'_> {
     }
 
     pub(super) async fn recreate(&self, name: &str, revision: &str) -> Result<(), Error> {
-        let pod = self.pod(name)?;
+        let pod = &self.pod(name)?;
         let body = json!({"metadata": {"labels": {keys::SPECIFIED_DELETE_LABEL: "true"}}});
         match self.patch_pod(pod, body, "mark for recreate", false).await {
             Ok(_) => {
@@ -267,7 +268,7 @@ impl Actor<'_> {
 
     /// Back-fills `pod-template-hash` on a pod made before the label existed.
     pub(super) async fn set_template_hash(&self, name: &str, hash: &str) -> Result<(), Error> {
-        let pod = self.pod(name)?;
+        let pod = &self.pod(name)?;
         let body = json!({"metadata": {"labels": {keys::POD_TEMPLATE_HASH_LABEL: hash}}});
         self.patch_pod(pod, body, "label", false).await?;
         Ok(())

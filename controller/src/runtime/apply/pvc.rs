@@ -47,7 +47,7 @@ impl Actor<'_> {
         else {
             return Ok(());
         };
-        let pod = self.pod(pod_name)?;
+        let pod = &self.pod(pod_name)?;
         let cs_uid = self.cs.uid().unwrap_or_default();
         let mut refs: Vec<Value> = pvc
             .metadata

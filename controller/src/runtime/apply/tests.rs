@@ -4,6 +4,12 @@ use inplace_proto::LifecycleState;
 use k8s_openapi::api::core::v1::{PodCondition, PodReadinessGate, PodSpec, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+#[allow(clippy::expect_used)]
+/// `p` as the watch caches it (the form the act layer reads for every pod).
+fn cached(p: &Pod) -> CachedPod {
+    CachedPod::from_pod(p).expect("a pod converts to its cached form")
+}
+
 fn pod_with(gates: &[&str], conditions: &[&str], annotations: &[&str]) -> Pod {
     Pod {
         metadata: ObjectMeta {
@@ -46,7 +52,7 @@ fn pod_with(gates: &[&str], conditions: &[&str], annotations: &[&str]) -> Pod {
 fn new_pods_get_their_gate_conditions() {
     let p = pod_with(&[keys::INPLACE_UPDATE_READY_CONDITION], &[], &[]);
     assert_eq!(
-        gate_conditions_to_set(&p, false),
+        gate_conditions_to_set(&cached(&p), false),
         vec![keys::INPLACE_UPDATE_READY_CONDITION]
     );
     let p = pod_with(
@@ -54,18 +60,18 @@ fn new_pods_get_their_gate_conditions() {
         &[keys::INPLACE_UPDATE_READY_CONDITION],
         &[],
     );
-    assert!(gate_conditions_to_set(&p, false).is_empty());
+    assert!(gate_conditions_to_set(&cached(&p), false).is_empty());
     let p = pod_with(
         &[keys::INPLACE_UPDATE_READY_CONDITION],
         &[],
         &[keys::INPLACE_UPDATE_STATE_ANNOTATION],
     );
-    assert!(gate_conditions_to_set(&p, false).is_empty());
+    assert!(gate_conditions_to_set(&cached(&p), false).is_empty());
     let p = pod_with(&[], &[], &[]);
-    assert!(gate_conditions_to_set(&p, false).is_empty());
+    assert!(gate_conditions_to_set(&cached(&p), false).is_empty());
     let p = pod_with(&[keys::KRUISE_POD_READY_CONDITION], &[], &[]);
     assert_eq!(
-        gate_conditions_to_set(&p, false),
+        gate_conditions_to_set(&cached(&p), false),
         vec![keys::KRUISE_POD_READY_CONDITION]
     );
 }
@@ -86,10 +92,10 @@ fn a_condition_left_false_by_a_failed_update_is_restored() {
         c.reason = Some(keys::START_INPLACE_UPDATE_REASON.into());
     }
     assert_eq!(
-        gate_conditions_to_set(&p, false),
+        gate_conditions_to_set(&cached(&p), false),
         vec![keys::INPLACE_UPDATE_READY_CONDITION]
     );
-    assert!(gate_conditions_to_set(&p, true).is_empty());
+    assert!(gate_conditions_to_set(&cached(&p), true).is_empty());
 }
 
 #[test]
