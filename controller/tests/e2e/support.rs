@@ -1,10 +1,13 @@
 //! Helpers of the end-to-end suites: the test bed's kubeconfig and kubectl, a namespace
-//! per test, the controller as a child process, and waiting.
+//! per test, the controller (the installed one or a child process) and the daemon, and
+//! waiting.
 //!
 //! Environment:
 //! - `INPLACE_TESTBED_KUBECONFIG` (default `${INPLACE_TESTBED_DIR:-/var/tmp/inplace-testbed}/kubeconfig`)
 //! - `INPLACE_KUBECTL` (default `kubectl` on PATH)
 //! - `INPLACE_TEST_IMAGE_V1|V2|V3` (default `127.0.0.1:5000/inplace-test/app:v1|v2|v3`)
+//! - `INPLACE_E2E_INSTALLED=1`: [`Controller::start`] and [`Daemon::start`] use the installed
+//!   product ([`installed_mode`])
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
