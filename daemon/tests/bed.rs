@@ -4,6 +4,13 @@
 //! `${INPLACE_TESTBED_DIR:-/var/tmp/inplace-testbed}/kubeconfig`, node `inplace-node-0`,
 //! the CRDs applied) and, for the restart test, root + the testkit packages.
 //! Run: cargo test -p inplace-daemon --test bed -- --ignored --test-threads=1
+//!
+//! The tests that need only "a daemon on the real node" use the installed DaemonSet's pod
+//! when `INPLACE_E2E_INSTALLED=1` (after `tests/testbed/up --install`; its log read through
+//! the API server, its metrics at its host port, counted from where they stood when the test
+//! began); otherwise they start the daemon binary. The tests named `host_…` start processes
+//! of their own (the reason is written at each) and run with the product not installed
+//! (`tests/run-all` runs them first).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
@@ -54,12 +61,86 @@ fn bed_cri() -> CriClient {
 }
 
 struct Daemon {
-    child: Child,
+    /// The daemon binary this test started; `None`: the installed DaemonSet's pod
+    /// `installed_pod`.
+    child: Option<Child>,
     port: u16,
     log: PathBuf,
+    installed_pod: String,
+    /// `/metrics` when the test took the daemon over: the installed one has served the
+    /// tests before (a child starts from nothing).
+    metrics_at_start: String,
+}
+
+/// Whether the tests use the installed daemon (see the module's documentation).
+fn installed_mode() -> bool {
+    std::env::var("INPLACE_E2E_INSTALLED").is_ok_and(|v| v == "1")
+}
+
+/// The installed daemon's host port (deploy/daemon/daemonset.yaml).
+const INSTALLED_DAEMON_PORT: u16 = 10231;
+
+/// The value of the series `series` (name and labels, as printed) in the metrics `text`;
+/// 0 if it is not there.
+fn series_value(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
 }
 
 impl Daemon {
+    /// "A daemon on the real node": the installed one's pod on [`NODE`] once Ready, in
+    /// [`installed_mode`]; else [`Self::start`] of the binary on the bed's containerd.
+    async fn on_the_node(c: &kube::Client, tag: &str) -> Daemon {
+        if !installed_mode() {
+            return Self::start(NODE, &bed_dir().join("containerd/containerd.sock"), tag);
+        }
+        let pods: Api<Pod> = Api::namespaced(c.clone(), "inplace-system");
+        let t0 = Instant::now();
+        let pod = loop {
+            let list = pods
+                .list(
+                    &kube::api::ListParams::default().labels("app.kubernetes.io/component=daemon"),
+                )
+                .await
+                .unwrap();
+            let ready = list.items.into_iter().find(|p| {
+                p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(NODE)
+                    && p.metadata.deletion_timestamp.is_none()
+                    && condition(p, "Ready").as_deref() == Some("True")
+            });
+            if let Some(p) = ready {
+                break p.metadata.name.unwrap_or_default();
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(180),
+                "no Ready installed daemon pod on {NODE} (tests/testbed/up --install)"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        };
+        let mut d = Daemon {
+            child: None,
+            port: INSTALLED_DAEMON_PORT,
+            log: PathBuf::new(),
+            installed_pod: pod,
+            metrics_at_start: String::new(),
+        };
+        d.wait_healthy().await;
+        d.metrics_at_start = d.get("/metrics").await;
+        d
+    }
+
+    /// How much the counter `series` grew since the test took the daemon over, and the
+    /// metrics now (for a failure message).
+    async fn increase(&self, series: &str) -> (f64, String) {
+        let now = self.get("/metrics").await;
+        (
+            series_value(&now, series) - series_value(&self.metrics_at_start, series),
+            now,
+        )
+    }
+
     fn start(node: &str, cri: &std::path::Path, tag: &str) -> Daemon {
         Self::start_through(node, cri, tag, &bed_dir().join("kubeconfig"))
     }
@@ -90,7 +171,13 @@ impl Daemon {
             .stdin(Stdio::null())
             .spawn()
             .unwrap();
-        Daemon { child, port, log }
+        Daemon {
+            child: Some(child),
+            port,
+            log,
+            installed_pod: String::new(),
+            metrics_at_start: String::new(),
+        }
     }
 
     async fn get(&self, path: &str) -> String {
@@ -122,13 +209,27 @@ impl Daemon {
         }
     }
 
+    /// The child's output, or the installed pod's log (pods/log through the API server).
     fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        if self.child.is_some() {
+            return std::fs::read_to_string(&self.log).unwrap_or_default();
+        }
+        let kubectl = std::env::var("INPLACE_KUBECTL").unwrap_or_else(|_| "kubectl".into());
+        Command::new(kubectl)
+            .arg("--kubeconfig")
+            .arg(bed_dir().join("kubeconfig"))
+            .args(["-n", "inplace-system", "logs", &self.installed_pod])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
     }
 
+    /// Kills the child (a test that kills the daemon starts its own).
     fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
@@ -308,11 +409,7 @@ async fn image_update_is_ready_only_after_the_new_container_runs() {
     let v2_id = cri.image_status(&v2).await.unwrap().unwrap().id;
 
     set_not_ready(&pods, "ip").await;
-    let d = Daemon::start(
-        NODE,
-        &bed_dir().join("containerd/containerd.sock"),
-        "inplace",
-    );
+    let d = Daemon::on_the_node(&c, "inplace").await;
     d.wait_healthy().await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let p = pods.get("ip").await.unwrap();
@@ -391,11 +488,10 @@ async fn image_update_is_ready_only_after_the_new_container_runs() {
         condition(p, "Ready").as_deref() == Some("True")
     })
     .await;
-    let m = d.get("/metrics").await;
-    assert!(
-        m.contains("inplace_daemon_inplace_updates_completed_total 1"),
-        "{m}"
-    );
+    let (n, m) = d
+        .increase("inplace_daemon_inplace_updates_completed_total")
+        .await;
+    assert_eq!(n, 1.0, "counted by this test: {m}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -413,7 +509,7 @@ async fn env_from_metadata_change_restarts_the_container() {
     let old_main = container_id(&p, "main");
     let old_other = container_id(&p, "other");
     set_not_ready(&pods, "env").await;
-    let d = Daemon::start(NODE, &bed_dir().join("containerd/containerd.sock"), "env");
+    let d = Daemon::on_the_node(&c, "env").await;
     d.wait_healthy().await;
     let state = json!({"revision": "rev-2", "updateTimestamp": k8s_openapi::jiff::Timestamp::now().to_string(),
         "lastContainerStatuses": {}, "updateEnvFromMetadata": true});
@@ -457,11 +553,10 @@ async fn env_from_metadata_change_restarts_the_container() {
         "other must not be touched"
     );
     assert_eq!(restart_count(&p, "other"), 0);
-    let m = d.get("/metrics").await;
-    assert!(
-        m.contains("inplace_daemon_container_restarts_total{reason=\"env-from-metadata\"} 1"),
-        "{m}"
-    );
+    let (n, m) = d
+        .increase("inplace_daemon_container_restarts_total{reason=\"env-from-metadata\"}")
+        .await;
+    assert_eq!(n, 1.0, "counted by this test: {m}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -479,7 +574,7 @@ async fn crr_recreates_exactly_the_named_containers() {
             {"name": "c", "image": v1, "env": [{"name": "PORT", "value": "8082"}]}
         ]))).await;
     let uid = p.metadata.uid.clone().unwrap();
-    let d = Daemon::start(NODE, &bed_dir().join("containerd/containerd.sock"), "crr");
+    let d = Daemon::on_the_node(&c, "crr").await;
     d.wait_healthy().await;
     let crrs: Api<ContainerRecreateRequest> = Api::namespaced(c.clone(), &ns.name);
     let ctx = |n: &str| json!({"containerID": container_id(&p, n), "restartCount": 0});
@@ -581,16 +676,17 @@ async fn crr_recreates_exactly_the_named_containers() {
         "c recreated {} ms after a",
         (c1.created_at - a1.created_at) / 1_000_000
     );
-    let m = d.get("/metrics").await;
-    assert!(
-        m.contains("inplace_daemon_container_restarts_total{reason=\"crr\"} 2"),
-        "{m}"
-    );
+    let (n, m) = d
+        .increase("inplace_daemon_container_restarts_total{reason=\"crr\"}")
+        .await;
+    assert_eq!(n, 2.0, "counted by this test: {m}");
 }
 
+/// Host process: kills its daemon mid-pull and starts another, on a fixture containerd
+/// behind a slow registry proxy (fixtures the cluster cannot give).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the test bed (tests/testbed/up) + root for the fixture containerd"]
-async fn daemon_killed_mid_pull_finishes_after_restart() {
+async fn host_daemon_killed_mid_pull_finishes_after_restart() {
     let c = client().await;
     let fx = Fixture::start().unwrap();
     let refs = fx.push_bulk("restart", 1, 24 * 1024).unwrap();
@@ -710,9 +806,12 @@ async fn daemon_killed_mid_pull_finishes_after_restart() {
 /// hand meanwhile, so the completion the proxy holds names a resourceVersion the API
 /// server no longer has. Thawed: 409, counted; the request completes all the same and
 /// the hand-made change stays.
+///
+/// Host process: its daemon reaches the API server through a freezable proxy (a fixture the
+/// cluster cannot give: the test freezes the daemon's view).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the test bed (tests/testbed/up)"]
-async fn a_crr_status_from_a_stale_request_is_refused_and_decided_again() {
+async fn host_a_crr_status_from_a_stale_request_is_refused_and_decided_again() {
     let c = client().await;
     let ns = TestNs::new(&c).await;
     let pods: Api<Pod> = Api::namespaced(c.clone(), &ns.name);
@@ -905,11 +1004,7 @@ async fn crrs_of_different_pods_run_at_once_and_of_one_pod_in_order() {
         .await;
         started.insert(name, p);
     }
-    let d = Daemon::start(
-        NODE,
-        &bed_dir().join("containerd/containerd.sock"),
-        "crr-par",
-    );
+    let d = Daemon::on_the_node(&c, "crr-par").await;
     d.wait_healthy().await;
     let crrs: Api<ContainerRecreateRequest> = Api::namespaced(c.clone(), &ns.name);
     let t0 = Instant::now();
@@ -992,9 +1087,8 @@ async fn crrs_of_different_pods_run_at_once_and_of_one_pod_in_order() {
         done["r-b"].max(done["r-a1"]) < Duration::from_secs(2 * PRE_STOP_SECONDS as u64),
         "{done:?}"
     );
-    let m = d.get("/metrics").await;
-    assert!(
-        m.contains("inplace_daemon_container_restarts_total{reason=\"crr\"} 3"),
-        "{m}"
-    );
+    let (n, m) = d
+        .increase("inplace_daemon_container_restarts_total{reason=\"crr\"}")
+        .await;
+    assert_eq!(n, 3.0, "counted by this test: {m}");
 }

@@ -26,9 +26,11 @@ async fn wait_topic(seen: &Arc<Mutex<Vec<String>>>, topic: &str, limit: Duration
     );
 }
 
+/// Host process: restarts a fixture containerd of its own (daemon/src/testkit.rs), not on
+/// the bed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root + containerd/docker-registry/skopeo (daemon/src/testkit.rs)"]
-async fn task_events_wake_and_survive_a_containerd_restart() {
+async fn host_task_events_wake_and_survive_a_containerd_restart() {
     let mut fx = Fixture::start().unwrap();
     let cri = CriClient::new(&fx.socket, Duration::from_secs(30)).unwrap();
     let image = format!("{}/inplace-test/app:v1", fx.registry);

@@ -111,9 +111,11 @@ fn the_tag(s: &NodeImageStatus, image: &str) -> ImageTagStatus {
     s.image_statuses[image].tags[0].clone()
 }
 
+/// Host process: the puller on a fixture containerd and registry of its own
+/// (daemon/src/testkit.rs), not on the bed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root + containerd/docker-registry/skopeo (daemon/src/testkit.rs)"]
-async fn k_images_at_parallelism_p_never_exceed_p() {
+async fn host_k_images_at_parallelism_p_never_exceed_p() {
     let _ = NEEDS;
     let fx = Fixture::start().unwrap();
     let images = fx.push_bulk("bulk", 6, 256).unwrap();
@@ -164,9 +166,11 @@ async fn k_images_at_parallelism_p_never_exceed_p() {
     run.task.abort();
 }
 
+/// Host process: the puller on a fixture containerd and registry of its own
+/// (daemon/src/testkit.rs), not on the bed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root + containerd/docker-registry/skopeo (daemon/src/testkit.rs)"]
-async fn failures_land_in_status_with_the_runtime_message() {
+async fn host_failures_land_in_status_with_the_runtime_message() {
     let fx = Fixture::start().unwrap();
     let hole = BlackHole::start().await.unwrap();
     fx.allow_http(&hole.addr).unwrap();

@@ -43,7 +43,7 @@ fn uids(ns: &Namespace) -> TestResult<BTreeSet<String>> {
 #[ignore = "needs the test bed"]
 async fn orphans_are_adopted_and_strays_released() -> TestResult {
     let ns = Namespace::create("adopt")?;
-    let ctl = ControllerProcess::start(&ns.name)?;
+    let ctl = Controller::start(&ns.name)?;
     let name = "adopt";
     let yaml = sample_cloneset(name, 2, &image("v1"), "InPlaceIfPossible");
     ns.apply(&yaml)?;
@@ -97,7 +97,7 @@ async fn orphans_are_adopted_and_strays_released() -> TestResult {
 #[ignore = "needs the test bed"]
 async fn a_selector_outside_the_template_is_refused() -> TestResult {
     let ns = Namespace::create("selmis")?;
-    let _ctl = ControllerProcess::start(&ns.name)?;
+    let _ctl = Controller::start(&ns.name)?;
     let yaml = sample_cloneset("selmis", 2, &image("v1"), "InPlaceIfPossible").replacen(
         "    matchLabels:\n      app: selmis",
         "    matchLabels:\n      app: other",

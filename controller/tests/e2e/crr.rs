@@ -143,7 +143,7 @@ fn kruise_pod_ready(pod: &Value) -> Option<(String, String)> {
         })
 }
 
-fn wait_completed(ns: &Namespace, name: &str, ctl: &ControllerProcess) -> TestResult<Value> {
+fn wait_completed(ns: &Namespace, name: &str, ctl: &Controller) -> TestResult<Value> {
     let mut last = Value::Null;
     wait_for(&format!("{name} Completed"), RECREATE, || {
         last = crr(ns, name)?;
@@ -158,7 +158,7 @@ fn wait_completed(ns: &Namespace, name: &str, ctl: &ControllerProcess) -> TestRe
 async fn requests_as_the_docs_write_them_restart_exactly_the_named_containers() -> TestResult {
     let ns = Namespace::create("crr")?;
     let _daemon = Daemon::start()?;
-    let ctl = ControllerProcess::start(&ns.name)?;
+    let ctl = Controller::start(&ns.name)?;
     let name = "crr";
     ns.apply(&three_containers(name))?;
     wait_rolled_out(&ns, name, 1, ROLLOUT)?;
@@ -308,11 +308,13 @@ async fn requests_as_the_docs_write_them_restart_exactly_the_named_containers() 
     Ok(())
 }
 
+/// Host process: needs no daemon serving the real node, where the installed DaemonSet runs
+/// one.
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs the test bed"]
-async fn without_a_daemon_the_deadline_completes_and_the_ttl_deletes() -> TestResult {
+async fn host_without_a_daemon_the_deadline_completes_and_the_ttl_deletes() -> TestResult {
     let ns = Namespace::create("crrdl")?;
-    let ctl = ControllerProcess::start(&ns.name)?;
+    let ctl = Controller::host(&ns.name, &[])?;
     let name = "crrdl";
     ns.apply(&sample_cloneset(name, 1, &image("v1"), "InPlaceIfPossible"))?;
     wait_rolled_out(&ns, name, 1, ROLLOUT)?;

@@ -69,7 +69,7 @@ async fn job_pulls_on_node_and_missing_tag_fails() -> TestResult {
     let missing = format!("missing-{:08x}", rand::random::<u32>());
 
     let _daemon = Daemon::start()?;
-    let ctl = ControllerProcess::start_with(&ns.name, &["--leader-elect", "false"])?;
+    let ctl = Controller::start(&ns.name)?;
     ns.apply(&job_yaml("fresh", &format!("{REPO}:{fresh}")))?;
     ns.apply(&job_yaml("missing", &format!("{REPO}:{missing}")))?;
 

@@ -105,13 +105,10 @@ const TIER_ENV: &str =
 /// A namespace with the node daemon and a controller, and a rolled-out one-pod CloneSet
 /// `name` whose container `first` reads the label `tier` (= `a`) through its env, with
 /// `annotations` (a YAML flow map) on its template; returns them and the pod.
-fn env_reader(
-    name: &str,
-    annotations: &str,
-) -> TestResult<(Namespace, Daemon, ControllerProcess, Value)> {
+fn env_reader(name: &str, annotations: &str) -> TestResult<(Namespace, Daemon, Controller, Value)> {
     let ns = Namespace::create(name)?;
     let daemon = Daemon::start()?;
-    let ctl = ControllerProcess::start(&ns.name)?;
+    let ctl = Controller::start(&ns.name)?;
     let meta = format!("labels: {{app: {name}, tier: a}}\n      annotations: {annotations}");
     ns.apply(&two_container_cloneset(name, &image("v1"), &meta, TIER_ENV))?;
     wait_rolled_out(&ns, name, 1, ROLLOUT)?;
@@ -152,7 +149,7 @@ fn in_place_state(pod: &Value) -> Value {
 #[ignore = "needs the test bed"]
 async fn launch_priority_updates_containers_in_batches() -> TestResult {
     let ns = Namespace::create("batches")?;
-    let ctl = ControllerProcess::start(&ns.name)?;
+    let ctl = Controller::start(&ns.name)?;
     let name = "prio";
     let meta = "labels: {app: prio}\n      annotations: {apps.kruise.io/container-launch-priority: Ordered}";
     ns.apply(&two_container_cloneset(name, &image("v1"), meta, ""))?;
@@ -230,11 +227,13 @@ async fn env_from_metadata_restarts_only_the_container_that_reads_it() -> TestRe
     Ok(())
 }
 
+/// Host process: runs with the feature gate CloneSetEventHandlerOptimization, which deploy/
+/// does not set.
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs the test bed"]
-async fn event_handler_optimization_still_rolls_out_and_scales() -> TestResult {
+async fn host_event_handler_optimization_still_rolls_out_and_scales() -> TestResult {
     let ns = Namespace::create("evopt")?;
-    let ctl = ControllerProcess::start_with(
+    let ctl = Controller::host(
         &ns.name,
         &["--feature-gates", "CloneSetEventHandlerOptimization=true"],
     )?;
@@ -323,7 +322,7 @@ fn uids(ns: &Namespace) -> TestResult<Vec<String>> {
 async fn a_new_tag_of_the_same_image_completes_in_place() -> TestResult {
     let ns = Namespace::create("retag")?;
     let _daemon = Daemon::start()?;
-    let ctl = ControllerProcess::start(&ns.name)?;
+    let ctl = Controller::start(&ns.name)?;
     let name = "retag";
     ns.apply(&sample_cloneset(name, 2, &image("v1"), "InPlaceIfPossible"))?;
     wait_rolled_out(&ns, name, 2, ROLLOUT)?;
@@ -350,7 +349,7 @@ async fn a_new_tag_of_the_same_image_completes_in_place() -> TestResult {
 #[ignore = "needs the test bed"]
 async fn a_partition_rollout_of_a_retag_reaches_partition_available() -> TestResult {
     let ns = Namespace::create("retagpart")?;
-    let ctl = ControllerProcess::start(&ns.name)?;
+    let ctl = Controller::start(&ns.name)?;
     let name = "retagpart";
     let manifest = sample_cloneset(name, 3, &image("v1"), "InPlaceIfPossible").replace(
         "  updateStrategy:\n",
@@ -457,7 +456,7 @@ async fn a_pod_that_already_carries_the_new_value_still_restarts_the_reader() ->
 #[ignore = "needs the test bed"]
 async fn priority_env_orders_batches_and_a_failed_batch_holds_the_rest_back() -> TestResult {
     let ns = Namespace::create("prioenv")?;
-    let ctl = ControllerProcess::start(&ns.name)?;
+    let ctl = Controller::start(&ns.name)?;
     let name = "prioenv";
     let meta = "labels: {app: prioenv}";
     let prio = ", {name: KRUISE_CONTAINER_PRIORITY, value: \"10\"}";

@@ -28,7 +28,6 @@ use tokio::sync::Mutex;
 use e2e_support::*;
 use serde_json::{Value, json};
 
-const SYSTEM_NS: &str = "inplace-system";
 const ROLLOUT: Duration = Duration::from_secs(180);
 /// The daemon's host port (deploy/daemon/daemonset.yaml).
 const DAEMON_PORT: u16 = 10231;
@@ -69,58 +68,6 @@ fn overlay() -> TestResult<PathBuf> {
             .get("INPLACE_INSTALL_OVERLAY")
             .ok_or("no INPLACE_INSTALL_OVERLAY in install/env")?,
     ))
-}
-
-fn sys(args: &[&str]) -> TestResult<String> {
-    let mut a = vec!["-n", SYSTEM_NS];
-    a.extend(args);
-    kubectl(&a, None)
-}
-
-fn sys_json(args: &[&str]) -> TestResult<Value> {
-    let mut a = vec!["-n", SYSTEM_NS];
-    a.extend(args);
-    kubectl_json(&a)
-}
-
-fn items(list: &Value) -> Vec<Value> {
-    list["items"].as_array().cloned().unwrap_or_default()
-}
-
-fn name(obj: &Value) -> String {
-    obj["metadata"]["name"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
-}
-
-fn uid(obj: &Value) -> String {
-    obj["metadata"]["uid"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
-}
-
-fn component_pods(component: &str) -> TestResult<Vec<Value>> {
-    Ok(items(&sys_json(&[
-        "get",
-        "pods",
-        "-l",
-        &format!("app.kubernetes.io/component={component}"),
-    ])?)
-    .into_iter()
-    .filter(|p| !pod_terminating(p))
-    .collect())
-}
-
-fn lease_holder() -> TestResult<String> {
-    sys(&[
-        "get",
-        "lease",
-        "inplace-controller",
-        "-o",
-        "jsonpath={.spec.holderIdentity}",
-    ])
 }
 
 /// Waits until the controller Deployment and the daemon DaemonSet are rolled out (the

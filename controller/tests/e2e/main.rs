@@ -11,6 +11,19 @@
 //! `tests/testbed/up --install` and runs alone, after the others:
 //! `cargo test -p inplace-controller --test e2e -- --ignored --skip installed_` runs the rest,
 //! `… --test e2e -- --ignored --test-threads 1 installed_` that suite.
+//!
+//! The other suites run in two phases (see `tests/run-all`): the tests named `host_…` start
+//! a controller of their own (the reason is written at each: special flags or feature gates,
+//! a freezable proxy, two controllers) or need none at all, and run with the product not
+//! installed; every other test needs only "a controller" (and "a daemon on the real node")
+//! and runs against the installed product, with `INPLACE_E2E_INSTALLED=1` after
+//! `tests/testbed/up --install` (`support::Controller`, `support::Daemon`):
+//!
+//! ```text
+//! cargo test -p inplace-controller --test e2e -- --ignored --skip installed_ --test-threads 2 rollout::host_
+//! INPLACE_E2E_INSTALLED=1 cargo test -p inplace-controller --test e2e -- \
+//!   --ignored --skip installed_ --skip ::host_ --test-threads 2 rollout::
+//! ```
 
 mod support;
 

@@ -89,12 +89,15 @@ fn desired_column(ns: &Namespace, name: &str) -> TestResult<String> {
     Ok(row.get(at).copied().unwrap_or_default().to_owned())
 }
 
+/// Host process: runs with --imagepulljob-controller=false: the ImagePullJob it creates
+/// must stay as admission stored it, and the installed controller runs the ImagePullJob
+/// controller.
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs the test bed"]
-async fn a_cloneset_without_replicas_is_defaulted_shows_desired_and_scales() -> TestResult {
+async fn host_a_cloneset_without_replicas_is_defaulted_shows_desired_and_scales() -> TestResult {
     require_current_crds()?;
     let ns = Namespace::create("defaults")?;
-    let _ctl = ControllerProcess::start_with(&ns.name, &["--imagepulljob-controller=false"])?;
+    let _ctl = Controller::host(&ns.name, &["--imagepulljob-controller=false"])?;
     ns.apply(&cloneset_without_defaults("plain"))?;
 
     // Stored with the reference webhook's defaults.
@@ -206,7 +209,7 @@ fn failed_scale(cs: &Value) -> Option<Value> {
 #[ignore = "needs the test bed"]
 async fn a_cloneset_the_webhook_would_refuse_is_reported_and_gets_no_pods() -> TestResult {
     let ns = Namespace::create("refused")?;
-    let _ctl = ControllerProcess::start(&ns.name)?;
+    let _ctl = Controller::start(&ns.name)?;
     // Accepted by a v1.20 API server (the template is an open object, CEL rules are
     // dropped); OpenKruise's webhook refuses all three.
     let bad = sample_cloneset("bad", 2, &image("v1"), "ReCreate")
@@ -269,9 +272,11 @@ async fn a_cloneset_the_webhook_would_refuse_is_reported_and_gets_no_pods() -> T
     Ok(())
 }
 
+/// Host process: runs with the feature gate ResourcesDeletionProtection, which deploy/ does
+/// not set.
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs the test bed"]
-async fn a_protected_cloneset_is_held_on_delete_until_its_label_is_removed() -> TestResult {
+async fn host_a_protected_cloneset_is_held_on_delete_until_its_label_is_removed() -> TestResult {
     let ns = Namespace::create("protect")?;
     // Dropped before the namespace: a failed run must not leave a finalizer that keeps
     // the namespace Terminating.
@@ -279,7 +284,7 @@ async fn a_protected_cloneset_is_held_on_delete_until_its_label_is_removed() -> 
         ns: ns.name.clone(),
         cloneset: "kept",
     };
-    let _ctl = ControllerProcess::start_with(
+    let _ctl = Controller::host(
         &ns.name,
         &["--feature-gates=ResourcesDeletionProtection=true"],
     )?;

@@ -25,7 +25,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use e2e_support::{
-    ControllerProcess, Namespace, TestResult, container_image, image, sample_cloneset, wait_for,
+    Controller, Namespace, TestResult, container_image, image, sample_cloneset, wait_for,
     wait_rolled_out,
 };
 use inplace_proto::{CloneSet, ImagePullJob};
@@ -70,9 +70,11 @@ fn apply_demo(ns: &Namespace) {
     .unwrap();
 }
 
+/// Host process: needs no controller at all (its CloneSet is to get no pods); the installed
+/// one serves every namespace.
 #[test]
 #[ignore = "needs the test bed"]
-fn pause_and_resume_round_trip() {
+fn host_pause_and_resume_round_trip() {
     let ns = Namespace::create("plugin-pause").unwrap();
     apply_demo(&ns);
 
@@ -108,9 +110,11 @@ async fn write_status(api: &Api<CloneSet>, name: &str, status: Value) {
     .unwrap();
 }
 
+/// Host process: needs no controller at all: the test writes the CloneSet's status itself,
+/// which the installed controller would overwrite.
 #[tokio::test]
 #[ignore = "needs the test bed"]
-async fn rollout_status_follows_the_status_the_test_writes() {
+async fn host_rollout_status_follows_the_status_the_test_writes() {
     let ns = Namespace::create("plugin-status").unwrap();
     apply_demo(&ns);
     let api: Api<CloneSet> = Api::namespaced(client().await, &ns.name);
@@ -237,9 +241,11 @@ async fn rollout_status_follows_the_status_the_test_writes() {
     );
 }
 
+/// Host process: needs no controller at all: the test writes the ImagePullJob's status
+/// itself, which the installed controller would overwrite.
 #[tokio::test]
 #[ignore = "needs the test bed"]
-async fn warm_up_creates_an_image_pull_job() {
+async fn host_warm_up_creates_an_image_pull_job() {
     let ns = Namespace::create("plugin-warmup").unwrap();
     let o = plugin(&[
         "-n",
@@ -404,7 +410,7 @@ fn a_target_of_another_kind_is_bad_input() {
 #[ignore = "needs the test bed"]
 async fn set_image_history_and_undo_update_pods_in_place() -> TestResult {
     let ns = Namespace::create("plugin-day2")?;
-    let _ctl = ControllerProcess::start(&ns.name)?;
+    let _ctl = Controller::start(&ns.name)?;
     let (v1, v2) = (image("v1"), image("v2"));
     ns.apply(&sample_cloneset("dd", 2, &v1, "InPlaceIfPossible"))?;
     wait_rolled_out(&ns, "dd", 2, ROLLOUT)?;
@@ -567,7 +573,7 @@ async fn set_image_history_and_undo_update_pods_in_place() -> TestResult {
 #[ignore = "needs the test bed"]
 async fn scale_down_deletes_the_named_pods_only() -> TestResult {
     let ns = Namespace::create("plugin-scaledown")?;
-    let _ctl = ControllerProcess::start(&ns.name)?;
+    let _ctl = Controller::start(&ns.name)?;
     ns.apply(&sample_cloneset("sd", 3, &image("v1"), "InPlaceIfPossible"))?;
     wait_rolled_out(&ns, "sd", 3, ROLLOUT)?;
     let uids = ns.live_pod_uids()?;
@@ -696,7 +702,7 @@ fn identities(ns: &Namespace) -> TestResult<std::collections::BTreeMap<String, P
 async fn rollout_restart_restarts_every_container_in_place() -> TestResult {
     let ns = Namespace::create("plugin-restart")?;
     let _daemon = e2e_support::Daemon::start()?;
-    let ctl = ControllerProcess::start(&ns.name)?;
+    let ctl = Controller::start(&ns.name)?;
     ns.apply(&two_container_demo("rr", &image("v1")))?;
     wait_rolled_out(&ns, "rr", 3, ROLLOUT)?;
     let before = identities(&ns)?;
@@ -836,11 +842,15 @@ async fn rollout_restart_restarts_every_container_in_place() -> TestResult {
 /// with kubectl (CloneSet, pods, ControllerRevisions, PVCs), as a table and as JSON. The
 /// controller is stopped after the first rollout and the image changed, so the plan is not
 /// empty: every pod is to be updated in place (within maxUnavailable).
+///
+/// Host process: stops the controller after the first rollout so that the objects stay as
+/// they are while the two plans are made; the installed one cannot be stopped without
+/// changing the installation.
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs the test bed"]
-async fn live_plan_is_the_offline_plan_of_the_same_objects() -> TestResult {
+async fn host_live_plan_is_the_offline_plan_of_the_same_objects() -> TestResult {
     let ns = Namespace::create("plugin-plan")?;
-    let mut ctl = ControllerProcess::start(&ns.name)?;
+    let mut ctl = Controller::host(&ns.name, &[])?;
     ns.apply(&sample_cloneset("lp", 3, &image("v1"), "InPlaceIfPossible"))?;
     wait_rolled_out(&ns, "lp", 3, ROLLOUT)?;
     ctl.kill();

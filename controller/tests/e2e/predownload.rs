@@ -86,9 +86,11 @@ fn image_pull_jobs(ns: &Namespace) -> TestResult<Vec<Value>> {
         .unwrap_or_default())
 }
 
+/// Host process: runs with the feature gate PreDownloadImageForInPlaceUpdate, which deploy/
+/// does not set.
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs the test bed"]
-async fn predownload_pulls_new_image_on_old_pods_nodes_and_cleans_up() -> TestResult {
+async fn host_predownload_pulls_new_image_on_old_pods_nodes_and_cleans_up() -> TestResult {
     let ns = Namespace::create("pdl")?;
     // v2 under a tag containerd has never seen, so that the daemon really pulls it
     let (repo, _) = split(&image("v2"));
@@ -97,7 +99,7 @@ async fn predownload_pulls_new_image_on_old_pods_nodes_and_cleans_up() -> TestRe
     copy_image(&image("v2"), &new_image)?;
 
     let _daemon = Daemon::start()?;
-    let ctl = ControllerProcess::start_with(
+    let ctl = Controller::host(
         &ns.name,
         &["--leader-elect", "false", "--feature-gates", GATE],
     )?;
@@ -229,11 +231,13 @@ async fn predownload_pulls_new_image_on_old_pods_nodes_and_cleans_up() -> TestRe
     Ok(())
 }
 
+/// Host process: runs with the feature gate PreDownloadImageForInPlaceUpdate, which deploy/
+/// does not set.
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs the test bed"]
-async fn predownload_ignored_for_three_replicas() -> TestResult {
+async fn host_predownload_ignored_for_three_replicas() -> TestResult {
     let ns = Namespace::create("pdl3")?;
-    let _ctl = ControllerProcess::start_with(
+    let _ctl = Controller::host(
         &ns.name,
         &["--leader-elect", "false", "--feature-gates", GATE],
     )?;
@@ -256,11 +260,13 @@ async fn predownload_ignored_for_three_replicas() -> TestResult {
     Ok(())
 }
 
+/// Host process: runs with the feature gate PreDownloadImageForInPlaceUpdate, which deploy/
+/// does not set.
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs the test bed"]
-async fn predownload_waits_for_min_updated_ready_pods() -> TestResult {
+async fn host_predownload_waits_for_min_updated_ready_pods() -> TestResult {
     let ns = Namespace::create("pdlmin")?;
-    let _ctl = ControllerProcess::start_with(
+    let _ctl = Controller::host(
         &ns.name,
         &["--leader-elect", "false", "--feature-gates", GATE],
     )?;

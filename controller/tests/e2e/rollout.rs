@@ -37,7 +37,7 @@ fn uid(obj: &Value) -> String {
 #[ignore = "needs the test bed"]
 async fn max_surge_creates_extra_new_pods_and_removes_them_at_the_end() -> TestResult {
     let ns = Namespace::create("surge")?;
-    let _ctl = ControllerProcess::start(&ns.name)?;
+    let _ctl = Controller::start(&ns.name)?;
     ns.apply(&sample_cloneset("sg", 3, &image("v1"), "ReCreate"))?;
     wait_rolled_out(&ns, "sg", 3, ROLLOUT)?;
     let watch = UnavailabilityWatch::start(&ns.name, 3).await?;
@@ -67,7 +67,7 @@ async fn max_surge_creates_extra_new_pods_and_removes_them_at_the_end() -> TestR
 #[ignore = "needs the test bed"]
 async fn paused_stops_updating_and_resuming_finishes() -> TestResult {
     let ns = Namespace::create("paused")?;
-    let _ctl = ControllerProcess::start(&ns.name)?;
+    let _ctl = Controller::start(&ns.name)?;
     ns.apply(&sample_cloneset("ps", 3, &image("v1"), "InPlaceIfPossible"))?;
     wait_rolled_out(&ns, "ps", 3, ROLLOUT)?;
     ns.patch_cloneset("ps", &json!({"spec": {"updateStrategy": {"paused": true}}}))?;
@@ -103,7 +103,7 @@ async fn paused_stops_updating_and_resuming_finishes() -> TestResult {
 #[ignore = "needs the test bed"]
 async fn killing_the_controller_mid_rollout_resumes_without_loss_or_overrun() -> TestResult {
     let ns = Namespace::create("restart")?;
-    let mut ctl = ControllerProcess::start(&ns.name)?;
+    let mut ctl = Controller::start_alone(&ns.name)?;
     // minReadySeconds slows every batch down so that the kill lands mid-rollout.
     let yaml = sample_cloneset("rs", 5, &image("v1"), "InPlaceIfPossible").replace(
         "  updateStrategy:",
@@ -128,7 +128,7 @@ async fn killing_the_controller_mid_rollout_resumes_without_loss_or_overrun() ->
     let at_kill = status_i64(&ns.cloneset("rs")?, "updatedReplicas");
     eprintln!("controller killed with {at_kill}/5 updated");
     std::thread::sleep(Duration::from_secs(3));
-    let _ctl2 = ControllerProcess::start(&ns.name)?;
+    ctl.restart()?;
     wait_rolled_out(&ns, "rs", 5, ROLLOUT)?;
     let after: BTreeMap<String, (String, i64)> = live_pods(&ns)?
         .into_iter()
@@ -155,7 +155,7 @@ async fn killing_the_controller_mid_rollout_resumes_without_loss_or_overrun() ->
 #[ignore = "needs the test bed"]
 async fn lifecycle_hooks_hold_pods_until_released() -> TestResult {
     let ns = Namespace::create("hooks")?;
-    let _ctl = ControllerProcess::start(&ns.name)?;
+    let _ctl = Controller::start(&ns.name)?;
     let yaml = sample_cloneset("hk", 2, &image("v1"), "InPlaceIfPossible")
         .replace(
             "      labels:\n        app: hk\n    spec:",
@@ -246,7 +246,7 @@ async fn lifecycle_hooks_hold_pods_until_released() -> TestResult {
 #[ignore = "needs the test bed"]
 async fn progress_deadline_flips_progressing_false() -> TestResult {
     let ns = Namespace::create("deadline")?;
-    let _ctl = ControllerProcess::start(&ns.name)?;
+    let _ctl = Controller::start(&ns.name)?;
     let yaml = sample_cloneset("dl", 2, &image("v1"), "ReCreate").replace(
         "  updateStrategy:",
         "  progressDeadlineSeconds: 8\n  updateStrategy:",
@@ -322,7 +322,7 @@ async fn pvcs_follow_their_pods() -> TestResult {
     let ns = Namespace::create("pvc")?;
     let class = ns.name.clone();
     let _pvs = Pvs(make_pvs(&class, 8)?);
-    let _ctl = ControllerProcess::start(&ns.name)?;
+    let _ctl = Controller::start(&ns.name)?;
     let yaml = sample_cloneset("pv", 2, &image("v1"), "InPlaceIfPossible")
         .replace(
             "        readinessProbe:",
@@ -409,16 +409,19 @@ async fn pvcs_follow_their_pods() -> TestResult {
     Ok(())
 }
 
+/// Host process: two controllers of its own with --lease-duration 6, the leader killed with
+/// SIGKILL (no graceful release of the lease) and each one's log read to tell who leads;
+/// the installed Deployment's replicas use 15 s and a deleted pod releases its lease.
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs the test bed"]
-async fn two_controllers_elect_one_leader_and_fail_over() -> TestResult {
+async fn host_two_controllers_elect_one_leader_and_fail_over() -> TestResult {
     let ns = Namespace::create("leader")?;
-    let mut a = ControllerProcess::start(&ns.name)?;
+    let mut a = Controller::host(&ns.name, &[])?;
     std::thread::sleep(Duration::from_secs(2));
-    let mut b = ControllerProcess::start(&ns.name)?;
+    let mut b = Controller::host(&ns.name, &[])?;
     ns.apply(&sample_cloneset("ld", 2, &image("v1"), "ReCreate"))?;
     wait_rolled_out(&ns, "ld", 2, ROLLOUT)?;
-    let leaders = |a: &ControllerProcess, b: &ControllerProcess| {
+    let leaders = |a: &Controller, b: &Controller| {
         [a, b]
             .iter()
             .filter(|c| c.log_text().contains("became leader"))
@@ -449,18 +452,21 @@ async fn two_controllers_elect_one_leader_and_fail_over() -> TestResult {
 /// refused locally (fenced) instead of hanging in the cut connection and landing later.
 /// The other controller takes over and writes the status; the old leader, reconnected,
 /// lands no write and stops once it sees the new holder. No pod is touched.
+///
+/// Host process: its first controller reaches the API server through a freezable proxy (a
+/// fixture the cluster cannot give: the test cuts the leader off).
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs the test bed"]
-async fn a_leader_cut_off_longer_than_its_lease_writes_nothing_after_it() -> TestResult {
+async fn host_a_leader_cut_off_longer_than_its_lease_writes_nothing_after_it() -> TestResult {
     let ns = Namespace::create("fence")?;
     let proxy = freezable_proxy().await?;
-    let mut old = ControllerProcess::start_through(&ns.name, proxy.kubeconfig(), &[])?;
+    let mut old = Controller::host_through(&ns.name, proxy.kubeconfig(), &[])?;
     wait_for(
         "the proxied controller leads",
         Duration::from_secs(60),
         || Ok(old.log_text().contains("became leader")),
     )?;
-    let new = ControllerProcess::start(&ns.name)?;
+    let new = Controller::host(&ns.name, &[])?;
     let manifest = sample_cloneset("fc", 2, &image("v1"), "ReCreate").replace(
         "spec:\n  replicas:",
         "spec:\n  minReadySeconds: 12\n  replicas:",

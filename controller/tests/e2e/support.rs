@@ -1,10 +1,13 @@
 //! Helpers of the end-to-end suites: the test bed's kubeconfig and kubectl, a namespace
-//! per test, the controller as a child process, and waiting.
+//! per test, the controller (the installed one or a child process) and the daemon, and
+//! waiting.
 //!
 //! Environment:
 //! - `INPLACE_TESTBED_KUBECONFIG` (default `${INPLACE_TESTBED_DIR:-/var/tmp/inplace-testbed}/kubeconfig`)
 //! - `INPLACE_KUBECTL` (default `kubectl` on PATH)
 //! - `INPLACE_TEST_IMAGE_V1|V2|V3` (default `127.0.0.1:5000/inplace-test/app:v1|v2|v3`)
+//! - `INPLACE_E2E_INSTALLED=1`: [`Controller::start`] and [`Daemon::start`] use the installed
+//!   product ([`installed_mode`])
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
@@ -220,6 +223,80 @@ impl Drop for Namespace {
     }
 }
 
+/// Whether the tests that need only "a controller" (and "a daemon on the real node") use the
+/// installed product (`INPLACE_E2E_INSTALLED=1`, after `tests/testbed/up --install`)
+/// instead of processes of their own. `tests/run-all` runs the tests named `host_…` before
+/// the product is installed and every other test of the suites with this set, after.
+pub fn installed_mode() -> bool {
+    std::env::var("INPLACE_E2E_INSTALLED").is_ok_and(|v| v == "1")
+}
+
+/// The namespace of the installed product (deploy/).
+pub const SYSTEM_NS: &str = "inplace-system";
+
+/// kubectl in [`SYSTEM_NS`].
+pub fn sys(args: &[&str]) -> TestResult<String> {
+    let mut a = vec!["-n", SYSTEM_NS];
+    a.extend(args);
+    kubectl(&a, None)
+}
+
+pub fn sys_json(args: &[&str]) -> TestResult<Value> {
+    let mut a = vec!["-n", SYSTEM_NS];
+    a.extend(args);
+    kubectl_json(&a)
+}
+
+pub fn items(list: &Value) -> Vec<Value> {
+    list["items"].as_array().cloned().unwrap_or_default()
+}
+
+pub fn name(obj: &Value) -> String {
+    obj["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+pub fn uid(obj: &Value) -> String {
+    obj["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// The installed pods of `component` (controller, daemon) that are not terminating.
+pub fn component_pods(component: &str) -> TestResult<Vec<Value>> {
+    Ok(items(&sys_json(&[
+        "get",
+        "pods",
+        "-l",
+        &format!("app.kubernetes.io/component={component}"),
+    ])?)
+    .into_iter()
+    .filter(|p| !pod_terminating(p))
+    .collect())
+}
+
+/// The holder of the installed controllers' Lease (`<pod name>-<suffix>`).
+pub fn lease_holder() -> TestResult<String> {
+    sys(&[
+        "get",
+        "lease",
+        "inplace-controller",
+        "-o",
+        "jsonpath={.spec.holderIdentity}",
+    ])
+}
+
+/// The installed controller pod that holds the Lease, if one does and is not terminating.
+pub fn leader_pod() -> TestResult<Option<Value>> {
+    let holder = lease_holder()?;
+    Ok(component_pods("controller")?
+        .into_iter()
+        .find(|p| holder.starts_with(&format!("{}-", name(p)))))
+}
+
 /// Controller log lines quoted in a failure (the panic message or error comes first and
 /// must not scroll out of the part of the output CI keeps).
 const LOG_EXCERPT_LINES: usize = 12;
@@ -242,41 +319,306 @@ pub fn strip_ansi(text: &str) -> String {
     out
 }
 
-/// The controller binary running as a child process, scoped to one namespace; killed
-/// on drop.
-pub struct ControllerProcess {
-    child: Option<Child>,
-    pub log: PathBuf,
+/// Takes a lock on a file of the temporary directory, shared or exclusive, waiting up to
+/// `timeout`; the lock is held while the returned file is open.
+fn file_lock(
+    file_name: &str,
+    exclusive: bool,
+    what: &str,
+    timeout: Duration,
+) -> TestResult<std::fs::File> {
+    let path = std::env::temp_dir().join(file_name);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)?;
+    wait_for(what, timeout, || {
+        let taken = if exclusive {
+            file.try_lock()
+        } else {
+            file.try_lock_shared()
+        };
+        match taken {
+            Ok(()) => Ok(true),
+            Err(std::fs::TryLockError::WouldBlock) => Ok(false),
+            Err(std::fs::TryLockError::Error(e)) => Err(e.into()),
+        }
+    })?;
+    Ok(file)
 }
 
-impl ControllerProcess {
+/// Whether the product is installed on the bed (its controller Deployment exists).
+fn product_installed() -> TestResult<bool> {
+    let out = sys(&["get", "deployments", "-o", "name"]).or_else(|e| {
+        if e.to_string().contains("NotFound") {
+            Ok(String::new())
+        } else {
+            Err(e)
+        }
+    })?;
+    Ok(out
+        .lines()
+        .any(|l| l.trim() == "deployment.apps/inplace-controller"))
+}
+
+/// The controller of a test: in [`installed_mode`] the installed Deployment (its leader's
+/// logs and metrics read through the API server and the pod IP; a restart deletes the
+/// leader's pod), otherwise the controller binary as a child process, scoped to the test's
+/// namespace and killed on drop.
+pub struct Controller {
+    backend: Backend,
+}
+
+enum Backend {
+    Host(HostController),
+    Installed(InstalledController),
+}
+
+struct HostController {
+    child: Option<Child>,
+    log: PathBuf,
+    ns: String,
+    config: PathBuf,
+    extra: Vec<String>,
+}
+
+struct InstalledController {
+    /// The test's namespace: the installed controller serves every namespace, the log
+    /// excerpt of a failure shows the lines about this one.
+    ns: String,
+    /// (uid, restart count) of the controller pods when the test took them over or last
+    /// restarted them: [`Controller::is_running`] is true while none of them restarted or
+    /// went away.
+    pods: BTreeMap<String, (String, i64)>,
+    /// The Lease holder when the leader's pod was deleted, until a new leader is in.
+    killed_leader: Option<String>,
+    /// Shared with the other tests of this binary that use the installed controller,
+    /// exclusive for one that restarts it ([`Controller::start_alone`]).
+    _slot: std::fs::File,
+}
+
+/// How long a test waits for the installed controller's slot: an exclusive taker waits for
+/// every test that shares it to end (at most a suite's other tests).
+const INSTALLED_SLOT_WAIT: Duration = Duration::from_secs(1800);
+
+impl Controller {
+    /// "A controller" for the test's namespace `ns`: the installed one in
+    /// [`installed_mode`], else a child process.
     pub fn start(ns: &str) -> TestResult<Self> {
-        Self::start_with(ns, &[])
+        if installed_mode() {
+            Self::installed(ns, false)
+        } else {
+            Self::host(ns, &[])
+        }
     }
 
-    pub fn start_with(ns: &str, extra: &[&str]) -> TestResult<Self> {
-        Self::start_through(ns, &kubeconfig(), extra)
+    /// [`Self::start`] for a test that kills or restarts the controller: the installed one
+    /// is taken alone (no other test of this binary uses it meanwhile, so none sees the
+    /// restart).
+    pub fn start_alone(ns: &str) -> TestResult<Self> {
+        if installed_mode() {
+            Self::installed(ns, true)
+        } else {
+            Self::host(ns, &[])
+        }
     }
 
-    /// [`Self::start_with`], reaching the API server through the kubeconfig `config`.
-    pub fn start_through(ns: &str, config: &std::path::Path, extra: &[&str]) -> TestResult<Self> {
+    /// The controller binary as a child process with the extra flags `extra`, for a test
+    /// that needs one of its own (see the reason at each `host_…` test).
+    pub fn host(ns: &str, extra: &[&str]) -> TestResult<Self> {
+        Self::host_through(ns, &kubeconfig(), extra)
+    }
+
+    /// [`Self::host`], reaching the API server through the kubeconfig `config`.
+    pub fn host_through(ns: &str, config: &std::path::Path, extra: &[&str]) -> TestResult<Self> {
+        if installed_mode() || product_installed()? {
+            return Err(
+                "this test starts a controller of its own, which would fight with the \
+                        installed one (both serve every CloneSet of the namespace): run it \
+                        before `tests/testbed/up --install` or after `--uninstall`, without \
+                        INPLACE_E2E_INSTALLED"
+                    .into(),
+            );
+        }
         let log = std::env::temp_dir().join(format!(
             "inplace-controller-{ns}-{}.log",
             rand::random::<u16>()
         ));
-        let file = std::fs::File::create(&log)?;
+        let mut host = HostController {
+            child: None,
+            log,
+            ns: ns.to_owned(),
+            config: config.to_owned(),
+            extra: extra.iter().map(|s| (*s).to_owned()).collect(),
+        };
+        host.spawn()?;
+        Ok(Self {
+            backend: Backend::Host(host),
+        })
+    }
+
+    fn installed(ns: &str, alone: bool) -> TestResult<Self> {
+        let slot = file_lock(
+            "inplace-e2e-installed-controller.lock",
+            alone,
+            "the installed controller's slot (tests that restart it run alone)",
+            INSTALLED_SLOT_WAIT,
+        )?;
+        sys(&[
+            "wait",
+            "--for=condition=Available",
+            "--timeout=180s",
+            "deployment/inplace-controller",
+        ])?;
+        let mut installed = InstalledController {
+            ns: ns.to_owned(),
+            pods: BTreeMap::new(),
+            killed_leader: None,
+            _slot: slot,
+        };
+        installed.wait_leader(None)?;
+        eprintln!(
+            "controller for {ns}: the installed one, leader {}",
+            lease_holder()?
+        );
+        Ok(Self {
+            backend: Backend::Installed(installed),
+        })
+    }
+
+    /// Stops the controller at once: a child process is killed (SIGKILL: no graceful
+    /// release of anything); the installed leader's pod is deleted (its Deployment makes a
+    /// new one; the standby takes the lease over).
+    pub fn kill(&mut self) {
+        match &mut self.backend {
+            Backend::Host(h) => h.kill(),
+            Backend::Installed(i) => {
+                if let Err(e) = i.delete_leader() {
+                    eprintln!("deleting the installed controller's leader pod: {e}");
+                }
+            }
+        }
+    }
+
+    /// A controller again after [`Self::kill`] (or a kill and a restart): a new child
+    /// process with the same flags, its output appended to the same log; for the installed
+    /// one, waits until a new leader holds the Lease.
+    pub fn restart(&mut self) -> TestResult {
+        match &mut self.backend {
+            Backend::Host(h) => {
+                h.kill();
+                h.spawn()
+            }
+            Backend::Installed(i) => {
+                if i.killed_leader.is_none() {
+                    i.delete_leader()?;
+                }
+                let old = i.killed_leader.take();
+                i.wait_leader(old.as_deref())
+            }
+        }
+    }
+
+    /// GET `path` from the metrics server: (status code, body). The installed controller's
+    /// is its leader's (only the leader reconciles), at the pod's IP.
+    pub fn http_get(&self, path: &str) -> TestResult<(u16, String)> {
+        match &self.backend {
+            Backend::Host(h) => {
+                let addr = h.metrics_addr().ok_or("metrics address not logged yet")?;
+                http_get(&addr, path)
+            }
+            Backend::Installed(_) => {
+                let leader = leader_pod()?.ok_or("no installed controller holds the lease")?;
+                let ip = leader["status"]["podIP"]
+                    .as_str()
+                    .ok_or(format!("{} has no pod IP", name(&leader)))?;
+                http_get(&format!("{ip}:8080"), path)
+            }
+        }
+    }
+
+    /// The controller's log: the child's output, or the installed leader's container log
+    /// (pods/log through the API server).
+    pub fn log_text(&self) -> String {
+        match &self.backend {
+            Backend::Host(h) => std::fs::read_to_string(&h.log).unwrap_or_default(),
+            Backend::Installed(_) => leader_pod()
+                .ok()
+                .flatten()
+                .and_then(|p| sys(&["logs", &name(&p)]).ok())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// The last lines of the log and where it is, for a failure message: short enough that
+    /// the reason stays on screen where CI shows only the tail of a failed test's output
+    /// (a child's whole log stays on disk). The installed controller serves every
+    /// namespace: its lines about the test's namespace.
+    pub fn log_excerpt(&self) -> String {
+        let text = strip_ansi(&self.log_text());
+        let (source, ns_only) = match &self.backend {
+            Backend::Host(h) => (h.log.display().to_string(), None),
+            Backend::Installed(i) => (
+                format!(
+                    "of the installed leader {}",
+                    lease_holder().unwrap_or_default()
+                ),
+                Some(i.ns.as_str()),
+            ),
+        };
+        let tail: Vec<&str> = text
+            .lines()
+            .rev()
+            .filter(|l| ns_only.is_none_or(|ns| l.contains(ns)))
+            .take(LOG_EXCERPT_LINES)
+            .collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        format!(
+            "---- controller log {source} (last {} lines) ----\n{}",
+            tail.len(),
+            tail.join("\n")
+        )
+    }
+
+    /// The child is running; the installed controller pods the test started with (or last
+    /// restarted) are all there, Ready, and none of them restarted.
+    pub fn is_running(&mut self) -> bool {
+        match &mut self.backend {
+            Backend::Host(h) => h
+                .child
+                .as_mut()
+                .is_some_and(|c| matches!(c.try_wait(), Ok(None))),
+            Backend::Installed(i) => {
+                let Ok(now) = InstalledController::pod_states() else {
+                    return false;
+                };
+                i.pods
+                    .iter()
+                    .all(|(pod, state)| now.get(pod).is_some_and(|(s, ready)| s == state && *ready))
+            }
+        }
+    }
+}
+
+impl HostController {
+    fn spawn(&mut self) -> TestResult {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)?;
         let child = Command::new(env!("CARGO_BIN_EXE_inplace-controller"))
             .arg("--kubeconfig")
-            .arg(config)
+            .arg(&self.config)
             .args([
                 "--namespace",
-                ns,
+                &self.ns,
                 "--metrics-addr",
                 "127.0.0.1:0",
                 "--lease-duration",
                 "6",
             ])
-            .args(extra)
+            .args(&self.extra)
             .env(
                 "RUST_LOG",
                 std::env::var("INPLACE_E2E_LOG")
@@ -286,28 +628,26 @@ impl ControllerProcess {
             .stderr(file)
             .spawn()?;
         eprintln!(
-            "controller for {ns}: pid {}, log {}",
+            "controller for {}: pid {}, log {}",
+            self.ns,
             child.id(),
-            log.display()
+            self.log.display()
         );
-        Ok(Self {
-            child: Some(child),
-            log,
-        })
+        self.child = Some(child);
+        Ok(())
     }
 
-    /// Kills the process (SIGKILL: no graceful release of anything).
-    pub fn kill(&mut self) {
+    fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
         }
     }
 
-    /// The address the metrics server bound (from the log line "serving /metrics").
-    pub fn metrics_addr(&self) -> Option<String> {
-        let text = self.log_text();
-        let line = text.lines().find(|l| l.contains("serving /metrics"))?;
+    /// The address the metrics server bound (from the last "serving /metrics" log line).
+    fn metrics_addr(&self) -> Option<String> {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let line = text.lines().rfind(|l| l.contains("serving /metrics"))?;
         let at = line.find("127.0.0.1:")?;
         let rest = &line[at..];
         let end = rest
@@ -315,46 +655,75 @@ impl ControllerProcess {
             .unwrap_or(rest.len());
         Some(rest[..end].to_owned())
     }
+}
 
-    /// GET `path` from the metrics server: (status code, body).
-    pub fn http_get(&self, path: &str) -> TestResult<(u16, String)> {
-        let addr = self
-            .metrics_addr()
-            .ok_or("metrics address not logged yet")?;
-        http_get(&addr, path)
+/// (uid, restart count) of a pod, and whether it is Ready.
+type PodState = ((String, i64), bool);
+
+impl InstalledController {
+    /// The state of every installed controller pod, by name.
+    fn pod_states() -> TestResult<BTreeMap<String, PodState>> {
+        Ok(component_pods("controller")?
+            .iter()
+            .map(|p| (name(p), ((uid(p), restart_count(p)), pod_ready(p))))
+            .collect())
     }
 
-    pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+    /// Deletes the leader's pod (gracefully, as `kubectl delete pod` does) without waiting
+    /// for it to go.
+    fn delete_leader(&mut self) -> TestResult {
+        let leader = leader_pod()?.ok_or("no installed controller holds the lease")?;
+        self.killed_leader = Some(lease_holder()?);
+        sys(&["delete", "pod", &name(&leader), "--wait=false"])?;
+        eprintln!(
+            "deleted the installed controller's leader pod {}",
+            name(&leader)
+        );
+        Ok(())
     }
 
-    /// The last lines of the log and its path, for a failure message: short enough that
-    /// the reason stays on screen where CI shows only the tail of a failed test's output
-    /// (the whole log stays on disk).
-    pub fn log_excerpt(&self) -> String {
-        let text = strip_ansi(&self.log_text());
-        let tail: Vec<&str> = text.lines().rev().take(LOG_EXCERPT_LINES).collect();
-        let tail: Vec<&str> = tail.into_iter().rev().collect();
-        format!(
-            "---- controller log {} (last {} lines) ----\n{}",
-            self.log.display(),
-            tail.len(),
-            tail.join("\n")
-        )
-    }
-
-    pub fn is_running(&mut self) -> bool {
-        self.child
-            .as_mut()
-            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    /// Waits until a controller pod that is not terminating holds the Lease (another holder
+    /// than `old`, if given) and every controller replica is Ready again; then takes the
+    /// pods as they are for [`Controller::is_running`].
+    fn wait_leader(&mut self, old: Option<&str>) -> TestResult {
+        wait_for(
+            "an installed controller pod holding the lease, every replica Ready",
+            Duration::from_secs(180),
+            || {
+                let holder = lease_holder()?;
+                let leads = leader_pod()?.is_some() && old.is_none_or(|o| o != holder);
+                let states = Self::pod_states()?;
+                let want: i64 = sys(&[
+                    "get",
+                    "deployment",
+                    "inplace-controller",
+                    "-o",
+                    "jsonpath={.spec.replicas}",
+                ])?
+                .trim()
+                .parse()?;
+                Ok(
+                    leads
+                        && states.len() as i64 == want
+                        && states.values().all(|(_, ready)| *ready),
+                )
+            },
+        )?;
+        self.pods = Self::pod_states()?
+            .into_iter()
+            .map(|(pod, (state, _))| (pod, state))
+            .collect();
+        Ok(())
     }
 }
 
-impl Drop for ControllerProcess {
+impl Drop for Controller {
     fn drop(&mut self) {
-        self.kill();
         if std::thread::panicking() {
             eprintln!("{}", self.log_excerpt());
+        }
+        if let Backend::Host(h) = &mut self.backend {
+            h.kill();
         }
     }
 }
@@ -692,8 +1061,13 @@ fn other_daemons() -> Vec<String> {
         .collect()
 }
 
-/// The daemon for the bed's node, killed on drop.
+/// "A daemon on the real node" for a test: in [`installed_mode`] the installed DaemonSet's
+/// pod on [`NODE`] (Ready), else the daemon binary as a child process, killed on drop.
 pub struct Daemon {
+    process: Option<DaemonProcess>,
+}
+
+struct DaemonProcess {
     child: Child,
     log: PathBuf,
     /// The node's daemon slot, released after the child is killed (fields drop after
@@ -706,28 +1080,31 @@ pub struct Daemon {
 /// binary) both found no other daemon process and both started one, and the two daemons
 /// then acted on the same pods; with the lock the second waits for the first to end.
 fn node_daemon_slot() -> TestResult<std::fs::File> {
-    let path = std::env::temp_dir().join(format!("inplace-e2e-daemon-{NODE}.lock"));
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)?;
-    wait_for(
+    file_lock(
+        &format!("inplace-e2e-daemon-{NODE}.lock"),
+        true,
         "the real node's daemon slot (another test's daemon to end)",
         Duration::from_secs(600),
-        || match file.try_lock() {
-            Ok(()) => Ok(true),
-            Err(std::fs::TryLockError::WouldBlock) => Ok(false),
-            Err(std::fs::TryLockError::Error(e)) => Err(e.into()),
-        },
-    )?;
-    Ok(file)
+    )
 }
 
 impl Daemon {
-    /// Starts the daemon for [`NODE`], after any other daemon of that node has ended
-    /// (only one may serve a node).
+    /// The installed daemon on [`NODE`] once its pod is Ready, or (not [`installed_mode`])
+    /// the daemon binary for [`NODE`], started after any other daemon of that node has
+    /// ended (only one may serve a node).
     pub fn start() -> TestResult<Self> {
+        if installed_mode() {
+            wait_for(
+                "the installed daemon's pod on the real node Ready",
+                Duration::from_secs(180),
+                || {
+                    Ok(component_pods("daemon")?
+                        .iter()
+                        .any(|p| p["spec"]["nodeName"] == NODE && pod_ready(p)))
+                },
+            )?;
+            return Ok(Self { process: None });
+        }
         let bin = daemon_bin()?;
         let slot = node_daemon_slot()?;
         wait_for(
@@ -762,14 +1139,16 @@ impl Daemon {
             .spawn()?;
         eprintln!("daemon: pid {}, log {}", child.id(), log.display());
         Ok(Self {
-            child,
-            log,
-            _slot: slot,
+            process: Some(DaemonProcess {
+                child,
+                log,
+                _slot: slot,
+            }),
         })
     }
 }
 
-impl Drop for Daemon {
+impl Drop for DaemonProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
