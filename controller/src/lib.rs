@@ -10,6 +10,7 @@ pub mod plan;
 
 pub mod cli;
 
+pub mod alloc_trim;
 pub mod api_metrics;
 pub mod claim;
 pub mod crr;
