@@ -330,13 +330,28 @@ impl Controller {
         }
     }
 
-    /// `Some(status)` when the process exited on its own.
-    fn exited(&mut self) -> Option<String> {
-        let c = self.child.as_mut()?;
-        match c.try_wait() {
-            Ok(Some(status)) => Some(status.to_string()),
-            _ => None,
-        }
+    /// When the process exited on its own: restarts it, as the kubelet restarts a
+    /// crashed container (after 1 s instead of the kubelet's 10 s back-off, to keep runs
+    /// short), and returns the exit status with the log's last error line.
+    fn revive(&mut self) -> Result<Option<String>> {
+        let Some(c) = self.child.as_mut() else {
+            return Ok(None);
+        };
+        let status = match c.try_wait() {
+            Ok(Some(status)) => status,
+            _ => return Ok(None),
+        };
+        self.child = None;
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let why = text
+            .lines()
+            .rev()
+            .find(|l| l.starts_with("Error") || l.contains(" ERROR "))
+            .unwrap_or("")
+            .to_owned();
+        std::thread::sleep(Duration::from_secs(1));
+        self.spawn()?;
+        Ok(Some(format!("{status}: {why}")))
     }
 }
 
@@ -549,6 +564,7 @@ async fn run_in(
             plan.initial,
             shared.args.setup_secs,
             &mut ctl,
+            &mut out.crashes,
         )
         .await
         .map_err(|e| anyhow::anyhow!("setup (no faults): {e}"))?;
@@ -577,10 +593,7 @@ async fn run_in(
             .context("changing the CloneSet")?;
         for (at, down) in plan.kills.iter().flatten() {
             tokio::time::sleep(at.saturating_sub(started.elapsed())).await;
-            if let Some(status) = ctl.exited() {
-                out.violations
-                    .push(format!("the controller exited by itself ({status})"));
-            }
+            out.crashes.extend(ctl.revive()?);
             ctl.kill();
             out.kills += 1;
             tokio::time::sleep(*down).await;
@@ -597,6 +610,7 @@ async fn run_in(
             plan.target,
             shared.args.converge_secs,
             &mut ctl,
+            &mut out.crashes,
         )
         .await
         {
@@ -661,11 +675,14 @@ async fn wait_converged(
     want: u32,
     secs: u64,
     ctl: &mut Controller,
+    crashes: &mut Vec<String>,
 ) -> std::result::Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
-        if let Some(status) = ctl.exited() {
-            return Err(format!("the controller exited ({status})"));
+        match ctl.revive() {
+            Ok(Some(crash)) => crashes.push(crash),
+            Ok(None) => {}
+            Err(e) => return Err(format!("restarting the controller: {e:#}")),
         }
         let last = match not_converged(cs_api, pods, name, want).await {
             Ok(None) => return Ok(()),
@@ -741,15 +758,19 @@ async fn main() -> Result<()> {
     while let Some(o) = runs.next().await {
         let faults: u64 = o.faults.values().sum();
         println!(
-            "faults: seed {} {}: {} in {:.0}s ({} requests, {} faults, {} kills)",
+            "faults: seed {} {}: {} in {:.0}s ({} requests, {} faults, {} kills, {} crashes)",
             o.seed,
             o.scenario,
             if o.failed() { "FAILED" } else { "ok" },
             o.seconds,
             o.requests,
             faults,
-            o.kills
+            o.kills,
+            o.crashes.len()
         );
+        for c in &o.crashes {
+            println!("faults:   the controller exited by itself (restarted): {c}");
+        }
         for v in &o.violations {
             println!("faults:   violation: {v}");
         }

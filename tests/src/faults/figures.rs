@@ -16,6 +16,9 @@ pub struct RunOutcome {
     pub faults: BTreeMap<Fault, u64>,
     /// Controller processes SIGKILLed (and restarted).
     pub kills: u64,
+    /// The controller exited by itself (exit status and its last error line); the runner
+    /// restarted it, as a kubelet would.
+    pub crashes: Vec<String>,
     pub violations: Vec<String>,
     /// The run could not be carried out (the bed, a timeout in its setup): not a verdict
     /// on the controller, but not a pass either.
@@ -36,6 +39,7 @@ pub struct Figures {
     pub requests: u64,
     pub faults: BTreeMap<Fault, u64>,
     pub kills: u64,
+    pub crashes: u64,
     pub violations: u64,
     pub errors: u64,
     pub by_scenario: BTreeMap<String, u64>,
@@ -52,6 +56,7 @@ impl Figures {
             *self.faults.entry(*f).or_insert(0) += n;
         }
         self.kills += o.kills;
+        self.crashes += o.crashes.len() as u64;
         self.violations += o.violations.len() as u64;
         self.errors += u64::from(o.error.is_some());
         *self.by_scenario.entry(o.scenario.clone()).or_insert(0) += 1;
@@ -85,12 +90,13 @@ impl Figures {
             .collect();
         let _ = writeln!(
             out,
-            "faults: runs={} requests={} faults_injected={} ({}) kills={} invariant_violations={} run_errors={} failed_runs={}",
+            "faults: runs={} requests={} faults_injected={} ({}) kills={} controller_crashes={} invariant_violations={} run_errors={} failed_runs={}",
             self.runs,
             self.requests,
             self.faults_total(),
             kinds.join(" "),
             self.kills,
+            self.crashes,
             self.violations,
             self.errors,
             self.failed.len(),
@@ -116,6 +122,7 @@ mod tests {
             requests: 100,
             faults: BTreeMap::from([(Fault::Conflict, 3), (Fault::WatchDrop, 2)]),
             kills: 1,
+            crashes: vec!["exit status: 1: Error: discovering the API server".into()],
             seconds: 10.0,
             ..RunOutcome::default()
         });
@@ -136,7 +143,7 @@ mod tests {
         let text = f.render();
         assert!(
             text.starts_with(
-                "faults: runs=3 requests=150 faults_injected=6 (409=4 429=0 500=0 500-after-commit=0 reset=0 reset-after-commit=0 watch-drop=2 latency=0) kills=1 invariant_violations=1 run_errors=1 failed_runs=2\n"
+                "faults: runs=3 requests=150 faults_injected=6 (409=4 429=0 500=0 500-after-commit=0 reset=0 reset-after-commit=0 watch-drop=2 latency=0) kills=1 controller_crashes=1 invariant_violations=1 run_errors=1 failed_runs=2\n"
             ),
             "{text}"
         );
