@@ -628,7 +628,14 @@ async fn run_in(
     if let Ok(mut c) = checker.lock() {
         let found = c.finish();
         out.violations.splice(0..0, found);
+        out.peak_pods = c.peak_pods;
+        out.least_available = c.least_available;
     }
+    out.max_pods = bounds.max_pods;
+    out.min_available = plan
+        .initial
+        .min(plan.target)
+        .saturating_sub(plan.max_unavailable) as usize;
     let records = proxy.records();
     out.requests = records.len() as u64;
     let mut faults: BTreeMap<Fault, u64> = BTreeMap::new();
@@ -758,7 +765,8 @@ async fn main() -> Result<()> {
     while let Some(o) = runs.next().await {
         let faults: u64 = o.faults.values().sum();
         println!(
-            "faults: seed {} {}: {} in {:.0}s ({} requests, {} faults, {} kills, {} crashes)",
+            "faults: seed {} {}: {} in {:.0}s ({} requests, {} faults, {} kills, {} crashes; \
+             pods at most {} of {}, available at least {} of {})",
             o.seed,
             o.scenario,
             if o.failed() { "FAILED" } else { "ok" },
@@ -766,7 +774,12 @@ async fn main() -> Result<()> {
             o.requests,
             faults,
             o.kills,
-            o.crashes.len()
+            o.crashes.len(),
+            o.peak_pods,
+            o.max_pods,
+            o.least_available
+                .map_or_else(|| "-".to_owned(), |n| n.to_string()),
+            o.min_available,
         );
         for c in &o.crashes {
             println!("faults:   the controller exited by itself (restarted): {c}");

@@ -20,6 +20,12 @@ pub struct RunOutcome {
     /// restarted it, as a kubelet would.
     pub crashes: Vec<String>,
     pub violations: Vec<String>,
+    /// What the checks saw: the most live pods and its bound, the fewest available pods
+    /// once the CloneSet had settled and its floor.
+    pub peak_pods: usize,
+    pub max_pods: usize,
+    pub least_available: Option<usize>,
+    pub min_available: usize,
     /// The run could not be carried out (the bed, a timeout in its setup): not a verdict
     /// on the controller, but not a pass either.
     pub error: Option<String>,
