@@ -36,7 +36,10 @@ use anyhow::{Context, Result, bail};
 use clap::Parser;
 use futures::StreamExt;
 use inplace_proto::cloneset::CloneSet;
-use inplace_tests::bed::{Sim, client, delete_namespace_and_wait, namespace, pod_ready, suffix};
+use inplace_tests::bed::{
+    Sim, client, cloneset_settled, cloneset_status_line, delete_namespace_and_wait, namespace,
+    pod_ready, suffix,
+};
 use inplace_tests::faults::figures::{Figures, RunOutcome};
 use inplace_tests::faults::invariants::{Bounds, Checker, PodSnap, PvcSnap};
 use inplace_tests::faults::plan::{Fault, Rates};
@@ -364,7 +367,20 @@ impl Drop for Controller {
 // ---------------------------------------------------------------------------------------
 // Watches feeding the checker.
 
-fn watch_pods(api: Api<Pod>, checker: Arc<Mutex<Checker>>) -> tokio::task::JoinHandle<()> {
+/// Feeds every event of a watch of `api` to the checker through `apply`.
+fn feed<K>(
+    api: Api<K>,
+    checker: Arc<Mutex<Checker>>,
+    apply: fn(&mut Checker, watcher::Event<K>),
+) -> tokio::task::JoinHandle<()>
+where
+    K: kube::Resource
+        + Clone
+        + k8s_openapi::serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
+{
     tokio::spawn(async move {
         let mut events = watcher(api, watcher::Config::default())
             .default_backoff()
@@ -372,38 +388,28 @@ fn watch_pods(api: Api<Pod>, checker: Arc<Mutex<Checker>>) -> tokio::task::JoinH
         while let Some(ev) = events.next().await {
             let Ok(ev) = ev else { continue };
             let Ok(mut c) = checker.lock() else { return };
-            match ev {
-                watcher::Event::Init => c.pods_relisting(),
-                watcher::Event::InitApply(p) | watcher::Event::Apply(p) => {
-                    c.pod_applied(PodSnap::of(&p));
-                }
-                watcher::Event::Delete(p) => c.pod_deleted(PodSnap::of(&p)),
-                watcher::Event::InitDone => c.pods_listed(),
-            }
+            apply(&mut c, ev);
         }
     })
 }
 
-fn watch_pvcs(
-    api: Api<PersistentVolumeClaim>,
-    checker: Arc<Mutex<Checker>>,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut events = watcher(api, watcher::Config::default())
-            .default_backoff()
-            .boxed();
-        while let Some(ev) = events.next().await {
-            let Ok(ev) = ev else { continue };
-            let Ok(mut c) = checker.lock() else { return };
-            match ev {
-                watcher::Event::InitApply(p) | watcher::Event::Apply(p) => {
-                    c.pvc_changed(PvcSnap::of(&p, false));
-                }
-                watcher::Event::Delete(p) => c.pvc_changed(PvcSnap::of(&p, true)),
-                watcher::Event::Init | watcher::Event::InitDone => {}
-            }
+fn pod_event(c: &mut Checker, ev: watcher::Event<Pod>) {
+    match ev {
+        watcher::Event::Init => c.pods_relisting(),
+        watcher::Event::InitApply(p) | watcher::Event::Apply(p) => c.pod_applied(PodSnap::of(&p)),
+        watcher::Event::Delete(p) => c.pod_deleted(PodSnap::of(&p)),
+        watcher::Event::InitDone => c.pods_listed(),
+    }
+}
+
+fn pvc_event(c: &mut Checker, ev: watcher::Event<PersistentVolumeClaim>) {
+    match ev {
+        watcher::Event::InitApply(p) | watcher::Event::Apply(p) => {
+            c.pvc_changed(PvcSnap::of(&p, false));
         }
-    })
+        watcher::Event::Delete(p) => c.pvc_changed(PvcSnap::of(&p, true)),
+        watcher::Event::Init | watcher::Event::InitDone => {}
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -418,28 +424,11 @@ async fn not_converged(
     want: u32,
 ) -> Result<Option<String>> {
     let cs = cs_api.get(name).await?;
-    let want_i = i32::try_from(want).unwrap_or(i32::MAX);
     let Some(s) = cs.status.as_ref() else {
         return Ok(Some("no status".into()));
     };
-    let line = format!(
-        "status replicas={} ready={} updated={} updatedReady={} observedGeneration={:?}/{:?} revisions {:?}->{:?}",
-        s.replicas,
-        s.ready_replicas,
-        s.updated_replicas,
-        s.updated_ready_replicas,
-        s.observed_generation,
-        cs.metadata.generation,
-        s.current_revision,
-        s.update_revision
-    );
-    if !(s.replicas == want_i
-        && s.ready_replicas == want_i
-        && s.updated_replicas == want_i
-        && s.updated_ready_replicas == want_i
-        && s.observed_generation == cs.metadata.generation
-        && s.current_revision == s.update_revision)
-    {
+    let line = cloneset_status_line(&cs);
+    if !cloneset_settled(&cs, want) {
         return Ok(Some(line));
     }
     let list = pods.list(&ListParams::default()).await?;
@@ -537,8 +526,12 @@ async fn run_in(
     let checker = Arc::new(Mutex::new(Checker::new(bounds)));
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let watches = [
-        watch_pods(pods.clone(), checker.clone()),
-        watch_pvcs(Api::namespaced(client.clone(), ns), checker.clone()),
+        feed(pods.clone(), checker.clone(), pod_event),
+        feed(
+            Api::namespaced(client.clone(), ns),
+            checker.clone(),
+            pvc_event,
+        ),
     ];
     let result = async {
         let mut ctl = Controller::start(

@@ -178,43 +178,35 @@ pub fn decide(rates: &Rates, kind: RequestKind, rng: &mut Rng) -> Decision {
     } else {
         0
     };
-    let table: &[(u64, Fault)] = match kind {
-        RequestKind::Update => &[
-            (rates.write_conflict, Fault::Conflict),
-            (rates.write_throttle, Fault::TooManyRequests),
-            (rates.write_error, Fault::InternalError),
-            (
-                rates.write_error_after_commit,
-                Fault::InternalErrorAfterCommit,
-            ),
-            (rates.write_reset, Fault::Reset),
-            (rates.write_reset_after_commit, Fault::ResetAfterCommit),
-        ],
-        RequestKind::Create | RequestKind::Delete => &[
-            (rates.write_throttle, Fault::TooManyRequests),
-            (rates.write_error, Fault::InternalError),
-            (
-                rates.write_error_after_commit,
-                Fault::InternalErrorAfterCommit,
-            ),
-            (rates.write_reset, Fault::Reset),
-            (rates.write_reset_after_commit, Fault::ResetAfterCommit),
-        ],
-        RequestKind::Read => &[
-            (rates.read_throttle, Fault::TooManyRequests),
-            (rates.read_error, Fault::InternalError),
-            (rates.read_reset, Fault::Reset),
-        ],
-        RequestKind::Watch => &[
-            (rates.read_throttle, Fault::TooManyRequests),
-            (rates.read_error, Fault::InternalError),
-            (rates.read_reset, Fault::Reset),
-            (rates.watch_drop, Fault::WatchDrop),
-        ],
+    let writes = [
+        (rates.write_throttle, Fault::TooManyRequests),
+        (rates.write_error, Fault::InternalError),
+        (
+            rates.write_error_after_commit,
+            Fault::InternalErrorAfterCommit,
+        ),
+        (rates.write_reset, Fault::Reset),
+        (rates.write_reset_after_commit, Fault::ResetAfterCommit),
+    ];
+    let reads = [
+        (rates.read_throttle, Fault::TooManyRequests),
+        (rates.read_error, Fault::InternalError),
+        (rates.read_reset, Fault::Reset),
+    ];
+    let table: Vec<(u64, Fault)> = match kind {
+        RequestKind::Update => std::iter::once((rates.write_conflict, Fault::Conflict))
+            .chain(writes)
+            .collect(),
+        RequestKind::Create | RequestKind::Delete => writes.to_vec(),
+        RequestKind::Read => reads.to_vec(),
+        RequestKind::Watch => reads
+            .into_iter()
+            .chain(std::iter::once((rates.watch_drop, Fault::WatchDrop)))
+            .collect(),
     };
     let mut roll = rng.below(1000);
     let mut fault = None;
-    for &(rate, f) in table {
+    for (rate, f) in table {
         if roll < rate {
             fault = Some(f);
             break;
