@@ -85,6 +85,10 @@ struct Args {
     /// The simulator binary (default: `inplace-nodesim` beside this program).
     #[arg(long, env = "INPLACE_NODESIM_BIN")]
     nodesim_bin: Option<PathBuf>,
+    /// Start no run after this many seconds (to split a long run into chunks of bed
+    /// time); the seeds not run are counted.
+    #[arg(long)]
+    time_budget_secs: Option<u64>,
     /// RUST_LOG of the controllers.
     #[arg(long, default_value = "info")]
     controller_log: String,
@@ -752,10 +756,24 @@ async fn main() -> Result<()> {
     };
     let t0 = Instant::now();
     let mut figures = Figures::default();
+    let budget = shared.args.time_budget_secs.map(Duration::from_secs);
+    let mut not_started = 0u64;
     let mut runs = futures::stream::iter(seeds)
-        .map(|seed| run(&shared, seed))
+        .map(|seed| {
+            let shared = &shared;
+            async move {
+                if budget.is_some_and(|b| t0.elapsed() > b) {
+                    return None;
+                }
+                Some(run(shared, seed).await)
+            }
+        })
         .buffer_unordered(parallel);
     while let Some(o) = runs.next().await {
+        let Some(o) = o else {
+            not_started += 1;
+            continue;
+        };
         let faults: u64 = o.faults.values().sum();
         println!(
             "faults: seed {} {}: {} in {:.0}s ({} requests, {} faults, {} kills, {} crashes; \
@@ -789,6 +807,9 @@ async fn main() -> Result<()> {
     let failed = !figures.failed.is_empty();
     print!("{}", figures.render());
     println!("faults: wall time {:.0}s", t0.elapsed().as_secs_f64());
+    if not_started > 0 {
+        println!("faults: {not_started} seeds not run (--time-budget-secs spent)");
+    }
     let Shared { mut sim, .. } = shared;
     sim.stop()?;
     if failed {
