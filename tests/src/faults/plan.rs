@@ -279,14 +279,10 @@ mod tests {
         assert!(!reads.contains_key(&Some(Fault::InternalErrorAfterCommit)));
         assert!(!reads.contains_key(&Some(Fault::ResetAfterCommit)));
         let updates = tally(RequestKind::Update, 5000);
-        for f in [
-            Fault::Conflict,
-            Fault::TooManyRequests,
-            Fault::InternalError,
-            Fault::InternalErrorAfterCommit,
-            Fault::Reset,
-            Fault::ResetAfterCommit,
-        ] {
+        for f in Fault::ALL
+            .into_iter()
+            .filter(|f| !matches!(f, Fault::WatchDrop | Fault::Latency))
+        {
             assert!(
                 updates.get(&Some(f)).is_some_and(|n| *n > 50),
                 "{f}: {updates:?}"
