@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use inplace_proto::cloneset::CloneSet;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -310,4 +311,37 @@ pub fn pod(name: &str, sim: &Sim, image: &str, extra_spec: serde_json::Value) ->
         "metadata": { "name": name, "labels": { "app": name } },
         "spec": spec,
     }))?)
+}
+
+/// All `want` pods exist, are Ready and on the update revision, and the status is current.
+pub fn cloneset_settled(cs: &CloneSet, want: u32) -> bool {
+    let want = i32::try_from(want).unwrap_or(i32::MAX);
+    let Some(s) = cs.status.as_ref() else {
+        return false;
+    };
+    s.replicas == want
+        && s.ready_replicas == want
+        && s.updated_replicas == want
+        && s.updated_ready_replicas == want
+        && s.observed_generation == cs.metadata.generation
+        && s.current_revision == s.update_revision
+}
+
+pub fn cloneset_status_line(cs: &CloneSet) -> String {
+    cs.status.as_ref().map_or_else(
+        || "no status".to_owned(),
+        |s| {
+            format!(
+                "replicas={} ready={} updated={} updatedReady={} gen={:?}/{:?} rev={:?}->{:?}",
+                s.replicas,
+                s.ready_replicas,
+                s.updated_replicas,
+                s.updated_ready_replicas,
+                s.observed_generation,
+                cs.metadata.generation,
+                s.current_revision,
+                s.update_revision
+            )
+        },
+    )
 }

@@ -2,4 +2,5 @@
 
 pub mod bed;
 pub mod benchcalc;
+pub mod faults;
 pub mod nodesim;

@@ -47,7 +47,8 @@ use clap::{Parser, ValueEnum};
 use futures::{StreamExt, TryStreamExt};
 use inplace_proto::cloneset::CloneSet;
 use inplace_tests::bed::{
-    Sim, client, delete_namespace_and_wait, namespace, pod_condition, pod_ready, suffix,
+    Sim, client, cloneset_settled as settled, cloneset_status_line as status_line,
+    delete_namespace_and_wait, namespace, pod_condition, pod_ready, suffix,
 };
 use inplace_tests::benchcalc::{self, Summary, Usage};
 use inplace_tests::nodesim::duration::parse_flag;
@@ -288,39 +289,6 @@ fn cloneset(name: &str, sim: &Sim, replicas: u32, image: &str, max_unav: &str) -
             "updateStrategy": { "type": "InPlaceIfPossible", "maxUnavailable": max_unav },
         },
     }))?)
-}
-
-/// All `want` pods exist, are Ready and on the update revision, and the status is current.
-fn settled(cs: &CloneSet, want: u32) -> bool {
-    let want = i32::try_from(want).unwrap_or(i32::MAX);
-    let Some(s) = cs.status.as_ref() else {
-        return false;
-    };
-    s.replicas == want
-        && s.ready_replicas == want
-        && s.updated_replicas == want
-        && s.updated_ready_replicas == want
-        && s.observed_generation == cs.metadata.generation
-        && s.current_revision == s.update_revision
-}
-
-fn status_line(cs: &CloneSet) -> String {
-    cs.status.as_ref().map_or_else(
-        || "no status".to_owned(),
-        |s| {
-            format!(
-                "replicas={} ready={} updated={} updatedReady={} gen={:?}/{:?} rev={:?}->{:?}",
-                s.replicas,
-                s.ready_replicas,
-                s.updated_replicas,
-                s.updated_ready_replicas,
-                s.observed_generation,
-                cs.metadata.generation,
-                s.current_revision,
-                s.update_revision
-            )
-        },
-    )
 }
 
 /// Polls the CloneSets until all are [`settled`]; returns the time it took.

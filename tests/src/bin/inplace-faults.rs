@@ -1,0 +1,819 @@
+//! inplace-faults: the fault-injection suite on the test bed's simulated nodes.
+//!
+//! Each run (one seed) starts a controller scoped to a namespace of its own, reaching the
+//! API server only through a fault proxy ([`inplace_tests::faults::proxy`]), creates a
+//! CloneSet on simulated nodes and waits until it is settled (faults off), then turns the
+//! faults on, changes the CloneSet (the seed's scenario), SIGKILLs and restarts the
+//! controller at the seed's points of the fault window, turns the faults off and waits
+//! until the CloneSet has converged. The invariants of
+//! [`inplace_tests::faults::invariants`] are checked on every pod and PVC event of a
+//! direct watch throughout; not converging within `--converge-secs` of the faults
+//! stopping is a violation too. Runs are independent (namespace, controller, proxy), so
+//! `--parallel` of them share the bed at once; all share one simulator.
+//!
+//! The seed fixes the scenario, its parameters, the fault window, the kill points and the
+//! proxy's stream of decisions; which request gets which decision still depends on the
+//! timing of the controller's requests, so a replay (`--seed N`) repeats the run's plan,
+//! not its exact interleaving.
+//!
+//! ```text
+//! cargo build -p inplace-controller --bin inplace-controller
+//! cargo build -p inplace-tests --bin inplace-nodesim --bin inplace-faults
+//! INPLACE_TESTBED_KUBECONFIG=/var/tmp/inplace-testbed/kubeconfig \
+//!   $CARGO_TARGET_DIR/debug/inplace-faults --runs 200 --parallel 4
+//! ```
+//! Prints one line per run, then `faults: runs=… faults_injected=… kills=…
+//! invariant_violations=…` and the seed of every failed run; exits non-zero if any run
+//! failed.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+use futures::StreamExt;
+use inplace_proto::cloneset::CloneSet;
+use inplace_tests::bed::{
+    Sim, client, cloneset_settled, cloneset_status_line, delete_namespace_and_wait, namespace,
+    pod_ready, suffix,
+};
+use inplace_tests::faults::figures::{Figures, RunOutcome};
+use inplace_tests::faults::invariants::{Bounds, Checker, PodSnap, PvcSnap};
+use inplace_tests::faults::plan::{Fault, Rates};
+use inplace_tests::faults::proxy::FaultProxy;
+use inplace_tests::faults::rng::Rng;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use serde_json::json;
+
+const IMAGE_V1: &str = "faults.invalid/inplace/app:v1";
+const IMAGE_V2: &str = "faults.invalid/inplace/app:v2";
+const REVISION_LABEL: &str = "controller-revision-hash";
+
+/// Seeded fault-injection runs of the controller on simulated nodes.
+#[derive(Debug, Parser)]
+#[command(name = "inplace-faults", version)]
+struct Args {
+    /// Run only this seed (a replay of a failed run).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// The first seed of `--runs` consecutive seeds.
+    #[arg(long, default_value_t = 1)]
+    first_seed: u64,
+    #[arg(long, default_value_t = 4)]
+    runs: u64,
+    /// Runs at once (each has its own namespace, controller and proxy).
+    #[arg(long, default_value_t = 2)]
+    parallel: usize,
+    /// Simulated nodes shared by all runs.
+    #[arg(long, default_value_t = 3)]
+    nodes: usize,
+    /// The longest wait for the CloneSet to settle before the faults (no faults on).
+    #[arg(long, default_value_t = 90)]
+    setup_secs: u64,
+    /// The bound on convergence once the faults stopped.
+    #[arg(long, default_value_t = 120)]
+    converge_secs: u64,
+    /// The controller binary (default: `inplace-controller` beside this program).
+    #[arg(long, env = "INPLACE_CONTROLLER_BIN")]
+    controller_bin: Option<PathBuf>,
+    /// The simulator binary (default: `inplace-nodesim` beside this program).
+    #[arg(long, env = "INPLACE_NODESIM_BIN")]
+    nodesim_bin: Option<PathBuf>,
+    /// Start no run after this many seconds (to split a long run into chunks of bed
+    /// time); the seeds not run are counted.
+    #[arg(long)]
+    time_budget_secs: Option<u64>,
+    /// RUST_LOG of the controllers.
+    #[arg(long, default_value = "info")]
+    controller_log: String,
+    /// Where the controllers' logs go (kept only for failed runs).
+    #[arg(long, default_value = "/var/tmp/logs/faults")]
+    log_dir: PathBuf,
+}
+
+fn beside_me(name: &str) -> Result<PathBuf> {
+    let me = std::env::current_exe()?;
+    Ok(me.parent().context("program directory")?.join(name))
+}
+
+// ---------------------------------------------------------------------------------------
+// Scenarios.
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scenario {
+    ScaleUp,
+    ScaleDown,
+    RolloutMaxUnavailable,
+    RolloutMaxSurge,
+    Pvc,
+}
+
+impl Scenario {
+    const ALL: [Scenario; 5] = [
+        Scenario::ScaleUp,
+        Scenario::ScaleDown,
+        Scenario::RolloutMaxUnavailable,
+        Scenario::RolloutMaxSurge,
+        Scenario::Pvc,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Scenario::ScaleUp => "scale-up",
+            Scenario::ScaleDown => "scale-down",
+            Scenario::RolloutMaxUnavailable => "rollout-max-unavailable",
+            Scenario::RolloutMaxSurge => "rollout-max-surge",
+            Scenario::Pvc => "pvc",
+        }
+    }
+}
+
+/// What a run does: from `initial` pods on v1 to `target` pods on v1 or v2.
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    scenario: Scenario,
+    initial: u32,
+    target: u32,
+    max_unavailable: u32,
+    max_surge: u32,
+    new_image: bool,
+    pvc: bool,
+    window: Duration,
+    /// (offset in the window, downtime) of each controller kill.
+    kills: [Option<(Duration, Duration)>; 2],
+}
+
+impl Plan {
+    fn of(seed: u64) -> (Plan, Rng) {
+        let mut rng = Rng::new(seed);
+        let scenario = Scenario::ALL[usize::try_from(rng.below(5)).unwrap_or(0)];
+        let (initial, target, max_unavailable, max_surge, new_image, pvc) = match scenario {
+            Scenario::ScaleUp => (
+                2,
+                u32::try_from(rng.range(4, 6)).unwrap_or(5),
+                1,
+                0,
+                false,
+                false,
+            ),
+            Scenario::ScaleDown => (
+                u32::try_from(rng.range(4, 6)).unwrap_or(5),
+                2,
+                1,
+                0,
+                false,
+                false,
+            ),
+            Scenario::RolloutMaxUnavailable => (
+                4,
+                4,
+                u32::try_from(rng.range(1, 2)).unwrap_or(1),
+                0,
+                true,
+                false,
+            ),
+            Scenario::RolloutMaxSurge => (4, 4, 0, 1, true, false),
+            Scenario::Pvc => (3, 2, 1, 0, true, true),
+        };
+        let window = Duration::from_millis(rng.range(6000, 12_000));
+        let mut kills = [None, None];
+        let n = rng.below(3);
+        for k in kills.iter_mut().take(usize::try_from(n).unwrap_or(0)) {
+            let at =
+                Duration::from_millis(rng.below(u64::try_from(window.as_millis()).unwrap_or(6000)));
+            let down = Duration::from_millis(rng.range(0, 1500));
+            *k = Some((at, down));
+        }
+        kills.sort_by_key(|k| k.map(|(at, _)| at).unwrap_or(Duration::MAX));
+        let proxy_rng = rng.fork(1);
+        (
+            Plan {
+                scenario,
+                initial,
+                target,
+                max_unavailable,
+                max_surge,
+                new_image,
+                pvc,
+                window,
+                kills,
+            },
+            proxy_rng,
+        )
+    }
+}
+
+fn container(image: &str, pvc: bool) -> serde_json::Value {
+    if pvc {
+        json!({ "name": "app", "image": image, "volumeMounts": [{ "name": "data", "mountPath": "/data" }] })
+    } else {
+        json!({ "name": "app", "image": image })
+    }
+}
+
+fn cloneset(name: &str, sim: &Sim, plan: &Plan, storage_class: &str) -> Result<CloneSet> {
+    let mut cs = json!({
+        "apiVersion": "apps.kruise.io/v1alpha1",
+        "kind": "CloneSet",
+        "metadata": { "name": name },
+        "spec": {
+            "replicas": plan.initial,
+            "selector": { "matchLabels": { "app": name } },
+            "template": {
+                "metadata": { "labels": { "app": name } },
+                "spec": {
+                    "nodeSelector": sim.selector(),
+                    "tolerations": sim.tolerations(),
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [container(IMAGE_V1, plan.pvc)],
+                },
+            },
+            "updateStrategy": {
+                "type": "InPlaceIfPossible",
+                "maxUnavailable": plan.max_unavailable,
+                "maxSurge": plan.max_surge,
+            },
+        },
+    });
+    if plan.pvc {
+        cs["spec"]["volumeClaimTemplates"] = json!([{
+            "metadata": { "name": "data" },
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": storage_class,
+                "resources": { "requests": { "storage": "1Gi" } },
+            },
+        }]);
+    }
+    Ok(serde_json::from_value(cs)?)
+}
+
+/// hostPath PersistentVolumes of the class `class` (the bed has no provisioner; the
+/// simulator mounts nothing).
+async fn make_pvs(client: &Client, class: &str, n: usize) -> Result<Vec<String>> {
+    let api: Api<PersistentVolume> = Api::all(client.clone());
+    let mut names = Vec::new();
+    for i in 0..n {
+        let name = format!("{class}-pv{i}");
+        let pv: PersistentVolume = serde_json::from_value(json!({
+            "metadata": { "name": name },
+            "spec": {
+                "capacity": { "storage": "1Gi" },
+                "accessModes": ["ReadWriteOnce"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "storageClassName": class,
+                "hostPath": { "path": format!("/tmp/inplace-faults/{name}") },
+            },
+        }))?;
+        api.create(&PostParams::default(), &pv).await?;
+        names.push(name);
+    }
+    Ok(names)
+}
+
+// ---------------------------------------------------------------------------------------
+// The controller child process.
+
+#[derive(Debug)]
+struct Controller {
+    child: Option<Child>,
+    bin: PathBuf,
+    kubeconfig: PathBuf,
+    ns: String,
+    log: PathBuf,
+    rust_log: String,
+}
+
+impl Controller {
+    fn start(bin: &Path, kubeconfig: &Path, ns: &str, log: &Path, rust_log: &str) -> Result<Self> {
+        let mut c = Controller {
+            child: None,
+            bin: bin.to_owned(),
+            kubeconfig: kubeconfig.to_owned(),
+            ns: ns.to_owned(),
+            log: log.to_owned(),
+            rust_log: rust_log.to_owned(),
+        };
+        c.spawn()?;
+        Ok(c)
+    }
+
+    fn spawn(&mut self) -> Result<()> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .with_context(|| format!("{}", self.log.display()))?;
+        let child = Command::new(&self.bin)
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(["--namespace", &self.ns, "--metrics-addr", "127.0.0.1:0"])
+            .args(["--leader-elect", "false"])
+            .args(["--imagepulljob-controller", "false"])
+            .args(["--nodeimage-lifecycle", "false"])
+            .args(["--crr-controller", "false"])
+            .env("RUST_LOG", &self.rust_log)
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .spawn()
+            .with_context(|| format!("starting {}", self.bin.display()))?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// SIGKILL and reap.
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// When the process exited on its own: restarts it, as the kubelet restarts a
+    /// crashed container (after 1 s instead of the kubelet's 10 s back-off, to keep runs
+    /// short), and returns the exit status with the log's last error line.
+    fn revive(&mut self) -> Result<Option<String>> {
+        let Some(c) = self.child.as_mut() else {
+            return Ok(None);
+        };
+        let status = match c.try_wait() {
+            Ok(Some(status)) => status,
+            _ => return Ok(None),
+        };
+        self.child = None;
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let why = text
+            .lines()
+            .rev()
+            .find(|l| l.starts_with("Error") || l.contains(" ERROR "))
+            .unwrap_or("")
+            .to_owned();
+        std::thread::sleep(Duration::from_secs(1));
+        self.spawn()?;
+        Ok(Some(format!("{status}: {why}")))
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Watches feeding the checker.
+
+/// Feeds every event of a watch of `api` to the checker through `apply`.
+fn feed<K>(
+    api: Api<K>,
+    checker: Arc<Mutex<Checker>>,
+    apply: fn(&mut Checker, watcher::Event<K>),
+) -> tokio::task::JoinHandle<()>
+where
+    K: kube::Resource
+        + Clone
+        + k8s_openapi::serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
+{
+    tokio::spawn(async move {
+        let mut events = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        while let Some(ev) = events.next().await {
+            let Ok(ev) = ev else { continue };
+            let Ok(mut c) = checker.lock() else { return };
+            apply(&mut c, ev);
+        }
+    })
+}
+
+fn pod_event(c: &mut Checker, ev: watcher::Event<Pod>) {
+    match ev {
+        watcher::Event::Init => c.pods_relisting(),
+        watcher::Event::InitApply(p) | watcher::Event::Apply(p) => c.pod_applied(PodSnap::of(&p)),
+        watcher::Event::Delete(p) => c.pod_deleted(PodSnap::of(&p)),
+        watcher::Event::InitDone => c.pods_listed(),
+    }
+}
+
+fn pvc_event(c: &mut Checker, ev: watcher::Event<PersistentVolumeClaim>) {
+    match ev {
+        watcher::Event::InitApply(p) | watcher::Event::Apply(p) => {
+            c.pvc_changed(PvcSnap::of(&p, false));
+        }
+        watcher::Event::Delete(p) => c.pvc_changed(PvcSnap::of(&p, true)),
+        watcher::Event::Init | watcher::Event::InitDone => {}
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Convergence.
+
+/// Why the CloneSet is not yet converged on `want` pods of the update revision
+/// (`None`: it is: status current and all pods live, Ready and on the update revision).
+async fn not_converged(
+    cs_api: &Api<CloneSet>,
+    pods: &Api<Pod>,
+    name: &str,
+    want: u32,
+) -> Result<Option<String>> {
+    let cs = cs_api.get(name).await?;
+    let Some(s) = cs.status.as_ref() else {
+        return Ok(Some("no status".into()));
+    };
+    let line = cloneset_status_line(&cs);
+    if !cloneset_settled(&cs, want) {
+        return Ok(Some(line));
+    }
+    let list = pods.list(&ListParams::default()).await?;
+    let live: Vec<&Pod> = list
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect();
+    let on_update = |p: &Pod| {
+        p.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(REVISION_LABEL))
+            .is_some_and(|r| Some(r) == s.update_revision.as_ref())
+    };
+    let good = live.iter().filter(|p| pod_ready(p) && on_update(p)).count();
+    if live.len() != want as usize || good != want as usize {
+        return Ok(Some(format!(
+            "{line}; {} live pods, {good} Ready on the update revision",
+            live.len()
+        )));
+    }
+    Ok(None)
+}
+
+// ---------------------------------------------------------------------------------------
+// One run.
+
+struct Shared {
+    args: Args,
+    client: Client,
+    sim: Sim,
+    controller_bin: PathBuf,
+}
+
+async fn run(shared: &Shared, seed: u64) -> RunOutcome {
+    let t0 = Instant::now();
+    let (plan, proxy_rng) = Plan::of(seed);
+    let mut out = RunOutcome {
+        seed,
+        scenario: plan.scenario.name().to_owned(),
+        ..RunOutcome::default()
+    };
+    let ns = format!("flt-{seed}-{}", suffix());
+    let log = shared.args.log_dir.join(format!("{ns}-controller.log"));
+    let result = run_in(shared, seed, &plan, proxy_rng, &ns, &mut out, &log).await;
+    if let Err(e) = result {
+        out.error = Some(format!("{e:#}"));
+    }
+    // Clean up: the namespace (its pods go quickly on simulated nodes) and the PVs.
+    if let Err(e) = delete_namespace_and_wait(&shared.client, &ns, Duration::from_secs(90)).await {
+        eprintln!("faults: seed {seed}: namespace {ns} not emptied: {e:#}");
+    }
+    if plan.pvc {
+        let pvs: Api<PersistentVolume> = Api::all(shared.client.clone());
+        for i in 0..6 {
+            let _ = pvs
+                .delete(&format!("{ns}-pv{i}"), &DeleteParams::default())
+                .await;
+        }
+    }
+    if out.failed() {
+        eprintln!(
+            "faults: seed {seed}: controller log kept: {}",
+            log.display()
+        );
+    } else {
+        let _ = std::fs::remove_file(&log);
+    }
+    out.seconds = t0.elapsed().as_secs_f64();
+    out
+}
+
+async fn run_in(
+    shared: &Shared,
+    seed: u64,
+    plan: &Plan,
+    proxy_rng: Rng,
+    ns: &str,
+    out: &mut RunOutcome,
+    log: &Path,
+) -> Result<()> {
+    let client = &shared.client;
+    namespace(client, ns).await.context("namespace")?;
+    if plan.pvc {
+        make_pvs(client, ns, 6).await.context("PersistentVolumes")?;
+    }
+    let proxy = FaultProxy::start(client.clone(), Rates::default(), proxy_rng).await?;
+    let kubeconfig = shared.args.log_dir.join(format!("{ns}-kubeconfig"));
+    std::fs::write(&kubeconfig, proxy.kubeconfig(ns))?;
+    let bounds = Bounds {
+        max_pods: (plan.initial.max(plan.target) + plan.max_surge) as usize,
+        min_available: None,
+    };
+    let checker = Arc::new(Mutex::new(Checker::new(bounds)));
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let watches = [
+        feed(pods.clone(), checker.clone(), pod_event),
+        feed(
+            Api::namespaced(client.clone(), ns),
+            checker.clone(),
+            pvc_event,
+        ),
+    ];
+    let result = async {
+        let mut ctl = Controller::start(
+            &shared.controller_bin,
+            &kubeconfig,
+            ns,
+            log,
+            &shared.args.controller_log,
+        )?;
+        let name = "flt";
+        let cs_api: Api<CloneSet> = Api::namespaced(client.clone(), ns);
+        cs_api
+            .create(
+                &PostParams::default(),
+                &cloneset(name, &shared.sim, plan, ns)?,
+            )
+            .await
+            .context("creating the CloneSet")?;
+        wait_converged(
+            &cs_api,
+            &pods,
+            name,
+            plan.initial,
+            shared.args.setup_secs,
+            &mut ctl,
+            &mut out.crashes,
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("setup (no faults): {e}"))?;
+        let min = plan
+            .initial
+            .min(plan.target)
+            .saturating_sub(plan.max_unavailable) as usize;
+        if let Ok(mut c) = checker.lock() {
+            c.set_bounds(Bounds {
+                min_available: Some(min),
+                ..bounds
+            });
+        }
+
+        // Faults on; the change; kills at the plan's points.
+        proxy.set_faults(true);
+        let started = Instant::now();
+        let image = if plan.new_image { IMAGE_V2 } else { IMAGE_V1 };
+        let patch = json!({ "spec": {
+            "replicas": plan.target,
+            "template": { "spec": { "containers": [container(image, plan.pvc)] } },
+        }});
+        cs_api
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .context("changing the CloneSet")?;
+        for (at, down) in plan.kills.iter().flatten() {
+            tokio::time::sleep(at.saturating_sub(started.elapsed())).await;
+            out.crashes.extend(ctl.revive()?);
+            ctl.kill();
+            out.kills += 1;
+            tokio::time::sleep(*down).await;
+            ctl.spawn()?;
+        }
+        tokio::time::sleep(plan.window.saturating_sub(started.elapsed())).await;
+        proxy.set_faults(false);
+
+        // Faults off: convergence within the bound.
+        if let Err(e) = wait_converged(
+            &cs_api,
+            &pods,
+            name,
+            plan.target,
+            shared.args.converge_secs,
+            &mut ctl,
+            &mut out.crashes,
+        )
+        .await
+        {
+            out.violations.push(format!(
+                "not converged {} s after the faults stopped: {e}",
+                shared.args.converge_secs
+            ));
+        }
+        Ok::<(), anyhow::Error>(())
+    }
+    .await;
+    for w in &watches {
+        w.abort();
+    }
+    if let Ok(mut c) = checker.lock() {
+        let found = c.finish();
+        out.violations.splice(0..0, found);
+        out.peak_pods = c.peak_pods;
+        out.least_available = c.least_available;
+    }
+    out.max_pods = bounds.max_pods;
+    out.min_available = plan
+        .initial
+        .min(plan.target)
+        .saturating_sub(plan.max_unavailable) as usize;
+    let records = proxy.records();
+    out.requests = records.len() as u64;
+    let mut faults: BTreeMap<Fault, u64> = BTreeMap::new();
+    for r in &records {
+        if let Some(f) = r.fault {
+            *faults.entry(f).or_insert(0) += 1;
+        }
+        // A latency on top of another fault counts for both.
+        if r.delay_ms > 0 && r.fault != Some(Fault::Latency) {
+            *faults.entry(Fault::Latency).or_insert(0) += 1;
+        }
+    }
+    out.faults = faults;
+    if out.failed() {
+        // The proxy's record of writes, next to the controller's log, for the diagnosis.
+        let writes = shared.args.log_dir.join(format!("{ns}-requests.log"));
+        let text: String = records
+            .iter()
+            .map(|r| {
+                format!(
+                    "{:>7} {} {} -> {} {}\n",
+                    r.at_ms,
+                    r.method,
+                    r.path,
+                    r.status,
+                    r.fault.map_or("", Fault::name)
+                )
+            })
+            .collect();
+        let _ = std::fs::write(&writes, text);
+        eprintln!(
+            "faults: seed {seed}: requests recorded in {}",
+            writes.display()
+        );
+    }
+    let _ = std::fs::remove_file(&kubeconfig);
+    result
+}
+
+async fn wait_converged(
+    cs_api: &Api<CloneSet>,
+    pods: &Api<Pod>,
+    name: &str,
+    want: u32,
+    secs: u64,
+    ctl: &mut Controller,
+    crashes: &mut Vec<String>,
+) -> std::result::Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        match ctl.revive() {
+            Ok(Some(crash)) => crashes.push(crash),
+            Ok(None) => {}
+            Err(e) => return Err(format!("restarting the controller: {e:#}")),
+        }
+        let last = match not_converged(cs_api, pods, name, want).await {
+            Ok(None) => return Ok(()),
+            Ok(Some(why)) => why,
+            Err(e) => format!("{e:#}"),
+        };
+        if Instant::now() > deadline {
+            return Err(last);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    std::fs::create_dir_all(&args.log_dir)?;
+    let controller_bin = match &args.controller_bin {
+        Some(p) => p.clone(),
+        None => beside_me("inplace-controller")?,
+    };
+    let nodesim_bin = match &args.nodesim_bin {
+        Some(p) => p.clone(),
+        None => beside_me("inplace-nodesim")?,
+    };
+    for bin in [&controller_bin, &nodesim_bin] {
+        if !bin.exists() {
+            bail!(
+                "{} not found: build it first (see the program's documentation)",
+                bin.display()
+            );
+        }
+    }
+    let client = client().await?;
+    let group = format!("faults-{}", suffix());
+    let sim = Sim::start(
+        &nodesim_bin,
+        &group,
+        args.nodes,
+        &[
+            "--start-delay",
+            "200ms",
+            "--ready-delay",
+            "300ms",
+            "--update-delay",
+            "500ms",
+            "--max-grace",
+            "1s",
+            "--stats-interval",
+            "10m",
+        ],
+    )?;
+    sim.wait_nodes_ready(&client, Duration::from_secs(60))
+        .await?;
+    let seeds: Vec<u64> = match args.seed {
+        Some(s) => vec![s],
+        None => (args.first_seed..args.first_seed.saturating_add(args.runs)).collect(),
+    };
+    let parallel = args.parallel.max(1);
+    let shared = Shared {
+        args,
+        client,
+        sim,
+        controller_bin,
+    };
+    let t0 = Instant::now();
+    let mut figures = Figures::default();
+    let budget = shared.args.time_budget_secs.map(Duration::from_secs);
+    let mut not_started = 0u64;
+    let mut runs = futures::stream::iter(seeds)
+        .map(|seed| {
+            let shared = &shared;
+            async move {
+                if budget.is_some_and(|b| t0.elapsed() > b) {
+                    return None;
+                }
+                Some(run(shared, seed).await)
+            }
+        })
+        .buffer_unordered(parallel);
+    while let Some(o) = runs.next().await {
+        let Some(o) = o else {
+            not_started += 1;
+            continue;
+        };
+        let faults: u64 = o.faults.values().sum();
+        println!(
+            "faults: seed {} {}: {} in {:.0}s ({} requests, {} faults, {} kills, {} crashes; \
+             pods at most {} of {}, available at least {} of {})",
+            o.seed,
+            o.scenario,
+            if o.failed() { "FAILED" } else { "ok" },
+            o.seconds,
+            o.requests,
+            faults,
+            o.kills,
+            o.crashes.len(),
+            o.peak_pods,
+            o.max_pods,
+            o.least_available
+                .map_or_else(|| "-".to_owned(), |n| n.to_string()),
+            o.min_available,
+        );
+        for c in &o.crashes {
+            println!("faults:   the controller exited by itself (restarted): {c}");
+        }
+        for v in &o.violations {
+            println!("faults:   violation: {v}");
+        }
+        if let Some(e) = &o.error {
+            println!("faults:   error: {e}");
+        }
+        figures.add(&o);
+    }
+    drop(runs);
+    let failed = !figures.failed.is_empty();
+    print!("{}", figures.render());
+    println!("faults: wall time {:.0}s", t0.elapsed().as_secs_f64());
+    if not_started > 0 {
+        println!("faults: {not_started} seeds not run (--time-budget-secs spent)");
+    }
+    let Shared { mut sim, .. } = shared;
+    sim.stop()?;
+    if failed {
+        bail!("{} failed runs", figures.failed.len());
+    }
+    Ok(())
+}

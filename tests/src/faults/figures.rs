@@ -1,0 +1,162 @@
+//! The totals of many fault runs, printed at the end.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use super::plan::Fault;
+
+/// What one run did and found.
+#[derive(Debug, Clone, Default)]
+pub struct RunOutcome {
+    pub seed: u64,
+    pub scenario: String,
+    /// Requests the proxy forwarded or failed.
+    pub requests: u64,
+    /// Faults injected, by kind.
+    pub faults: BTreeMap<Fault, u64>,
+    /// Controller processes SIGKILLed (and restarted).
+    pub kills: u64,
+    /// The controller exited by itself (exit status and its last error line); the runner
+    /// restarted it, as a kubelet would.
+    pub crashes: Vec<String>,
+    pub violations: Vec<String>,
+    /// What the checks saw: the most live pods and its bound, the fewest available pods
+    /// once the CloneSet had settled and its floor.
+    pub peak_pods: usize,
+    pub max_pods: usize,
+    pub least_available: Option<usize>,
+    pub min_available: usize,
+    /// The run could not be carried out (the bed, a timeout in its setup): not a verdict
+    /// on the controller, but not a pass either.
+    pub error: Option<String>,
+    pub seconds: f64,
+}
+
+impl RunOutcome {
+    pub fn failed(&self) -> bool {
+        !self.violations.is_empty() || self.error.is_some()
+    }
+}
+
+/// The figures of a whole invocation.
+#[derive(Debug, Default)]
+pub struct Figures {
+    pub runs: u64,
+    pub requests: u64,
+    pub faults: BTreeMap<Fault, u64>,
+    pub kills: u64,
+    pub crashes: u64,
+    pub violations: u64,
+    pub errors: u64,
+    pub by_scenario: BTreeMap<String, u64>,
+    /// (seed, scenario, first reason) of every failed run.
+    pub failed: Vec<(u64, String, String)>,
+    pub seconds: f64,
+}
+
+impl Figures {
+    pub fn add(&mut self, o: &RunOutcome) {
+        self.runs += 1;
+        self.requests += o.requests;
+        for (f, n) in &o.faults {
+            *self.faults.entry(*f).or_insert(0) += n;
+        }
+        self.kills += o.kills;
+        self.crashes += o.crashes.len() as u64;
+        self.violations += o.violations.len() as u64;
+        self.errors += u64::from(o.error.is_some());
+        *self.by_scenario.entry(o.scenario.clone()).or_insert(0) += 1;
+        self.seconds += o.seconds;
+        if o.failed() {
+            let why = o
+                .violations
+                .first()
+                .cloned()
+                .or_else(|| o.error.clone())
+                .unwrap_or_default();
+            self.failed.push((o.seed, o.scenario.clone(), why));
+        }
+    }
+
+    pub fn faults_total(&self) -> u64 {
+        self.faults.values().sum()
+    }
+
+    /// The printed report: one `faults:` line of totals, then one line per failed seed.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let kinds: Vec<String> = Fault::ALL
+            .iter()
+            .map(|f| format!("{f}={}", self.faults.get(f).copied().unwrap_or(0)))
+            .collect();
+        let scenarios: Vec<String> = self
+            .by_scenario
+            .iter()
+            .map(|(s, n)| format!("{s}={n}"))
+            .collect();
+        let _ = writeln!(
+            out,
+            "faults: runs={} requests={} faults_injected={} ({}) kills={} controller_crashes={} invariant_violations={} run_errors={} failed_runs={}",
+            self.runs,
+            self.requests,
+            self.faults_total(),
+            kinds.join(" "),
+            self.kills,
+            self.crashes,
+            self.violations,
+            self.errors,
+            self.failed.len(),
+        );
+        let _ = writeln!(out, "faults: scenarios: {}", scenarios.join(" "));
+        for (seed, scenario, why) in &self.failed {
+            let _ = writeln!(out, "faults: FAILED --seed {seed} ({scenario}): {why}");
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn totals_and_failed_seeds() {
+        let mut f = Figures::default();
+        f.add(&RunOutcome {
+            seed: 1,
+            scenario: "scale-up".into(),
+            requests: 100,
+            faults: BTreeMap::from([(Fault::Conflict, 3), (Fault::WatchDrop, 2)]),
+            kills: 1,
+            crashes: vec!["exit status: 1: Error: discovering the API server".into()],
+            seconds: 10.0,
+            ..RunOutcome::default()
+        });
+        f.add(&RunOutcome {
+            seed: 2,
+            scenario: "pvc".into(),
+            requests: 50,
+            faults: BTreeMap::from([(Fault::Conflict, 1)]),
+            violations: vec!["5 live pods > replicas + maxSurge = 4".into()],
+            ..RunOutcome::default()
+        });
+        f.add(&RunOutcome {
+            seed: 3,
+            scenario: "pvc".into(),
+            error: Some("namespace: timed out".into()),
+            ..RunOutcome::default()
+        });
+        let text = f.render();
+        assert!(
+            text.starts_with(
+                "faults: runs=3 requests=150 faults_injected=6 (409=4 429=0 500=0 500-after-commit=0 reset=0 reset-after-commit=0 watch-drop=2 latency=0) kills=1 controller_crashes=1 invariant_violations=1 run_errors=1 failed_runs=2\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("faults: scenarios: pvc=2 scale-up=1\n"));
+        assert!(
+            text.contains("faults: FAILED --seed 2 (pvc): 5 live pods > replicas + maxSurge = 4\n")
+        );
+        assert!(text.contains("faults: FAILED --seed 3 (pvc): namespace: timed out\n"));
+    }
+}

@@ -1,0 +1,324 @@
+//! The fault proxy: a plain-HTTP listener on loopback for the controller (its kubeconfig
+//! says `server: http://127.0.0.1:PORT`, without credentials) that forwards every request
+//! with a `kube::Client` built from the bed's kubeconfig (which holds TLS and the
+//! credentials) and injects the faults [`super::plan::decide`] picks while faults are on.
+//! Bodies are streamed, so watches work through it. Every request is recorded (method,
+//! path, status, injected fault).
+//!
+//! "Reset" here is the proxy closing the controller's connection without an answer: the
+//! controller's HTTP client sees the connection end in the middle of the exchange.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::sync::{Notify, watch};
+
+use super::plan::{Decision, Fault, Rates, RequestKind, decide};
+use super::rng::Rng;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// One request the proxy forwarded or failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// Milliseconds since the proxy started.
+    pub at_ms: u64,
+    pub method: String,
+    pub path: String,
+    pub kind: RequestKind,
+    /// The status the controller got; 0 when the connection was cut.
+    pub status: u16,
+    pub fault: Option<Fault>,
+    pub delay_ms: u64,
+}
+
+struct State {
+    client: kube::Client,
+    rates: Rates,
+    rng: Mutex<Rng>,
+    enabled: AtomicBool,
+    records: Mutex<Vec<Record>>,
+    started: Instant,
+}
+
+impl State {
+    fn record(&self, r: Record) {
+        if let Ok(mut rs) = self.records.lock() {
+            rs.push(r);
+        }
+    }
+
+    fn decide(&self, kind: RequestKind) -> Decision {
+        if !self.enabled.load(Ordering::SeqCst) {
+            return Decision::PASS;
+        }
+        match self.rng.lock() {
+            Ok(mut rng) => decide(&self.rates, kind, &mut rng),
+            Err(_) => Decision::PASS,
+        }
+    }
+}
+
+/// A running fault proxy; stops (with every connection through it) on drop.
+pub struct FaultProxy {
+    pub addr: SocketAddr,
+    state: Arc<State>,
+    _shutdown: watch::Sender<bool>,
+}
+
+impl std::fmt::Debug for FaultProxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultProxy")
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+impl FaultProxy {
+    /// Listens on a free loopback port and forwards with `client`; faults start off.
+    pub async fn start(client: kube::Client, rates: Rates, rng: Rng) -> std::io::Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let state = Arc::new(State {
+            client,
+            rates,
+            rng: Mutex::new(rng),
+            enabled: AtomicBool::new(false),
+            records: Mutex::new(Vec::new()),
+            started: Instant::now(),
+        });
+        let (tx, rx) = watch::channel(false);
+        tokio::spawn(accept_loop(listener, state.clone(), rx));
+        Ok(FaultProxy {
+            addr,
+            state,
+            _shutdown: tx,
+        })
+    }
+
+    /// Turns fault injection on or off (requests already decided keep their fault).
+    pub fn set_faults(&self, on: bool) {
+        self.state.enabled.store(on, Ordering::SeqCst);
+    }
+
+    pub fn records(&self) -> Vec<Record> {
+        self.state
+            .records
+            .lock()
+            .map(|r| r.clone())
+            .unwrap_or_default()
+    }
+
+    /// A kubeconfig that reaches the API server through this proxy.
+    pub fn kubeconfig(&self, namespace: &str) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fault-proxy\n  cluster:\n    server: http://{}\nusers:\n- name: none\n  user: {{}}\ncontexts:\n- name: fault-proxy\n  context:\n    cluster: fault-proxy\n    user: none\n    namespace: {namespace}\ncurrent-context: fault-proxy\n",
+            self.addr
+        )
+    }
+}
+
+async fn accept_loop(listener: TcpListener, state: Arc<State>, shutdown: watch::Receiver<bool>) {
+    loop {
+        let mut stop = shutdown.clone();
+        let stream = tokio::select! {
+            r = listener.accept() => match r {
+                Ok((s, _)) => s,
+                Err(_) => continue,
+            },
+            _ = stop.changed() => return,
+        };
+        let _ = stream.set_nodelay(true);
+        let state = state.clone();
+        let mut stop = shutdown.clone();
+        tokio::spawn(async move {
+            let cut = Arc::new(Notify::new());
+            let svc = {
+                let cut = cut.clone();
+                service_fn(move |req| handle(state.clone(), cut.clone(), req))
+            };
+            let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), svc);
+            // Dropping the connection's future closes the socket, whatever it was doing.
+            tokio::select! {
+                _ = conn => {}
+                _ = cut.notified() => {}
+                _ = stop.changed() => {}
+            }
+        });
+    }
+}
+
+/// The API server's error answer for an injected status.
+fn status_response(fault: Fault) -> Response<ProxyBody> {
+    let (code, reason, retry) = match fault {
+        Fault::Conflict => (409, "Conflict", false),
+        Fault::TooManyRequests => (429, "TooManyRequests", true),
+        _ => (500, "InternalError", false),
+    };
+    let mut status = json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": format!("{fault} injected by the fault proxy"),
+        "reason": reason,
+        "code": code,
+    });
+    if retry {
+        status["details"] = json!({ "retryAfterSeconds": 1 });
+    }
+    let mut resp = Response::new(
+        Full::new(Bytes::from(status.to_string()))
+            .map_err(|never| match never {})
+            .boxed_unsync(),
+    );
+    *resp.status_mut() = hyper::StatusCode::from_u16(code).unwrap_or_default();
+    resp.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    if retry {
+        resp.headers_mut().insert(
+            hyper::header::RETRY_AFTER,
+            hyper::header::HeaderValue::from_static("1"),
+        );
+    }
+    resp
+}
+
+/// Headers that belong to one connection, not to the request or answer.
+fn hop_by_hop(name: &hyper::header::HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "host"
+            | "connection"
+            | "keep-alive"
+            | "transfer-encoding"
+            | "content-length"
+            | "upgrade"
+            | "te"
+            | "trailer"
+            | "proxy-authorization"
+            | "proxy-connection"
+            | "authorization"
+    )
+}
+
+async fn handle(
+    state: Arc<State>,
+    cut: Arc<Notify>,
+    req: Request<Incoming>,
+) -> Result<Response<ProxyBody>, Infallible> {
+    let method = req.method().as_str().to_owned();
+    let path = req.uri().path().to_owned();
+    let target = req
+        .uri()
+        .path_and_query()
+        .map_or_else(|| path.clone(), |pq| pq.as_str().to_owned());
+    let kind = RequestKind::of(&method, req.uri().query());
+    let d = state.decide(kind);
+    let record = |status: u16| Record {
+        at_ms: u64::try_from(state.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        method: method.clone(),
+        path: path.clone(),
+        kind,
+        status,
+        fault: d.fault.or((d.delay_ms > 0).then_some(Fault::Latency)),
+        delay_ms: d.delay_ms,
+    };
+    if d.delay_ms > 0 {
+        tokio::time::sleep(Duration::from_millis(d.delay_ms)).await;
+    }
+    match d.fault {
+        Some(f @ (Fault::Conflict | Fault::TooManyRequests | Fault::InternalError)) => {
+            let resp = status_response(f);
+            state.record(record(resp.status().as_u16()));
+            return Ok(resp);
+        }
+        Some(Fault::Reset) => {
+            state.record(record(0));
+            cut.notify_one();
+            return std::future::pending().await;
+        }
+        _ => {}
+    }
+    let (parts, body) = req.into_parts();
+    let Ok(collected) = body.collect().await else {
+        // The controller went away in the middle of its request.
+        return std::future::pending().await;
+    };
+    let mut out = hyper::Request::builder().method(parts.method).uri(target);
+    for (name, value) in &parts.headers {
+        if !hop_by_hop(name) {
+            out = out.header(name, value);
+        }
+    }
+    let out = match out.body(kube::client::Body::from(collected.to_bytes())) {
+        Ok(r) => r,
+        Err(_) => return Ok(status_response(Fault::InternalError)),
+    };
+    let upstream = match state.client.send(out).await {
+        Ok(r) => r,
+        Err(e) => {
+            // Not injected: the bed itself failed. The controller sees a 502.
+            let mut resp = status_response(Fault::InternalError);
+            *resp.status_mut() = hyper::StatusCode::BAD_GATEWAY;
+            tracing::warn!(error = %e, path, "fault proxy: upstream request failed");
+            state.record(Record {
+                fault: None,
+                ..record(502)
+            });
+            return Ok(resp);
+        }
+    };
+    let status = upstream.status().as_u16();
+    match d.fault {
+        Some(Fault::InternalErrorAfterCommit) => {
+            drop(upstream);
+            state.record(record(500));
+            return Ok(status_response(Fault::InternalError));
+        }
+        Some(Fault::ResetAfterCommit) => {
+            drop(upstream);
+            state.record(record(0));
+            cut.notify_one();
+            return std::future::pending().await;
+        }
+        _ => {}
+    }
+    let (parts, body) = upstream.into_parts();
+    let body: ProxyBody = if d.fault == Some(Fault::WatchDrop) {
+        let end = tokio::time::sleep(Duration::from_millis(d.drop_after_ms));
+        let frames = body
+            .into_data_stream()
+            .take_until(end)
+            .map(|chunk| chunk.map(Frame::data).map_err(|e| Box::new(e) as BoxError));
+        StreamBody::new(frames).boxed_unsync()
+    } else {
+        body.map_err(|e| Box::new(e) as BoxError).boxed_unsync()
+    };
+    let mut resp = Response::new(body);
+    *resp.status_mut() = parts.status;
+    for (name, value) in &parts.headers {
+        if !hop_by_hop(name) {
+            resp.headers_mut().append(name, value.clone());
+        }
+    }
+    state.record(record(status));
+    Ok(resp)
+}
