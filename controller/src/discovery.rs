@@ -3,6 +3,9 @@
 //! The test bed runs Kubernetes v1.20 (no `pods/resize`, no CEL); current clusters serve
 //! `pods/resize`. The controller reads the server version and the core resource list once.
 
+use std::time::Duration;
+
+use backon::{BackoffBuilder, ExponentialBuilder, Retryable as _};
 use kube::Client;
 
 /// Capabilities of the API server that change what the controller may do.
@@ -55,9 +58,66 @@ pub async fn discover(client: &Client) -> Result<ServerCapabilities, kube::Error
     })
 }
 
+/// The retry schedule of discovery at start: 0.5 s doubling to 10 s, with jitter, 12
+/// retries (about a minute and a half in all). A start that meets an overloaded or
+/// restarting API server (429, 500, a cut connection) waits for it instead of exiting
+/// into a crash loop; one that never gets an answer still exits with the last error.
+pub fn startup_backoff() -> ExponentialBuilder {
+    ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(500))
+        .with_max_delay(Duration::from_secs(10))
+        .with_max_times(12)
+        .with_jitter()
+}
+
+/// [`discover`], retried on every failure by `backoff`; `on_retry` hears each failure
+/// and the delay before the next attempt.
+pub async fn discover_retrying(
+    client: &Client,
+    backoff: impl BackoffBuilder,
+    on_retry: impl FnMut(&kube::Error, Duration),
+) -> Result<ServerCapabilities, kube::Error> {
+    (|| discover(client)).retry(backoff).notify(on_retry).await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    #[allow(clippy::expect_used)]
+    async fn discovery_that_fails_is_retried_by_the_schedule_then_gives_up() {
+        // A port nothing listens on: every attempt fails to connect.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        drop(listener);
+        let config = kube::Config::new(
+            format!("http://127.0.0.1:{port}")
+                .parse()
+                .expect("a valid url"),
+        );
+        let client = Client::try_from(config).expect("a client");
+        let schedule = ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(1))
+            .with_max_delay(Duration::from_millis(2))
+            .with_max_times(3);
+        let mut retries = 0;
+        let result = discover_retrying(&client, schedule, |_, _| retries += 1).await;
+        assert!(result.is_err(), "nothing answers");
+        assert_eq!(retries, 3, "three retries after the first attempt");
+    }
+
+    #[test]
+    fn the_startup_schedule_waits_about_a_minute_and_a_half_at_most() {
+        let delays: Vec<Duration> = startup_backoff().build().collect();
+        assert_eq!(delays.len(), 12);
+        let total: Duration = delays.iter().sum();
+        // Jitter adds up to 100% of each delay.
+        assert!(
+            total >= Duration::from_secs(60) && total <= Duration::from_secs(200),
+            "{total:?}"
+        );
+    }
 
     #[test]
     fn version_parts_parse_like_kubectl() {

@@ -231,9 +231,11 @@ async fn run_controller() -> anyhow::Result<()> {
     let (client, election_client) = clients(&args, &fence, &metrics)
         .await
         .context("connecting to the API server")?;
-    let caps = discovery::discover(&client)
-        .await
-        .context("discovering the API server")?;
+    let caps = discovery::discover_retrying(&client, discovery::startup_backoff(), |e, wait| {
+        warn!(error = %e, retry_in = ?wait, "discovering the API server failed; retrying");
+    })
+    .await
+    .context("discovering the API server")?;
     info!(
         version = %caps.git_version,
         pod_resize = caps.pod_resize,
