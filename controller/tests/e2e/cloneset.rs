@@ -200,8 +200,6 @@ async fn an_invalid_cloneset_is_reported_and_does_not_stall_others() -> TestResu
 async fn image_change_updates_in_place_within_max_unavailable() -> TestResult {
     let ns = Namespace::create("inplace")?;
     let ctl = Controller::start(&ns.name)?;
-    // The installed controller may have served earlier tests: counted from here.
-    let (_, metrics_before) = ctl.http_get("/metrics")?;
     ns.apply(&sample_cloneset(
         "web",
         5,
@@ -210,6 +208,9 @@ async fn image_change_updates_in_place_within_max_unavailable() -> TestResult {
     ))?;
     let before_cs = wait_rolled_out(&ns, "web", 5, ROLLOUT)?;
     let before = uids_and_ips(&ns)?;
+    // The rollout's refused writes are counted from here (an installed controller may
+    // have served earlier tests; a host one has logged its metrics address by now).
+    let (_, metrics_before) = ctl.http_get("/metrics")?;
 
     let watch = UnavailabilityWatch::start(&ns.name, 5).await?;
     ns.set_image("web", &image("v2"))?;
