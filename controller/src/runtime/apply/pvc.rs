@@ -8,17 +8,21 @@ use tracing::debug;
 
 use crate::error::{Error, is_conflict, is_not_found};
 use crate::expectations::Expectation;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 
 use super::{Actor, delete_only_uid};
 
 impl Actor<'_> {
-    pub(super) async fn delete_pvc(&self, name: &str) -> Result<(), Error> {
-        let Some(pvc) = self
-            .owned
+    /// The CloneSet's cached PVC `name`, if any.
+    fn owned_pvc(&self, name: &str) -> Option<&PersistentVolumeClaim> {
+        self.owned
             .pvcs
             .iter()
             .find(|p| p.metadata.name.as_deref() == Some(name))
-        else {
+    }
+
+    pub(super) async fn delete_pvc(&self, name: &str) -> Result<(), Error> {
+        let Some(pvc) = self.owned_pvc(name) else {
             return Ok(());
         };
         if pvc.metadata.deletion_timestamp.is_some() {
@@ -39,12 +43,7 @@ impl Actor<'_> {
     }
 
     pub(super) async fn reown_pvc(&self, name: &str, pod_name: &str) -> Result<(), Error> {
-        let Some(pvc) = self
-            .owned
-            .pvcs
-            .iter()
-            .find(|p| p.metadata.name.as_deref() == Some(name))
-        else {
+        let Some(pvc) = self.owned_pvc(name) else {
             return Ok(());
         };
         let pod = &self.pod(pod_name)?;
