@@ -127,7 +127,20 @@ async fn killing_the_controller_mid_rollout_resumes_without_loss_or_overrun() ->
     ctl.kill();
     let at_kill = status_i64(&ns.cloneset("rs")?, "updatedReplicas");
     eprintln!("controller killed with {at_kill}/5 updated");
-    std::thread::sleep(Duration::from_secs(3));
+    // The restart must find the state the kill left once the node has acted on it: every
+    // pod whose spec the dead controller already patched has its new container running
+    // and ready (restarted once), with nobody left to mark the update complete.
+    wait_for(
+        "the kubelet finished the restarts begun before the kill",
+        ROLLOUT,
+        || {
+            Ok(live_pods(&ns)?.iter().all(|(name, p)| {
+                container_image(p) != image("v2")
+                    || (before.get(name).map(|b| b.1 + 1) == Some(restart_count(p))
+                        && p["status"]["containerStatuses"][0]["ready"] == true)
+            }))
+        },
+    )?;
     ctl.restart()?;
     wait_rolled_out(&ns, "rs", 5, ROLLOUT)?;
     let after: BTreeMap<String, (String, i64)> = live_pods(&ns)?
