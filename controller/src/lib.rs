@@ -26,4 +26,5 @@ pub mod logging;
 pub mod metrics;
 pub mod pod_events;
 pub mod runtime;
+pub mod server;
 pub mod watch;

@@ -2,9 +2,9 @@
 //! recreate requests, over CRI.
 
 pub mod api;
+pub mod containerd_events;
 pub mod cri;
 pub mod crr;
-pub mod events;
 pub mod inplace;
 pub mod kube_io;
 pub mod logging;

@@ -15,7 +15,7 @@ use inplace_daemon::logging::{self, LogFormat};
 use inplace_daemon::metrics::Metrics;
 use inplace_daemon::puller::{Puller, PullerConfig};
 use inplace_daemon::recorder::EventRecorder;
-use inplace_daemon::{crr, events, server};
+use inplace_daemon::{containerd_events, crr, server};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::runtime::reflector;
@@ -204,7 +204,7 @@ async fn main() -> anyhow::Result<()> {
     // containerd events wake both at once (polling stays the fallback)
     {
         let m = metrics.clone();
-        tokio::spawn(events::follow(
+        tokio::spawn(containerd_events::follow(
             socket.clone(),
             vec![notify.clone(), crr_notify.clone()],
             move |_| {

@@ -7,8 +7,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use inplace_daemon::containerd_events;
 use inplace_daemon::cri::CriClient;
-use inplace_daemon::events;
 use inplace_daemon::testkit::{Fixture, free_port, remove_sandbox, run_app};
 use tokio::sync::Notify;
 
@@ -37,7 +37,7 @@ async fn host_task_events_wake_and_survive_a_containerd_restart() {
     let notify = Arc::new(Notify::new());
     let seen = Arc::new(Mutex::new(Vec::<String>::new()));
     let s2 = seen.clone();
-    let follower = tokio::spawn(events::follow(
+    let follower = tokio::spawn(containerd_events::follow(
         fx.socket.clone(),
         vec![notify.clone()],
         move |t| {

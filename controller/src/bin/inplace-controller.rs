@@ -16,9 +16,10 @@ use inplace_controller::fence::{self, Fence, RenewalObserverLayer, WriteGateLaye
 use inplace_controller::imagepulljob;
 use inplace_controller::leader::{Election, LeaseConfig};
 use inplace_controller::logging::{self, LogFormat};
-use inplace_controller::metrics::{Health, Metrics, Phase};
+use inplace_controller::metrics::Metrics;
 use inplace_controller::plan::PlanOptions;
 use inplace_controller::runtime::{self, Settings};
+use inplace_controller::server::{Health, Phase};
 use inplace_controller::watch::Scope;
 use kube::Client;
 use kube::client::ClientBuilder;
@@ -262,7 +263,7 @@ async fn run_controller() -> anyhow::Result<()> {
 
     let health = Arc::new(Health::default());
     let (bound, _server) =
-        inplace_controller::metrics::serve(args.metrics_addr, metrics.clone(), health.clone())
+        inplace_controller::server::serve(args.metrics_addr, metrics.clone(), health.clone())
             .await
             .with_context(|| format!("binding {}", args.metrics_addr))?;
     info!(%bound, "serving /metrics, /healthz, /readyz");

@@ -14,8 +14,9 @@ use kube::{Client, ResourceExt};
 use crate::discovery::ServerCapabilities;
 use crate::events::EventSink;
 use crate::expectations::Expectations;
-use crate::metrics::{Health, Metrics};
+use crate::metrics::Metrics;
 use crate::plan::PlanOptions;
+use crate::server::Health;
 use crate::watch::{Scope, Stores};
 
 use super::last_write::LastWrites;

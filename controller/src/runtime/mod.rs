@@ -37,7 +37,8 @@ use crate::discovery::ServerCapabilities;
 use crate::error::Error;
 use crate::events::EventSink;
 use crate::expectations::Expectations;
-use crate::metrics::{CloneSetLabels, ErrorLabels, ExpectationLabels, Health, Metrics};
+use crate::metrics::{CloneSetLabels, ErrorLabels, ExpectationLabels, Metrics};
+use crate::server::Health;
 use crate::watch::Stores;
 
 /// The span of one reconcile: every line logged in it names the CloneSet

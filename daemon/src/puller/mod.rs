@@ -91,7 +91,7 @@ async fn list_ingests(socket: &std::path::Path) -> Result<stall::Ingests, String
     let mut req = tonic::Request::new(ListStatusesRequest { filters: vec![] });
     req.metadata_mut().insert(
         "containerd-namespace",
-        tonic::metadata::MetadataValue::from_static(crate::events::CRI_NAMESPACE),
+        tonic::metadata::MetadataValue::from_static(crate::containerd_events::CRI_NAMESPACE),
     );
     let statuses = ContentClient::new(channel)
         .list_statuses(req)
