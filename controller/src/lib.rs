@@ -10,7 +10,8 @@ pub mod plan;
 
 pub mod cli;
 
-pub mod alloc_trim;
+#[cfg(not(target_env = "msvc"))]
+pub mod allocator;
 pub mod api_metrics;
 pub mod claim;
 pub mod crr;

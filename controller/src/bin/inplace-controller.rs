@@ -159,58 +159,18 @@ async fn shutdown_signal() {
     }
 }
 
-/// The glibc allocator settings of the process, as `(variable, value)`.
-///
-/// glibc gives every thread that contends for the allocator an arena of its own (up to 8
-/// per core) and hands an arena's freed pages back to the kernel only from its top. The
-/// pod cache and each reconcile's materialised pods are built on whichever tokio thread
-/// polls them, so freed memory piled up in the worker arenas: with 10,000 pods cached the
-/// heap in use was 64 MiB but the arenas held 119 MiB and RSS was 131 MiB (glibc
-/// `malloc_stats`; `malloc_trim` brought RSS to 89 MiB). One arena lets every thread reuse
-/// the same free memory, and a fixed mmap threshold keeps big transient buffers (list
-/// pages, per-reconcile pod vectors) out of the heap, returned to the kernel when freed.
-const MALLOC_ENV: [(&str, &str); 3] = [
-    ("MALLOC_ARENA_MAX", "1"),
-    ("MALLOC_MMAP_THRESHOLD_", "131072"),
-    ("MALLOC_TRIM_THRESHOLD_", "131072"),
-];
+/// jemalloc (see `inplace_controller::allocator`): it returns freed memory to the kernel
+/// by itself, where glibc's malloc kept it resident.
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-/// Re-executes the process once with [`MALLOC_ENV`] set, unless `MALLOC_ARENA_MAX` is set
-/// already (by a previous pass or by the deployment, which then decides). glibc reads these
-/// only at start-up, and `mallopt` needs `unsafe`, which the workspace forbids.
-fn tune_allocator() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        use std::os::unix::process::CommandExt as _;
-        if std::env::var_os(MALLOC_ENV[0].0).is_some() {
-            return;
-        }
-        let Ok(exe) = std::env::current_exe() else {
-            return;
-        };
-        let mut argv = std::env::args_os();
-        let mut cmd = std::process::Command::new(exe);
-        if let Some(arg0) = argv.next() {
-            cmd.arg0(arg0);
-        }
-        let err = cmd.args(argv).envs(MALLOC_ENV).exec();
-        eprintln!(
-            "inplace-controller: running with glibc's default arenas: re-executing failed: {err}"
-        );
-    }
-}
-
-/// How often freed heap is handed back to the kernel (see `alloc_trim`): short enough
-/// that the peak of the initial lists and of a reconcile burst is gone within seconds.
-const TRIM_PERIOD: Duration = Duration::from_secs(10);
-
-fn main() -> anyhow::Result<()> {
-    tune_allocator();
-    run_controller()
-}
+/// How often the heap statistics are logged (debug level, `heap-stats` builds only).
+#[cfg(all(not(target_env = "msvc"), feature = "heap-stats"))]
+const HEAP_STATS_PERIOD: Duration = Duration::from_secs(10);
 
 #[tokio::main]
-async fn run_controller() -> anyhow::Result<()> {
+async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     logging::init(args.log_format, "info,kube_lease_manager=warn")?;
 
@@ -258,8 +218,23 @@ async fn run_controller() -> anyhow::Result<()> {
         );
     }
 
-    // Freed heap (the initial lists, reconcile bursts) goes back to the kernel.
-    tokio::spawn(inplace_controller::alloc_trim::run_periodic(TRIM_PERIOD));
+    #[cfg(not(target_env = "msvc"))]
+    {
+        use inplace_controller::allocator;
+        match allocator::Settings::read() {
+            Ok(s) => info!(
+                malloc_conf = s.malloc_conf,
+                narenas = s.narenas,
+                background_thread = s.background_thread,
+                dirty_decay_ms = s.dirty_decay_ms,
+                muzzy_decay_ms = s.muzzy_decay_ms,
+                "allocator: jemalloc"
+            ),
+            Err(e) => warn!(error = %e, "reading the jemalloc settings failed"),
+        }
+        #[cfg(feature = "heap-stats")]
+        tokio::spawn(allocator::log_heap_stats(HEAP_STATS_PERIOD));
+    }
 
     let health = Arc::new(Health::default());
     let (bound, _server) =

@@ -8,6 +8,7 @@
 //! * `startup`: with that fleet, the controller is stopped, one CloneSet is scaled by +1,
 //!   the controller is started again: time until its first write (a new pod, a CloneSet
 //!   status) is seen through a watch. Target ≤ 5 s.
+//! * `fleet`: `memory` then `startup` on one fleet (what `all` runs after `rollout`).
 //!
 //! * `versus-deployment`: on the same `--nodes` simulated nodes, a CloneSet in-place image
 //!   rollout of `--pods` pods, then a Deployment rolling update (kube-controller-manager)
@@ -71,6 +72,8 @@ enum Scenario {
     Rollout,
     Memory,
     Startup,
+    /// `memory` then `startup` on one fleet (one creation of the pods for both figures).
+    Fleet,
     /// The in-place rollout against a Deployment rolling update on the same nodes.
     VersusDeployment,
     /// One pod on the real kubelet: in-place image change against delete-and-recreate.
@@ -486,6 +489,15 @@ fn spawn_pod_tracker(api: Api<Pod>, tracker: Arc<Mutex<Tracker>>) -> tokio::task
             }
         }
     })
+}
+
+/// The machine's load averages (1, 5, 15 min), printed with the resource figures: the
+/// machine is shared, so a figure counts only next to the load it was measured under.
+fn load_avg() -> String {
+    std::fs::read_to_string("/proc/loadavg").map_or_else(
+        |_| "unknown".to_owned(),
+        |l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
+    )
 }
 
 fn secs(d: Duration) -> f64 {
@@ -1283,15 +1295,22 @@ async fn fleet_in(
     drop(list);
     if let Some(u) = at_ready {
         report.add(format!(
-            "fleet: controller CPU while creating {:.1}s ({:.0}% of a core); RSS peak sampled {peak:.1} MiB, VmHWM {:.1} MiB",
+            "fleet: controller CPU while creating {:.1}s ({:.0}% of a core); RSS peak sampled {peak:.1} MiB, VmHWM {:.1} MiB; load avg {}",
             u.cpu_s,
             100.0 * benchcalc::cpu_share(u.cpu_s, took),
-            u.hwm_mib()
+            u.hwm_mib(),
+            load_avg()
         ));
     }
 
-    let want_memory = matches!(args.scenario, Scenario::Memory | Scenario::All);
-    let want_startup = matches!(args.scenario, Scenario::Startup | Scenario::All);
+    let want_memory = matches!(
+        args.scenario,
+        Scenario::Memory | Scenario::Fleet | Scenario::All
+    );
+    let want_startup = matches!(
+        args.scenario,
+        Scenario::Startup | Scenario::Fleet | Scenario::All
+    );
     if want_memory {
         let (rss, cpu_idle, end) =
             idle_sample(&mut ctrl, Duration::from_secs(args.idle_secs)).await?;
@@ -1307,11 +1326,12 @@ async fn fleet_in(
             100.0 * benchcalc::cpu_share(cpu_idle, wall)
         ));
         report.add(format!(
-            "memory: RSS {:.1} MiB, target <= {TARGET_RSS_MIB} MiB: {} (peak VmHWM {:.1} MiB: {})",
+            "memory: RSS {:.1} MiB, target <= {TARGET_RSS_MIB} MiB: {} (peak VmHWM {:.1} MiB: {}); load avg {}",
             end.rss_mib(),
             benchcalc::verdict(end.rss_mib(), TARGET_RSS_MIB),
             end.hwm_mib(),
-            benchcalc::verdict(end.hwm_mib(), TARGET_RSS_MIB)
+            benchcalc::verdict(end.hwm_mib(), TARGET_RSS_MIB),
+            load_avg()
         ));
     }
     for l in ctrl.problems(5) {
@@ -1465,8 +1485,9 @@ async fn startup(
     ));
     match first {
         Some(t) => report.add(format!(
-            "startup: first action {t:.2}s after the process started, target <= {TARGET_STARTUP_S} s: {}",
-            benchcalc::verdict(t, TARGET_STARTUP_S)
+            "startup: first action {t:.2}s after the process started, target <= {TARGET_STARTUP_S} s: {}; load avg {}",
+            benchcalc::verdict(t, TARGET_STARTUP_S),
+            load_avg()
         )),
         None => report.add(format!(
             "startup: no write seen within {}s, target <= {TARGET_STARTUP_S} s: NOT met\ncontroller log tail:\n{}",
@@ -1499,7 +1520,7 @@ async fn startup(
     let settle = Duration::from_secs(args.idle_secs.min(30));
     let (rss, cpu_idle, end) = idle_sample(&mut ctrl, settle).await?;
     report.add(format!(
-        "startup: restarted controller {:.0}s after start, {} pods cached: RSS {:.1} MiB (min {:.1} / max {:.1} over the last {}s), VmHWM {:.1} MiB, CPU since start {:.1}s, idle CPU {:.1}% of a core",
+        "startup: restarted controller {:.0}s after start, {} pods cached: RSS {:.1} MiB (min {:.1} / max {:.1} over the last {}s), VmHWM {:.1} MiB, CPU since start {:.1}s, idle CPU {:.1}% of a core; load avg {}",
         secs(t0.elapsed()),
         n + 1,
         end.rss_mib(),
@@ -1508,7 +1529,8 @@ async fn startup(
         settle.as_secs(),
         end.hwm_mib(),
         end.cpu_s,
-        100.0 * benchcalc::cpu_share(cpu_idle, settle)
+        100.0 * benchcalc::cpu_share(cpu_idle, settle),
+        load_avg()
     ));
     for l in ctrl.problems(5) {
         report.add(format!("startup: controller log: {l}"));
@@ -1721,7 +1743,7 @@ async fn run(args: &Args, report: &mut Report) -> Result<()> {
     }
     if matches!(
         args.scenario,
-        Scenario::Memory | Scenario::Startup | Scenario::All
+        Scenario::Memory | Scenario::Startup | Scenario::Fleet | Scenario::All
     ) && let Err(e) = fleet(args, &client, report).await
     {
         report.add(format!("memory/startup: FAILED: {e:#}"));
