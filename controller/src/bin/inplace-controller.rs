@@ -250,6 +250,8 @@ async fn run_controller() -> anyhow::Result<()> {
         );
         options.in_place_vertical_scaling = false;
     }
+    // The planner decides where cpu/memory changes go from this capability.
+    options.pod_resize = caps.pod_resize;
 
     if options.pre_download_image && !args.imagepulljob_controller {
         warn!(
