@@ -237,21 +237,11 @@ fn a_lifecycle_action_shows_what_it_writes() {
     use crate::plan::{Action, Plan, lifecycle_write};
     use inplace_proto::LifecycleState;
 
-    let cs: inplace_proto::CloneSet = serde_json::from_value(json!({
-        "apiVersion": "apps.kruise.io/v1alpha1",
-        "kind": "CloneSet",
-        "metadata": {"name": "demo", "namespace": "default"},
-        "spec": {
-            "selector": {"matchLabels": {"app": "demo"}},
-            "template": {"metadata": {"labels": {"app": "demo"}}, "spec": {"containers": []}},
-            "lifecycle": {"inPlaceUpdate": {
-                "labelsHandler": {"example.io/block": "true"},
-                "finalizersHandler": ["example.io/hold"],
-                "markPodNotReady": true,
-            }},
-        },
-    }))
-    .unwrap();
+    let cs = demo_cloneset(json!({"lifecycle": {"inPlaceUpdate": {
+        "labelsHandler": {"example.io/block": "true"},
+        "finalizersHandler": ["example.io/hold"],
+        "markPodNotReady": true,
+    }}}));
     let action = Action::Lifecycle {
         pod: "demo-a".into(),
         from: Some(LifecycleState::Updated),
@@ -288,16 +278,7 @@ fn a_lifecycle_action_shows_what_it_writes() {
 #[test]
 fn in_place_writes_are_shown_in_json_and_under_their_action() {
     use crate::plan::inplace_write::{Guard, InPlaceWrite, InPlaceWriteKind, Resize, ResizeVia};
-    let cs: inplace_proto::CloneSet = serde_json::from_value(json!({
-        "apiVersion": "apps.kruise.io/v1alpha1",
-        "kind": "CloneSet",
-        "metadata": {"name": "demo", "namespace": "default"},
-        "spec": {
-            "selector": {"matchLabels": {"app": "demo"}},
-            "template": {"metadata": {"labels": {"app": "demo"}}, "spec": {"containers": []}},
-        },
-    }))
-    .unwrap();
+    let cs = demo_cloneset(json!({}));
     let state = json!({"revision": "demo-new", "lastContainerStatuses": {},
                        "nextContainerImages": {"side": "side:2"}});
     let patch = json!({
@@ -342,4 +323,21 @@ fn in_place_writes_are_shown_in_json_and_under_their_action() {
         "{table}"
     );
     assert_eq!(render::json(&Plan::default()).get("inPlaceWrites"), None);
+}
+
+/// A CloneSet `demo` without containers, `extra` merged into its spec.
+fn demo_cloneset(extra: serde_json::Value) -> inplace_proto::CloneSet {
+    let mut cs = json!({
+        "apiVersion": "apps.kruise.io/v1alpha1",
+        "kind": "CloneSet",
+        "metadata": {"name": "demo", "namespace": "default"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "demo"}},
+            "template": {"metadata": {"labels": {"app": "demo"}}, "spec": {"containers": []}},
+        },
+    });
+    for (k, v) in extra.as_object().into_iter().flatten() {
+        cs["spec"][k] = v.clone();
+    }
+    serde_json::from_value(cs).unwrap()
 }

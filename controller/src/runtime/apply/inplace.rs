@@ -17,7 +17,7 @@ use tracing::{info, warn};
 use crate::error::Error;
 use crate::expectations::Expectation;
 use crate::plan::Action;
-use crate::plan::inplace_write::{self, InPlaceWrite, ResizeVia, WriteInputs};
+use crate::plan::inplace_write::{self, InPlaceWrite, InPlaceWriteKind, ResizeVia, WriteInputs};
 use crate::watch::CachedPod;
 
 use super::conflict::Pin;
@@ -65,13 +65,13 @@ impl Actor<'_> {
         })?;
         let inputs = self.write_inputs();
         Ok(match write.kind {
-            inplace_write::InPlaceWriteKind::Start => {
+            InPlaceWriteKind::Start => {
                 inplace_write::start(&inputs, &cached, write.action, &write.revision)?
             }
-            inplace_write::InPlaceWriteKind::ApplyHeld => {
+            InPlaceWriteKind::ApplyHeld => {
                 inplace_write::apply_held(&inputs, &cached, write.action)?
             }
-            inplace_write::InPlaceWriteKind::NextBatch => {
+            InPlaceWriteKind::NextBatch => {
                 inplace_write::next_batch(&inputs, &cached, write.action)?
             }
         })
@@ -159,34 +159,29 @@ impl Actor<'_> {
         }
     }
 
-    /// The update held on the pod during its grace period, now written.
-    pub(super) async fn apply_graced(&self, name: &str, action: &Action) -> Result<(), Error> {
+    /// A held update once its grace period is over, or the next container batch of an
+    /// update: the plan's patch pinned to the pod version judged, then the resize.
+    pub(super) async fn apply_planned(&self, name: &str, action: &Action) -> Result<(), Error> {
         let write = self.in_place_write(name, action)?;
-        self.patch_pod_body(
-            name,
-            write.pinned_patch(&write.resource_version),
-            "apply held in-place update of",
-        )
-        .await?;
-        if on_revision(&write) {
+        let next_batch = write.kind == InPlaceWriteKind::NextBatch;
+        let (what, done) = if next_batch {
+            (
+                "apply the next container batch of",
+                "next container batch of the in-place update applied",
+            )
+        } else {
+            (
+                "apply held in-place update of",
+                "grace period over, in-place update applied",
+            )
+        };
+        self.patch_pod_body(name, write.pinned_patch(&write.resource_version), what)
+            .await?;
+        // A held update of another revision is only dropped: nothing more.
+        if next_batch || on_revision(&write) {
             self.resize(&write).await?;
-            info!(pod = %name, "grace period over, in-place update applied");
+            info!(pod = %name, "{done}");
         }
-        Ok(())
-    }
-
-    /// The next container batch of an in-place update, pinned to the pod version whose
-    /// readiness was judged.
-    pub(super) async fn apply_next_batch(&self, name: &str, action: &Action) -> Result<(), Error> {
-        let write = self.in_place_write(name, action)?;
-        self.patch_pod_body(
-            name,
-            write.pinned_patch(&write.resource_version),
-            "apply the next container batch of",
-        )
-        .await?;
-        self.resize(&write).await?;
-        info!(pod = %name, "next container batch of the in-place update applied");
         Ok(())
     }
 
