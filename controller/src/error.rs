@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::plan::PlanError;
+use crate::plan::inplace_write::InPlaceWriteError;
 
 /// Why a reconcile of one CloneSet did not finish.
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +54,25 @@ pub enum Error {
         total: usize,
         first: Box<Error>,
     },
+}
+
+/// The planner's reasons an in-place write cannot be planned, as the applier reports them.
+impl From<InPlaceWriteError> for Error {
+    fn from(e: InPlaceWriteError) -> Self {
+        match e {
+            InPlaceWriteError::Refused { pod, reason } => Self::InPlaceRefused { pod, reason },
+            InPlaceWriteError::AnnotationMissing { pod, what } => {
+                Self::AnnotationMissing { pod, what }
+            }
+            InPlaceWriteError::BadAnnotation { pod, what, source } => {
+                Self::BadAnnotation { pod, what, source }
+            }
+            InPlaceWriteError::Encode { what, source } => Self::Encode {
+                what: what.to_owned(),
+                source,
+            },
+        }
+    }
 }
 
 impl Error {

@@ -211,6 +211,8 @@ async fn main() -> anyhow::Result<()> {
         );
         options.in_place_vertical_scaling = false;
     }
+    // The planner decides where cpu/memory changes go from this capability.
+    options.pod_resize = caps.pod_resize;
 
     if options.pre_download_image && !args.imagepulljob_controller {
         warn!(

@@ -9,7 +9,8 @@ use crate::plan::{Action, DeleteReason, Plan, UpdateMethod};
 
 /// The JSON object: `resolved`, `diffs`, `revisions`, `actions`, `status`, and
 /// `podConditions` (the readiness-gate conditions written besides the actions),
-/// `lifecycleWrites` (what each lifecycle action writes),
+/// `lifecycleWrites` (what each lifecycle action writes), `inPlaceWrites` (what each
+/// in-place action writes),
 /// `problems` and `requeueAfterSeconds` when there are any.
 pub fn json(plan: &Plan) -> Value {
     let revisions = &plan.revisions;
@@ -35,6 +36,9 @@ pub fn json(plan: &Plan) -> Value {
     }
     if !plan.lifecycle_writes.is_empty() {
         out["lifecycleWrites"] = json!(plan.lifecycle_writes);
+    }
+    if !plan.in_place_writes.is_empty() {
+        out["inPlaceWrites"] = json!(plan.in_place_writes);
     }
     if !plan.problems.is_empty() {
         out["problems"] = json!(plan.problems);
@@ -264,6 +268,9 @@ pub fn table(cs: &CloneSet, plan: &Plan, pod_count: usize) -> String {
                 w.finalizers.join(", ")
             );
         }
+        if let Some(w) = plan.in_place_writes.iter().find(|w| w.action == i) {
+            let _ = writeln!(s, "     {}", in_place_write_words(w));
+        }
     }
     for p in &plan.problems {
         let _ = writeln!(s, "  ! {} {}: {}", p.condition, p.reason, p.message);
@@ -314,4 +321,74 @@ pub fn table(cs: &CloneSet, plan: &Plan, pod_count: usize) -> String {
         );
     }
     s
+}
+
+/// What an in-place write sends, in words (one line).
+fn in_place_write_words(w: &crate::plan::inplace_write::InPlaceWrite) -> String {
+    use crate::plan::inplace_write::ResizeVia;
+    let mut parts = Vec::new();
+    if w.not_ready_first {
+        parts.push(format!(
+            "{} False first",
+            inplace_proto::keys::INPLACE_UPDATE_READY_CONDITION
+        ));
+    }
+    let images: Vec<String> = w
+        .patch
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|c| {
+            Some(format!(
+                "{}={}",
+                c.get("name")?.as_str()?,
+                c.get("image")?.as_str()?
+            ))
+        })
+        .collect();
+    let annotations = w.patch.pointer("/metadata/annotations");
+    let held = annotations
+        .and_then(|a| a.get(inplace_proto::keys::INPLACE_UPDATE_GRACE_ANNOTATION))
+        .is_some_and(Value::is_string);
+    if held {
+        parts.push("the update held in the grace annotation".to_owned());
+    } else if images.is_empty() {
+        parts.push("no image change".to_owned());
+    } else {
+        parts.push(format!("images [{}]", images.join(", ")));
+    }
+    let state: Option<inplace_proto::InPlaceUpdateState> = annotations
+        .and_then(|a| a.get(inplace_proto::keys::INPLACE_UPDATE_STATE_ANNOTATION))
+        .and_then(Value::as_str)
+        .and_then(|raw| serde_json::from_str(raw).ok());
+    if let Some(state) = state.filter(|s| s.has_next_batch()) {
+        let next: std::collections::BTreeSet<&String> = state
+            .next_container_images
+            .keys()
+            .chain(state.next_container_ref_metadata.keys())
+            .chain(state.next_container_resources.keys())
+            .chain(&state.next_container_restarts)
+            .collect();
+        let next: Vec<&str> = next.into_iter().map(String::as_str).collect();
+        parts.push(format!("later batch [{}]", next.join(", ")));
+    }
+    if let Some(r) = &w.resize {
+        let names: Vec<&str> = r.containers.keys().map(String::as_str).collect();
+        let via = match r.via {
+            ResizeVia::Subresource => "through pods/resize",
+            ResizeVia::Spec => "in the pod spec",
+            ResizeVia::Unsupported => "not changed (no pods/resize)",
+        };
+        parts.push(format!("resources of [{}] {via}", names.join(", ")));
+    }
+    format!(
+        "writes: {} (only on resourceVersion {})",
+        parts.join("; "),
+        if w.resource_version.is_empty() {
+            "-"
+        } else {
+            &w.resource_version
+        }
+    )
 }

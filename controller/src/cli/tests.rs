@@ -237,21 +237,11 @@ fn a_lifecycle_action_shows_what_it_writes() {
     use crate::plan::{Action, Plan, lifecycle_write};
     use inplace_proto::LifecycleState;
 
-    let cs: inplace_proto::CloneSet = serde_json::from_value(json!({
-        "apiVersion": "apps.kruise.io/v1alpha1",
-        "kind": "CloneSet",
-        "metadata": {"name": "demo", "namespace": "default"},
-        "spec": {
-            "selector": {"matchLabels": {"app": "demo"}},
-            "template": {"metadata": {"labels": {"app": "demo"}}, "spec": {"containers": []}},
-            "lifecycle": {"inPlaceUpdate": {
-                "labelsHandler": {"example.io/block": "true"},
-                "finalizersHandler": ["example.io/hold"],
-                "markPodNotReady": true,
-            }},
-        },
-    }))
-    .unwrap();
+    let cs = demo_cloneset(json!({"lifecycle": {"inPlaceUpdate": {
+        "labelsHandler": {"example.io/block": "true"},
+        "finalizersHandler": ["example.io/hold"],
+        "markPodNotReady": true,
+    }}}));
     let action = Action::Lifecycle {
         pod: "demo-a".into(),
         from: Some(LifecycleState::Updated),
@@ -283,4 +273,71 @@ fn a_lifecycle_action_shows_what_it_writes() {
     );
     // Nothing of the kind without lifecycle actions.
     assert_eq!(render::json(&Plan::default()).get("lifecycleWrites"), None);
+}
+
+#[test]
+fn in_place_writes_are_shown_in_json_and_under_their_action() {
+    use crate::plan::inplace_write::{Guard, InPlaceWrite, InPlaceWriteKind, Resize, ResizeVia};
+    let cs = demo_cloneset(json!({}));
+    let state = json!({"revision": "demo-new", "lastContainerStatuses": {},
+                       "nextContainerImages": {"side": "side:2"}});
+    let patch = json!({
+        "metadata": {"annotations": {"apps.kruise.io/inplace-update-state": state.to_string()}},
+        "spec": {"containers": [{"name": "main", "image": "nginx:2"}]},
+    });
+    let write = InPlaceWrite {
+        action: 0,
+        kind: InPlaceWriteKind::Start,
+        pod: "demo-a".into(),
+        resource_version: "41".into(),
+        revision: "demo-new".into(),
+        not_ready_first: true,
+        patch: patch.clone(),
+        resize: Some(Resize {
+            via: ResizeVia::Subresource,
+            containers: [("main".to_owned(), Default::default())].into(),
+        }),
+        guard: Guard::default(),
+    };
+    let plan = Plan {
+        actions: vec![crate::plan::Action::Update {
+            pod: "demo-a".into(),
+            method: crate::plan::UpdateMethod::InPlace,
+            revision: "demo-new".into(),
+        }],
+        in_place_writes: vec![write],
+        ..Plan::default()
+    };
+    let v = render::json(&plan);
+    assert_eq!(v["inPlaceWrites"][0]["patch"], patch);
+    assert_eq!(v["inPlaceWrites"][0]["kind"], "start");
+    assert_eq!(v["inPlaceWrites"][0]["notReadyFirst"], true);
+    assert_eq!(v["inPlaceWrites"][0]["resize"]["via"], "subresource");
+    let table = render::table(&cs, &plan, 1);
+    assert!(
+        table.contains(
+            "     writes: InPlaceUpdateReady False first; images [main=nginx:2]; \
+             later batch [side]; resources of [main] through pods/resize \
+             (only on resourceVersion 41)"
+        ),
+        "{table}"
+    );
+    assert_eq!(render::json(&Plan::default()).get("inPlaceWrites"), None);
+}
+
+/// A CloneSet `demo` without containers, `extra` merged into its spec.
+fn demo_cloneset(extra: serde_json::Value) -> inplace_proto::CloneSet {
+    let mut cs = json!({
+        "apiVersion": "apps.kruise.io/v1alpha1",
+        "kind": "CloneSet",
+        "metadata": {"name": "demo", "namespace": "default"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "demo"}},
+            "template": {"metadata": {"labels": {"app": "demo"}}, "spec": {"containers": []}},
+        },
+    });
+    for (k, v) in extra.as_object().into_iter().flatten() {
+        cs["spec"][k] = v.clone();
+    }
+    serde_json::from_value(cs).unwrap()
 }

@@ -23,6 +23,7 @@ pub mod diffs;
 pub(crate) mod fixtures;
 pub mod housekeeping;
 pub mod inplace;
+pub mod inplace_write;
 pub mod instance_ids;
 pub mod lifecycle;
 pub mod lifecycle_write;

@@ -41,6 +41,9 @@ pub struct PlanOptions {
     /// counts as on the update revision (it is about to be updated); the update step
     /// still counts it by its revision label ([`PlanContext::is_updated_for_scale`]).
     pub preparing_update_as_update: bool,
+    /// The server serves the `pods/resize` subresource (a server capability, not a gate):
+    /// cpu/memory changes go through it ([`super::inplace_write`]).
+    pub pod_resize: bool,
     /// Use this revision name as the update revision instead of computing it.
     pub update_revision_override: Option<String>,
     /// Use this revision name as the current revision instead of `status.currentRevision`.
@@ -507,6 +510,10 @@ pub struct Plan {
     /// What each [`Action::Lifecycle`] writes ([`super::lifecycle_write`]), in plan order.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub lifecycle_writes: Vec<super::lifecycle_write::LifecycleWrite>,
+    /// What each in-place action (start, held update, next container batch) writes
+    /// ([`super::inplace_write`]), in plan order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub in_place_writes: Vec<super::inplace_write::InPlaceWrite>,
     /// The status the controller should write.
     pub status: CloneSetStatus,
     #[serde(skip_serializing_if = "Vec::is_empty")]

@@ -7,7 +7,8 @@ use super::model::{Plan, PlanContext, PodFacts, Snapshot};
 use super::revision::RevisionError;
 use super::selector::{Selector, SelectorError};
 use super::{
-    diffs, housekeeping, lifecycle_write, pod_conditions, revision, scale, status, update,
+    diffs, housekeeping, inplace_write, lifecycle_write, pod_conditions, revision, scale, status,
+    update,
 };
 
 /// Input the planner cannot work with. Everything else (odd percents, pods in odd states)
@@ -84,6 +85,17 @@ pub fn plan(snapshot: Snapshot<'_>) -> Result<Plan, PlanError> {
     actions.extend(housekeeping::backfill_template_hash(&ctx));
     let pod_conditions = pod_conditions::initial(ctx.snapshot.pods, &actions);
     let lifecycle_writes = lifecycle_write::all(cloneset, &actions);
+    let in_place_writes = inplace_write::all(
+        &inplace_write::WriteInputs {
+            cloneset,
+            revisions: ctx.snapshot.revisions,
+            update_revision: &revisions.update_revision,
+            options: ctx.options(),
+            now: ctx.now(),
+        },
+        ctx.snapshot.pods,
+        &actions,
+    );
 
     Ok(Plan {
         resolved,
@@ -92,6 +104,7 @@ pub fn plan(snapshot: Snapshot<'_>) -> Result<Plan, PlanError> {
         actions,
         pod_conditions,
         lifecycle_writes,
+        in_place_writes,
         status,
         problems,
         requeue_after: earliest(requeue_after, status_requeue),

@@ -31,9 +31,11 @@
 //! lifecycle state Updating (and its timestamp) and the change itself (images, metadata,
 //! resources). With `inPlaceUpdateStrategy.gracePeriodSeconds > 0` the change is held in
 //! the `apps.kruise.io/inplace-update-grace` annotation instead and applied by a later
-//! [`Action::ApplyGracedUpdate`]. The action carries neither the change nor the grace
-//! period: the applier reads `gracePeriodSeconds` from the CloneSet and recomputes the
-//! change with [`inplace::decide_for_revisions`], a pure function of the same inputs.
+//! [`Action::ApplyGracedUpdate`]. The action names the pod and the revision; what it
+//! writes (the change from [`inplace::decide_for_revisions`], the grace period, the
+//! container batch, the state annotation, the resize) is planned beside it by
+//! [`super::inplace_write`] into [`super::Plan::in_place_writes`], which the applier
+//! writes as it stands.
 
 use std::time::Duration;
 

@@ -48,18 +48,22 @@ impl Actor<'_> {
         }
     }
 
-    /// Sets `InPlaceUpdateReady` (and `Ready`) False on `pod`, pinned to its
-    /// resourceVersion; returns the pod as written.
-    pub(super) async fn set_update_not_ready(&self, pod: &Pod) -> Result<Pod, Error> {
+    /// Sets `InPlaceUpdateReady` (and `Ready`) False on pod `name`, pinned to
+    /// `resource_version`; returns the pod as written.
+    pub(super) async fn set_update_not_ready(
+        &self,
+        name: &str,
+        resource_version: &str,
+    ) -> Result<Pod, Error> {
         let now = now_time();
-        let name = pod.name_any();
+        let name = name.to_owned();
         let written = self
             .pod_api()
             .patch_status(
                 &name,
                 &self.pp(),
                 &Patch::Strategic(json!({
-                    "metadata": {"resourceVersion": pod.resource_version()},
+                    "metadata": {"resourceVersion": resource_version},
                     "status": {"conditions": [
                         {"type": keys::INPLACE_UPDATE_READY_CONDITION, "status": "False",
                          "reason": keys::START_INPLACE_UPDATE_REASON, "message": null,

@@ -1,64 +1,93 @@
-//! Starting an in-place update: the spec from the planner's decision, the not-ready
-//! condition first (for gated pods), then one pinned patch of labels, lifecycle, state and
-//! the spec (or, during a grace period, the held spec).
+//! The in-place writes as the plan wrote them down ([`crate::plan::inplace_write`]):
+//! starting an update (the not-ready condition first for gated pods, then one pinned patch
+//! of labels, lifecycle, state and the spec or the held spec), a held update once its
+//! grace period is over, the next container batch; then cpu/memory through `pods/resize`
+//! where the plan says so.
 
-use inplace_proto::{InPlaceUpdateGrace, InPlaceUpdateState, LifecycleState, keys};
-use k8s_openapi::api::core::v1::Pod;
+use std::borrow::Cow;
+
+use inplace_proto::keys;
+use k8s_openapi::api::core::v1::{Pod, ResourceRequirements};
+use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
+use kube::api::Patch;
 use serde_json::{Value, json};
+use tracing::{info, warn};
 
 use crate::error::Error;
+use crate::expectations::Expectation;
+use crate::plan::Action;
+use crate::plan::inplace_write::{self, InPlaceWrite, InPlaceWriteKind, ResizeVia, WriteInputs};
+use crate::watch::CachedPod;
 
-use super::{Actor, encode, now_rfc3339, now_time, pod_ref};
-use crate::plan::pod_conditions::has_gate;
+use super::conflict::Pin;
+use super::{Actor, action_key, pod_ref};
 
 impl Actor<'_> {
-    fn revision_labels(&self, revision: &str) -> Value {
-        let hash = crate::plan::revision::short_hash(revision);
-        let label = if self.ctx.settings.plan_options.short_hash {
-            hash.to_owned()
-        } else {
-            revision.to_owned()
-        };
-        json!({ keys::REVISION_LABEL: label, keys::POD_TEMPLATE_HASH_LABEL: hash })
+    /// What in-place writes planned again here are planned from (at write time).
+    fn write_inputs(&self) -> WriteInputs<'_> {
+        WriteInputs {
+            cloneset: self.cs,
+            revisions: &self.owned.revisions,
+            update_revision: &self.plan.revisions.update_revision,
+            options: &self.ctx.settings.plan_options,
+            now: Timestamp::now(),
+        }
     }
 
-    /// The in-place update spec moving `pod` to `revision`, from the planner's decision
-    /// (`plan::inplace`), in the shape of the reference's `UpdateSpec` (which is also what
-    /// the grace annotation holds).
-    fn in_place_spec(&self, pod: &Pod, revision: &str) -> Result<InPlaceUpdateGrace, Error> {
-        let decision = crate::plan::inplace::decide_for_revisions(
-            self.cs,
-            &self.owned.revisions,
-            &self.plan.revisions.update_revision,
-            pod.labels().get(keys::REVISION_LABEL).map(String::as_str),
-            revision,
-            &self.ctx.settings.plan_options,
-        );
-        let change = match decision {
-            crate::plan::inplace::InPlaceDecision::InPlace(change) => change,
-            crate::plan::inplace::InPlaceDecision::Recreate { reason }
-            | crate::plan::inplace::InPlaceDecision::Refused { reason } => {
-                return Err(Error::InPlaceRefused {
-                    pod: pod.name_any(),
-                    reason,
-                });
+    /// The plan's write of the in-place `action`; a plan made without its writes (by hand)
+    /// has it planned here from the cached pod.
+    fn in_place_write(&self, name: &str, action: &Action) -> Result<Cow<'_, InPlaceWrite>, Error> {
+        if let Some(w) = self.in_place_writes.get(&action_key(action)) {
+            return Ok(Cow::Borrowed(*w));
+        }
+        let cached = self
+            .pods
+            .get(name)
+            .ok_or_else(|| Error::NotCached(format!("pod {}/{name}", self.ns)))?;
+        let index = self
+            .plan
+            .actions
+            .iter()
+            .position(|a| std::ptr::eq(a, action))
+            .unwrap_or_default();
+        match inplace_write::of(&self.write_inputs(), cached, index, action) {
+            Some(write) => Ok(Cow::Owned(write?)),
+            None => Err(Error::NotCached(format!("in-place write of pod {name}"))),
+        }
+    }
+
+    /// `write` planned again for `pod`, re-read after a conflict.
+    pub(super) fn replan(&self, write: &InPlaceWrite, pod: &Pod) -> Result<InPlaceWrite, Error> {
+        let cached = CachedPod::from_pod(pod).map_err(|source| Error::Encode {
+            what: format!("pod {} re-read", write.pod),
+            source,
+        })?;
+        let inputs = self.write_inputs();
+        Ok(match write.kind {
+            InPlaceWriteKind::Start => {
+                inplace_write::start(&inputs, &cached, write.action, &write.revision)?
             }
-        };
-        let grace = self
-            .cs
-            .spec
-            .update_strategy
-            .as_ref()
-            .and_then(|s| s.in_place_update_strategy.as_ref())
-            .and_then(|s| s.grace_period_seconds)
-            .unwrap_or(0);
-        spec_from_change(&change, revision, grace)
+            InPlaceWriteKind::ApplyHeld => {
+                inplace_write::apply_held(&inputs, &cached, write.action)?
+            }
+            InPlaceWriteKind::NextBatch => {
+                inplace_write::next_batch(&inputs, &cached, write.action)?
+            }
+        })
     }
 
-    pub(super) async fn update_in_place(&self, name: &str, revision: &str) -> Result<(), Error> {
+    pub(super) async fn update_in_place(
+        &self,
+        name: &str,
+        revision: &str,
+        action: &Action,
+    ) -> Result<(), Error> {
         let pod = &self.pod(name)?;
-        let result = self.update_in_place_inner(pod, revision).await;
+        let result = match self.in_place_write(name, action) {
+            Ok(write) => self.start_in_place(&write).await,
+            Err(err) => Err(err),
+        };
         match &result {
             Ok(()) => {
                 self.ctx
@@ -85,119 +114,140 @@ impl Actor<'_> {
         result
     }
 
-    async fn update_in_place_inner(&self, pod: &Pod, revision: &str) -> Result<(), Error> {
-        let spec = self.in_place_spec(pod, revision)?;
-        let resources_only = spec.container_images.is_empty()
-            && spec.meta_data_patch.is_empty()
-            && spec.restart_containers.is_empty()
-            && !spec.container_resources.is_empty();
-        let gated = has_gate(pod, keys::INPLACE_UPDATE_READY_CONDITION) && !resources_only;
+    async fn start_in_place(&self, write: &InPlaceWrite) -> Result<(), Error> {
         // 1. Not ready first, so endpoints drop the pod before its containers restart.
         //    Both writes are pinned to a pod version we checked; on a conflict (the
         //    kubelet/simulator wrote the pod's status meanwhile) the pod is read again and,
-        //    if the decision still holds for it, the write is retried at once instead of
-        //    failing the reconcile and waiting out a backoff.
-        let mut pinned_pod = pod.clone();
-        if gated {
-            let (_, written) = self
-                .retry_on_conflict(pod, pinned_pod, false, |p| async move {
-                    self.set_update_not_ready(&p).await
+        //    if the plan's guard still holds for it, the write is planned again from it and
+        //    retried at once instead of failing the reconcile and waiting out a backoff.
+        let mut pin = Pin::Planned(write.resource_version.clone());
+        if write.not_ready_first {
+            let (used, written) = self
+                .retry_on_conflict(write, pin, false, |p| async move {
+                    self.set_update_not_ready(&write.pod, &p.resource_version())
+                        .await
                 })
                 .await?;
-            pinned_pod = written;
+            // The pod the condition was written to is the planned one (same version) or
+            // one read since: the patch is planned again from it.
+            pin = match used {
+                Pin::Planned(_) => Pin::Planned(written.resource_version().unwrap_or_default()),
+                Pin::Fresh(_) => Pin::Fresh(Box::new(written)),
+            };
         }
         // 2. One patch: revision labels, lifecycle Updating, state, and the spec itself
         //    (or, during a grace period, the held spec).
-        let state = InPlaceUpdateState {
-            revision: revision.to_owned(),
-            update_timestamp: Some(now_time()),
-            update_env_from_metadata: spec.update_env_from_metadata,
-            update_images: !spec.container_images.is_empty(),
-            update_resources: !spec.container_resources.is_empty(),
-            ..InPlaceUpdateState::default()
-        };
-        let mut body = json!({"metadata": {
-            "labels": self.revision_labels(revision),
-            "annotations": {
-                keys::LIFECYCLE_TIMESTAMP_ANNOTATION: now_rfc3339(),
-                keys::INPLACE_UPDATE_STATE_ANNOTATION_LEGACY: Value::Null,
-            },
-        }});
-        body["metadata"]["labels"][keys::LIFECYCLE_STATE_LABEL] =
-            json!(LifecycleState::Updating.as_str());
-        if spec.grace_seconds > 0 {
-            body["metadata"]["annotations"][keys::INPLACE_UPDATE_STATE_ANNOTATION] =
-                json!(encode(&state, "in-place state")?);
-            body["metadata"]["annotations"][keys::INPLACE_UPDATE_GRACE_ANNOTATION] =
-                json!(encode(&spec, "in-place grace")?);
+        self.retry_on_conflict(write, pin, write.not_ready_first, |p| {
+            let body = self.body_for(write, &p);
+            async move {
+                self.patch_pod_body(&write.pod, body?, "update in place")
+                    .await
+            }
+        })
+        .await?;
+        self.resize(write).await
+    }
+
+    /// The patch of `write` pinned to `pin`: the plan's, or planned again from a pod
+    /// read since.
+    fn body_for(&self, write: &InPlaceWrite, pin: &Pin) -> Result<Value, Error> {
+        match pin {
+            Pin::Planned(rv) => Ok(write.pinned_patch(rv)),
+            Pin::Fresh(pod) => Ok(self
+                .replan(write, pod)?
+                .pinned_patch(&pod.resource_version().unwrap_or_default())),
         }
-        let (pinned_pod, _) = self
-            .retry_on_conflict(pod, pinned_pod, gated, |p| {
-                let mut body = body.clone();
-                let built = if spec.grace_seconds == 0 {
-                    self.apply_spec(&p, &spec, state.clone(), &mut body)
-                } else {
-                    Ok(())
-                };
-                async move {
-                    built?;
-                    self.patch_pod(&p, body, "update in place", true).await
-                }
-            })
+    }
+
+    /// A held update once its grace period is over, or the next container batch of an
+    /// update: the plan's patch pinned to the pod version judged, then the resize.
+    pub(super) async fn apply_planned(&self, name: &str, action: &Action) -> Result<(), Error> {
+        let write = self.in_place_write(name, action)?;
+        let next_batch = write.kind == InPlaceWriteKind::NextBatch;
+        let (what, done) = if next_batch {
+            (
+                "apply the next container batch of",
+                "next container batch of the in-place update applied",
+            )
+        } else {
+            (
+                "apply held in-place update of",
+                "grace period over, in-place update applied",
+            )
+        };
+        self.patch_pod_body(name, write.pinned_patch(&write.resource_version), what)
             .await?;
-        self.resize(&pinned_pod, &spec).await
+        // A held update of another revision is only dropped: nothing more.
+        if next_batch || on_revision(&write) {
+            self.resize(&write).await?;
+            info!(pod = %name, "{done}");
+        }
+        Ok(())
+    }
+
+    /// Strategic merge patch `body` (with its precondition) of pod `name`.
+    async fn patch_pod_body(&self, name: &str, body: Value, what: &str) -> Result<Pod, Error> {
+        let written = self
+            .pod_api()
+            .patch(name, &self.pp(), &Patch::Strategic(body))
+            .await
+            .map_err(|e| Error::kube(format!("{what} pod {name}"), e))?;
+        self.expect(Expectation::PodUpdated {
+            name: name.to_owned(),
+            uid: written.uid().unwrap_or_default(),
+            resource_version: written.resource_version().unwrap_or_default(),
+        });
+        Ok(written)
+    }
+
+    /// The cpu/memory change of `write` through `pods/resize`, where the plan says so.
+    async fn resize(&self, write: &InPlaceWrite) -> Result<(), Error> {
+        let Some(resize) = &write.resize else {
+            return Ok(());
+        };
+        match resize.via {
+            ResizeVia::Subresource => self.patch_resize(&write.pod, &resize.containers).await,
+            ResizeVia::Spec => Ok(()),
+            ResizeVia::Unsupported => {
+                warn!(pod = %write.pod, "server has no pods/resize: resources not changed in place");
+                Ok(())
+            }
+        }
+    }
+
+    async fn patch_resize(
+        &self,
+        name: &str,
+        resources: &std::collections::BTreeMap<String, ResourceRequirements>,
+    ) -> Result<(), Error> {
+        let containers: Vec<Value> = resources
+            .iter()
+            .map(|(name, r)| json!({"name": name, "resources": r}))
+            .collect();
+        let req = kube::core::Request::new(format!("/api/v1/namespaces/{}/pods", self.ns));
+        let patch = Patch::Strategic(json!({"spec": {"containers": containers}}));
+        let http = req
+            .patch_subresource("resize", name, &self.pp(), &patch)
+            .map_err(|e| Error::kube(format!("resize pod {name}"), kube::Error::BuildRequest(e)))?;
+        let written: Pod = self
+            .ctx
+            .client
+            .request(http)
+            .await
+            .map_err(|e| Error::kube(format!("resize pod {name}"), e))?;
+        self.expect(Expectation::PodUpdated {
+            name: name.to_owned(),
+            uid: written.uid().unwrap_or_default(),
+            resource_version: written.resource_version().unwrap_or_default(),
+        });
+        Ok(())
     }
 }
 
-/// The reference's `UpdateSpec` for a planner [`InPlaceChange`](crate::plan::inplace::InPlaceChange):
-/// images and resources by container, labels/annotations as a strategic merge patch
-/// (`null` removes a key).
-pub fn spec_from_change(
-    change: &crate::plan::inplace::InPlaceChange,
-    revision: &str,
-    grace_seconds: i32,
-) -> Result<InPlaceUpdateGrace, Error> {
-    // Keys that a container's env reads are written with that container's batch
-    // (`containerRefMetadata`), as the reference does; removals stay in the patch.
-    let per_container = |field: &str, key: &str| {
-        change.env_from_metadata.values().any(|m| {
-            let map = if field == "labels" {
-                &m.labels
-            } else {
-                &m.annotations
-            };
-            map.as_ref().is_some_and(|m| m.contains_key(key))
-        })
-    };
-    let mut meta = serde_json::Map::new();
-    for (field, entries) in [
-        ("labels", &change.labels),
-        ("annotations", &change.annotations),
-    ] {
-        let map: serde_json::Map<String, Value> = entries
-            .iter()
-            .filter(|(k, _)| !per_container(field, k))
-            .map(|(k, v)| (k.clone(), v.as_ref().map_or(Value::Null, |v| json!(v))))
-            .collect();
-        if map.is_empty() {
-            continue;
-        }
-        meta.insert(field.to_owned(), Value::Object(map));
-    }
-    let meta_data_patch = if meta.is_empty() {
-        String::new()
-    } else {
-        encode(&json!({ "metadata": meta }), "metaDataPatch")?
-    };
-    Ok(InPlaceUpdateGrace {
-        revision: revision.to_owned(),
-        container_images: change.images.clone(),
-        container_resources: change.resources.clone(),
-        container_ref_metadata: change.env_from_metadata.clone(),
-        update_env_from_metadata: !change.env_from_metadata.is_empty(),
-        restart_containers: change.restarts.iter().cloned().collect(),
-        meta_data_patch,
-        grace_seconds,
-        ..InPlaceUpdateGrace::default()
-    })
+/// A held update's write applies the spec (rather than dropping a held update of another
+/// revision): it writes the state.
+fn on_revision(write: &InPlaceWrite) -> bool {
+    write.patch["metadata"]["annotations"]
+        .get(keys::INPLACE_UPDATE_STATE_ANNOTATION)
+        .is_some()
 }

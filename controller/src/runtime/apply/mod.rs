@@ -16,14 +16,13 @@
 //! - `revisions`: ControllerRevisions;
 //! - `pods`: create, delete, recreate, `pod-template-hash`, `podsToDelete` pruning;
 //! - `pvc`: PVC deletion and hand-over to a pod;
-//! - `inplace`: starting an in-place update; `conflict`: its retry after a conflict;
-//! - `inplace_apply`: writing the spec (batch now, held update, next batch, resize);
+//! - `inplace`: the in-place writes the plan made (start, held update, next batch,
+//!   resize); `conflict`: their guarded retry after a conflict;
 //! - `conditions`: readiness-gate conditions; `lifecycle`: the lifecycle state.
 
 mod conditions;
 mod conflict;
 mod inplace;
-mod inplace_apply;
 mod lifecycle;
 mod pods;
 mod pvc;
@@ -31,9 +30,9 @@ mod revisions;
 #[cfg(test)]
 mod tests;
 
+pub use crate::plan::inplace_write::spec_from_change;
 pub use crate::plan::pod_conditions::{gate_conditions_to_set, has_gate};
 pub use conflict::still_updatable;
-pub use inplace::spec_from_change;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -54,6 +53,7 @@ use crate::error::Error;
 use crate::events::Note;
 use crate::expectations::Expectation;
 use crate::metrics::CloneSetLabels;
+use crate::plan::inplace_write::InPlaceWrite;
 use crate::plan::lifecycle_write::LifecycleWrite;
 use crate::plan::{Action, Plan, UpdateMethod};
 use crate::runtime::context::{Context, key_of};
@@ -124,6 +124,8 @@ struct Actor<'a> {
     left: LeftVersions,
     /// The plan's write of each of its lifecycle actions, by the action's address.
     lifecycle_writes: HashMap<usize, &'a LifecycleWrite>,
+    /// The plan's write of each of its in-place actions, by the action's address.
+    in_place_writes: HashMap<usize, &'a InPlaceWrite>,
 }
 
 /// An action's identity within its plan (its address), to find what the plan says it
@@ -140,6 +142,25 @@ fn lifecycle_writes_of(plan: &Plan) -> HashMap<usize, &LifecycleWrite> {
         .zip(&plan.lifecycle_writes)
         .filter(|(a, w)| pod_of(a) == Some(w.pod.as_str()))
         .map(|(a, w)| (action_key(a), w))
+        .collect()
+}
+
+/// The plan's in-place writes by their actions (each names its action's index).
+fn in_place_writes_of(plan: &Plan) -> HashMap<usize, &InPlaceWrite> {
+    plan.in_place_writes
+        .iter()
+        .filter_map(|w| {
+            let action = plan.actions.get(w.action)?;
+            let in_place = matches!(
+                action,
+                Action::Update {
+                    method: UpdateMethod::InPlace,
+                    ..
+                } | Action::ApplyGracedUpdate { .. }
+                    | Action::ApplyNextContainerBatch { .. }
+            );
+            (in_place && pod_of(action) == Some(w.pod.as_str())).then(|| (action_key(action), w))
+        })
         .collect()
 }
 
@@ -283,6 +304,7 @@ pub async fn execute(ctx: &Context, cs: &CloneSet, owned: &Owned, plan: &Plan) -
         revisions_ok: AtomicBool::new(true),
         left: LeftVersions::default(),
         lifecycle_writes: lifecycle_writes_of(plan),
+        in_place_writes: in_place_writes_of(plan),
     };
     actor.run().await
 }
@@ -484,15 +506,15 @@ impl Actor<'_> {
                 pod,
                 method: UpdateMethod::InPlace,
                 revision,
-            } => self.update_in_place(pod, revision).await,
+            } => self.update_in_place(pod, revision, action).await,
             Action::Lifecycle { pod, .. } => self.lifecycle(pod, action).await,
             Action::CompleteInPlaceUpdate { pod } => self.complete_in_place(pod).await,
-            Action::ApplyGracedUpdate { pod } => self.apply_graced(pod).await,
+            Action::ApplyGracedUpdate { pod } => self.apply_planned(pod, action).await,
             Action::DeletePvc { pvc } => self.delete_pvc(pvc).await,
             Action::PrunePodsToDelete { names } => self.prune_pods_to_delete(names).await,
             Action::ReownPvcToPod { pvc, pod } => self.reown_pvc(pvc, pod).await,
             Action::SetTemplateHash { pod, hash } => self.set_template_hash(pod, hash).await,
-            Action::ApplyNextContainerBatch { pod } => self.apply_next_batch(pod).await,
+            Action::ApplyNextContainerBatch { pod } => self.apply_planned(pod, action).await,
             Action::ReportInPlaceStall {
                 pod,
                 reason,
@@ -569,13 +591,6 @@ async fn bounded<F: std::future::Future>(futs: Vec<F>, limit: usize) -> Vec<F::O
         }
     }
     out
-}
-
-fn encode<T: serde::Serialize>(value: &T, what: &str) -> Result<String, Error> {
-    serde_json::to_string(value).map_err(|source| Error::Encode {
-        what: what.to_owned(),
-        source,
-    })
 }
 
 /// Delete options that only delete the object with this UID: a replacement of the same

@@ -465,3 +465,51 @@ fn each_lifecycle_action_finds_the_write_the_plan_made_for_it() {
     };
     assert!(lifecycle_writes_of(&mismatched).is_empty());
 }
+
+#[test]
+fn in_place_writes_are_found_by_the_action_they_name() {
+    use crate::plan::inplace_write::{Guard, InPlaceWrite, InPlaceWriteKind};
+    let update = |pod: &str, method| Action::Update {
+        pod: pod.into(),
+        method,
+        revision: "demo-new".into(),
+    };
+    let write = |action: usize, pod: &str| InPlaceWrite {
+        action,
+        kind: InPlaceWriteKind::Start,
+        pod: pod.into(),
+        resource_version: "1".into(),
+        revision: "demo-new".into(),
+        not_ready_first: false,
+        patch: json!({}),
+        resize: None,
+        guard: Guard::default(),
+    };
+    let plan = Plan {
+        actions: vec![
+            update("demo-a", UpdateMethod::InPlace),
+            update("demo-b", UpdateMethod::Recreate),
+            Action::ApplyGracedUpdate {
+                pod: "demo-c".into(),
+            },
+        ],
+        in_place_writes: vec![
+            write(0, "demo-a"),
+            // Names a recreate: not an in-place action.
+            write(1, "demo-b"),
+            // Names another pod than its action's.
+            write(2, "demo-x"),
+            // Names no action.
+            write(7, "demo-a"),
+        ],
+        ..Plan::default()
+    };
+    let found = in_place_writes_of(&plan);
+    assert_eq!(found.len(), 1);
+    assert_eq!(
+        found
+            .get(&action_key(&plan.actions[0]))
+            .map(|w| w.pod.as_str()),
+        Some("demo-a")
+    );
+}

@@ -1,0 +1,744 @@
+//! The writes of an in-place update, planned whole: for each in-place action of a plan
+//! ([`Action::Update`] in place, [`Action::ApplyGracedUpdate`],
+//! [`Action::ApplyNextContainerBatch`]) the pod patch the applier sends, its target and
+//! precondition, whether `InPlaceUpdateReady` goes False first, the `pods/resize` write
+//! after it, and the guard a conflict re-read is judged by.
+//!
+//! Starting an update ([`start`]): the change is the planner's in-place decision
+//! ([`super::inplace::decide_for_revisions`]) in the shape of the reference's `UpdateSpec`
+//! ([`spec_from_change`]), with the CloneSet's grace period. One patch carries the revision
+//! labels, lifecycle Updating with its timestamp, and either the spec itself or, during a
+//! grace period, the held spec in the grace annotation (with the state). Gated pods (with
+//! the `InPlaceUpdateReady` readiness gate) get that condition False first, so endpoints
+//! drop the pod before its containers restart, except for a change of resources alone
+//! (no restart).
+//!
+//! Writing a spec onto the pod (the reference's `PatchSpecToPod`, [`patch_spec`]):
+//! - container launch priority: only the first batch now ([`container_batches::split`]
+//!   by the priorities of the target revision's template), the rest in the state;
+//! - `lastContainerStatuses`: the containers whose image changes or that restart (with the
+//!   id of the container running now, from the pod's container statuses: the kubelet
+//!   replaces it) and those resized (no restart: no id);
+//! - metadata: the template's keys, except that our own bookkeeping keys already in the
+//!   patch win; keys a container's env reads go with that container's batch;
+//! - the state annotation (with the batch record), the grace annotations removed.
+//!
+//! A held update ([`apply_held`]) is written once its grace period is over, unless the
+//! pod moved to another revision meanwhile (then the grace annotation is dropped). The
+//! next container batch ([`next_batch`]) is what the state still holds, split again.
+//!
+//! Resources: through `pods/resize` after the patch where the server serves it
+//! ([`PlanOptions::pod_resize`]); else into the patch's containers (of those whose image
+//! changes too) when `InPlaceWorkloadVerticalScaling` is on; else not at all.
+//!
+//! Timestamps are the plan's clock. A write for a pod re-read after a conflict is planned
+//! again by the same functions from the pod as read.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use inplace_proto::{
+    CloneSet, InPlaceUpdateContainerStatus, InPlaceUpdateGrace, InPlaceUpdateState, LifecycleState,
+    keys,
+};
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::{Pod, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::container_batches;
+use super::inplace::{InPlaceChange, InPlaceDecision, decide_for_revisions};
+use super::model::{Action, PlanOptions, UpdateMethod, revision_matches};
+use crate::watch::CachedPod;
+
+/// An in-place write that cannot be planned for the pod as it is.
+#[derive(Debug, thiserror::Error)]
+pub enum InPlaceWriteError {
+    /// The change cannot go in place (any more).
+    #[error("pod {pod} cannot be updated in place: {reason}")]
+    Refused { pod: String, reason: String },
+    /// An annotation the write works from is absent from the pod.
+    #[error("{what} of pod {pod} is missing")]
+    AnnotationMissing { pod: String, what: &'static str },
+    /// An annotation the write works from cannot be read.
+    #[error("{what} of pod {pod} cannot be read: {source}")]
+    BadAnnotation {
+        pod: String,
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("encoding {what}: {source}")]
+    Encode {
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// What an in-place write is planned from besides the pod.
+#[derive(Clone, Copy, Debug)]
+pub struct WriteInputs<'a> {
+    pub cloneset: &'a CloneSet,
+    pub revisions: &'a [ControllerRevision],
+    pub update_revision: &'a str,
+    pub options: &'a PlanOptions,
+    /// The plan's clock: every timestamp of the write.
+    pub now: Timestamp,
+}
+
+/// Which in-place action a write belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum InPlaceWriteKind {
+    /// Start the update (`Action::Update` in place).
+    Start,
+    /// Write the update held during the grace period (`Action::ApplyGracedUpdate`).
+    ApplyHeld,
+    /// The next container batch (`Action::ApplyNextContainerBatch`).
+    NextBatch,
+}
+
+/// How the cpu/memory change of the write reaches the pod.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ResizeVia {
+    /// A patch of `pods/resize`, after the pod patch.
+    Subresource,
+    /// In the pod patch's containers.
+    Spec,
+    /// Nowhere: the server has no `pods/resize` and spec changes of resources are off.
+    Unsupported,
+}
+
+/// The resources of an in-place write.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Resize {
+    pub via: ResizeVia,
+    pub containers: BTreeMap<String, ResourceRequirements>,
+}
+
+/// A container's image in the pod spec, as the guard compares it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SpecImage {
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+}
+
+/// What a pod re-read after a conflicting write must still have for the write (planned
+/// again from it) to go ahead: everything the decision and the patch read. What may
+/// differ: anything else the kubelet writes to the status (Ready, probe times).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Guard {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revision_label: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lifecycle_label: Option<String>,
+    /// Container name → imageID of the status.
+    pub image_ids: BTreeMap<String, String>,
+    /// The spec's containers, in order.
+    pub images: Vec<SpecImage>,
+}
+
+impl Guard {
+    /// The guard of a cached pod.
+    pub fn of_cached(pod: &CachedPod) -> Self {
+        let labels = pod.label_map();
+        Self {
+            uid: pod.metadata.uid.clone(),
+            revision_label: labels.get(keys::REVISION_LABEL).map(str::to_owned),
+            lifecycle_label: labels.get(keys::LIFECYCLE_STATE_LABEL).map(str::to_owned),
+            image_ids: pod
+                .container_statuses()
+                .iter()
+                .map(|c| (c.name.to_string(), c.image_id.to_string()))
+                .collect(),
+            images: pod
+                .containers()
+                .iter()
+                .map(|c| SpecImage {
+                    name: c.name.to_string(),
+                    image: c.image.as_deref().map(str::to_owned),
+                })
+                .collect(),
+        }
+    }
+
+    /// The guard of a full pod.
+    pub fn of_pod(pod: &Pod) -> Self {
+        let labels = pod.metadata.labels.as_ref();
+        let label = |k: &str| labels.and_then(|l| l.get(k)).cloned();
+        Self {
+            uid: pod.metadata.uid.clone(),
+            revision_label: label(keys::REVISION_LABEL),
+            lifecycle_label: label(keys::LIFECYCLE_STATE_LABEL),
+            image_ids: pod
+                .status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .into_iter()
+                .flatten()
+                .map(|c| (c.name.clone(), c.image_id.clone()))
+                .collect(),
+            images: pod
+                .spec
+                .iter()
+                .flat_map(|s| s.containers.iter())
+                .map(|c| SpecImage {
+                    name: c.name.clone(),
+                    image: c.image.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Whether the write may go to `fresh` (the pod as the API server has it now): the same
+    /// pod (UID), not terminating, on the same revision and lifecycle state, every
+    /// container on the same image ID and spec image, and with `gate_set`,
+    /// `InPlaceUpdateReady` still False (the spec never changes on a pod the endpoints
+    /// still count as ready).
+    pub fn holds(&self, fresh: &Pod, gate_set: bool) -> Result<(), String> {
+        let now = Self::of_pod(fresh);
+        if now.uid != self.uid {
+            return Err("the pod was replaced (other UID)".into());
+        }
+        if fresh.metadata.deletion_timestamp.is_some() {
+            return Err("the pod is terminating".into());
+        }
+        for (label, was, is) in [
+            (
+                keys::REVISION_LABEL,
+                &self.revision_label,
+                &now.revision_label,
+            ),
+            (
+                keys::LIFECYCLE_STATE_LABEL,
+                &self.lifecycle_label,
+                &now.lifecycle_label,
+            ),
+        ] {
+            if was != is {
+                return Err(format!("label {label} changed"));
+            }
+        }
+        if now.image_ids != self.image_ids {
+            return Err("a container's image ID changed".into());
+        }
+        if now.images != self.images {
+            return Err("a container's spec image changed".into());
+        }
+        if gate_set {
+            let gate = fresh
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|c| {
+                    c.iter()
+                        .find(|c| c.type_ == keys::INPLACE_UPDATE_READY_CONDITION)
+                });
+            if gate.is_none_or(|c| c.status != "False") {
+                return Err(format!(
+                    "{} is no longer False",
+                    keys::INPLACE_UPDATE_READY_CONDITION
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Everything one in-place action writes.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InPlaceWrite {
+    /// The index of the action in the plan's actions.
+    pub action: usize,
+    pub kind: InPlaceWriteKind,
+    pub pod: String,
+    /// The pod version decided from: the precondition of the patch (and of the
+    /// `InPlaceUpdateReady` write before it).
+    pub resource_version: String,
+    /// The revision the pod moves to.
+    pub revision: String,
+    /// `InPlaceUpdateReady` (and `Ready`) False first, on `pods/status`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub not_ready_first: bool,
+    /// The strategic merge patch of the pod (without its precondition).
+    pub patch: Value,
+    /// The cpu/memory change, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resize: Option<Resize>,
+    pub guard: Guard,
+}
+
+impl InPlaceWrite {
+    /// The patch pinned to `resource_version`.
+    pub fn pinned_patch(&self, resource_version: &str) -> Value {
+        let mut body = self.patch.clone();
+        body["metadata"]["resourceVersion"] = json!(resource_version);
+        body
+    }
+
+    /// The `pods/resize` write after the patch, if any.
+    pub fn resize_subresource(&self) -> Option<&BTreeMap<String, ResourceRequirements>> {
+        self.resize
+            .as_ref()
+            .filter(|r| r.via == ResizeVia::Subresource)
+            .map(|r| &r.containers)
+    }
+}
+
+/// The write of `action` (at index `index` of its plan) for `pod` (the pod it names);
+/// `None` for an action that is no in-place write.
+pub fn of(
+    inputs: &WriteInputs,
+    pod: &CachedPod,
+    index: usize,
+    action: &Action,
+) -> Option<Result<InPlaceWrite, InPlaceWriteError>> {
+    match action {
+        Action::Update {
+            method: UpdateMethod::InPlace,
+            revision,
+            ..
+        } => Some(start(inputs, pod, index, revision)),
+        Action::ApplyGracedUpdate { .. } => Some(apply_held(inputs, pod, index)),
+        Action::ApplyNextContainerBatch { .. } => Some(next_batch(inputs, pod, index)),
+        _ => None,
+    }
+}
+
+/// The writes of the in-place actions among `actions` for `pods`, in plan order. An
+/// action whose write cannot be planned has none: the applier meets the same error.
+pub fn all(inputs: &WriteInputs, pods: &[Arc<CachedPod>], actions: &[Action]) -> Vec<InPlaceWrite> {
+    let mut by_name: Option<BTreeMap<&str, &CachedPod>> = None;
+    let mut out = Vec::new();
+    for (index, action) in actions.iter().enumerate() {
+        let name = match action {
+            Action::Update {
+                pod,
+                method: UpdateMethod::InPlace,
+                ..
+            }
+            | Action::ApplyGracedUpdate { pod }
+            | Action::ApplyNextContainerBatch { pod } => pod.as_str(),
+            _ => continue,
+        };
+        let by_name = by_name.get_or_insert_with(|| {
+            pods.iter()
+                .filter_map(|p| p.metadata.name.as_deref().map(|n| (n, &**p)))
+                .collect()
+        });
+        if let Some(pod) = by_name.get(name)
+            && let Some(Ok(write)) = of(inputs, pod, index, action)
+        {
+            out.push(write);
+        }
+    }
+    out
+}
+
+fn name_of(pod: &CachedPod) -> String {
+    pod.metadata.name.clone().unwrap_or_default()
+}
+
+fn encode<T: Serialize>(value: &T, what: &'static str) -> Result<String, InPlaceWriteError> {
+    serde_json::to_string(value).map_err(|source| InPlaceWriteError::Encode { what, source })
+}
+
+fn rfc3339(now: Timestamp) -> String {
+    now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// The write starting the in-place update of `pod` to `revision`.
+pub fn start(
+    inputs: &WriteInputs,
+    pod: &CachedPod,
+    index: usize,
+    revision: &str,
+) -> Result<InPlaceWrite, InPlaceWriteError> {
+    let labels = pod.label_map();
+    let decision = decide_for_revisions(
+        inputs.cloneset,
+        inputs.revisions,
+        inputs.update_revision,
+        labels.get(keys::REVISION_LABEL),
+        revision,
+        inputs.options,
+    );
+    let change = match decision {
+        InPlaceDecision::InPlace(change) => change,
+        InPlaceDecision::Recreate { reason } | InPlaceDecision::Refused { reason } => {
+            return Err(InPlaceWriteError::Refused {
+                pod: name_of(pod),
+                reason,
+            });
+        }
+    };
+    let grace = inputs
+        .cloneset
+        .spec
+        .update_strategy
+        .as_ref()
+        .and_then(|s| s.in_place_update_strategy.as_ref())
+        .and_then(|s| s.grace_period_seconds)
+        .unwrap_or(0);
+    let spec = spec_from_change(&change, revision, grace)?;
+    let resources_only = spec.container_images.is_empty()
+        && spec.meta_data_patch.is_empty()
+        && spec.restart_containers.is_empty()
+        && !spec.container_resources.is_empty();
+    let gated = pod
+        .readiness_gates()
+        .any(|g| g == keys::INPLACE_UPDATE_READY_CONDITION)
+        && !resources_only;
+    let state = InPlaceUpdateState {
+        revision: revision.to_owned(),
+        update_timestamp: Some(Time(inputs.now)),
+        update_env_from_metadata: spec.update_env_from_metadata,
+        update_images: !spec.container_images.is_empty(),
+        update_resources: !spec.container_resources.is_empty(),
+        ..InPlaceUpdateState::default()
+    };
+    let hash = super::revision::short_hash(revision);
+    let revision_label = if inputs.options.short_hash {
+        hash.to_owned()
+    } else {
+        revision.to_owned()
+    };
+    let mut patch = json!({"metadata": {
+        "labels": {
+            keys::REVISION_LABEL: revision_label,
+            keys::POD_TEMPLATE_HASH_LABEL: hash,
+            keys::LIFECYCLE_STATE_LABEL: LifecycleState::Updating.as_str(),
+        },
+        "annotations": {
+            keys::LIFECYCLE_TIMESTAMP_ANNOTATION: rfc3339(inputs.now),
+            keys::INPLACE_UPDATE_STATE_ANNOTATION_LEGACY: Value::Null,
+        },
+    }});
+    let resize = if spec.grace_seconds > 0 {
+        let annotations = &mut patch["metadata"]["annotations"];
+        annotations[keys::INPLACE_UPDATE_STATE_ANNOTATION] =
+            json!(encode(&state, "in-place state")?);
+        annotations[keys::INPLACE_UPDATE_GRACE_ANNOTATION] =
+            json!(encode(&spec, "in-place grace")?);
+        None
+    } else {
+        patch_spec(inputs, pod, &spec, state, &mut patch)?;
+        resize_of(inputs.options, &spec)
+    };
+    Ok(InPlaceWrite {
+        action: index,
+        kind: InPlaceWriteKind::Start,
+        pod: name_of(pod),
+        resource_version: pod.metadata.resource_version.clone().unwrap_or_default(),
+        revision: revision.to_owned(),
+        not_ready_first: gated,
+        patch,
+        resize,
+        guard: Guard::of_cached(pod),
+    })
+}
+
+/// The write of the update held on `pod` during its grace period.
+pub fn apply_held(
+    inputs: &WriteInputs,
+    pod: &CachedPod,
+    index: usize,
+) -> Result<InPlaceWrite, InPlaceWriteError> {
+    let what = "grace annotation";
+    let annotations = pod.annotations();
+    let raw = annotations
+        .get(keys::INPLACE_UPDATE_GRACE_ANNOTATION)
+        .or_else(|| annotations.get(keys::INPLACE_UPDATE_GRACE_ANNOTATION_LEGACY))
+        .ok_or_else(|| InPlaceWriteError::AnnotationMissing {
+            pod: name_of(pod),
+            what,
+        })?;
+    let spec: InPlaceUpdateGrace =
+        serde_json::from_str(raw).map_err(|source| InPlaceWriteError::BadAnnotation {
+            pod: name_of(pod),
+            what,
+            source,
+        })?;
+    let on_revision = pod
+        .label_map()
+        .get(keys::REVISION_LABEL)
+        .is_some_and(|l| revision_matches(l, &spec.revision));
+    let mut patch = json!({"metadata": {"annotations": {}}});
+    let resize = if on_revision {
+        // An unreadable state is replaced, as the reference does.
+        let state = state_of(pod)
+            .and_then(Result::ok)
+            .unwrap_or_else(|| InPlaceUpdateState {
+                revision: spec.revision.clone(),
+                update_timestamp: Some(Time(inputs.now)),
+                update_images: !spec.container_images.is_empty(),
+                update_resources: !spec.container_resources.is_empty(),
+                update_env_from_metadata: spec.update_env_from_metadata,
+                ..InPlaceUpdateState::default()
+            });
+        patch_spec(inputs, pod, &spec, state, &mut patch)?;
+        resize_of(inputs.options, &spec)
+    } else {
+        // The pod moved to another revision meanwhile: drop the held update.
+        let annotations = &mut patch["metadata"]["annotations"];
+        annotations[keys::INPLACE_UPDATE_GRACE_ANNOTATION] = Value::Null;
+        annotations[keys::INPLACE_UPDATE_GRACE_ANNOTATION_LEGACY] = Value::Null;
+        None
+    };
+    Ok(InPlaceWrite {
+        action: index,
+        kind: InPlaceWriteKind::ApplyHeld,
+        pod: name_of(pod),
+        resource_version: pod.metadata.resource_version.clone().unwrap_or_default(),
+        revision: spec.revision,
+        not_ready_first: false,
+        patch,
+        resize,
+        guard: Guard::of_cached(pod),
+    })
+}
+
+/// The write of the next container batch of the update running on `pod`.
+pub fn next_batch(
+    inputs: &WriteInputs,
+    pod: &CachedPod,
+    index: usize,
+) -> Result<InPlaceWrite, InPlaceWriteError> {
+    let what = "in-place state";
+    let state = state_of(pod)
+        .ok_or_else(|| InPlaceWriteError::AnnotationMissing {
+            pod: name_of(pod),
+            what,
+        })?
+        .map_err(|source| InPlaceWriteError::BadAnnotation {
+            pod: name_of(pod),
+            what,
+            source,
+        })?;
+    let spec = container_batches::remaining(&state);
+    let mut patch = json!({"metadata": {"labels": {}, "annotations": {}}});
+    patch_spec(inputs, pod, &spec, state, &mut patch)?;
+    Ok(InPlaceWrite {
+        action: index,
+        kind: InPlaceWriteKind::NextBatch,
+        pod: name_of(pod),
+        resource_version: pod.metadata.resource_version.clone().unwrap_or_default(),
+        revision: spec.revision.clone(),
+        not_ready_first: false,
+        patch,
+        resize: resize_of(inputs.options, &spec),
+        guard: Guard::of_cached(pod),
+    })
+}
+
+/// The in-place state on the pod (the legacy key too).
+fn state_of(pod: &CachedPod) -> Option<Result<InPlaceUpdateState, serde_json::Error>> {
+    let annotations = pod.annotations();
+    annotations
+        .get(keys::INPLACE_UPDATE_STATE_ANNOTATION)
+        .or_else(|| annotations.get(keys::INPLACE_UPDATE_STATE_ANNOTATION_LEGACY))
+        .map(serde_json::from_str)
+}
+
+/// Resources go into the pod spec only where the server accepts spec changes of them and
+/// has no `pods/resize` subresource.
+fn resources_to_spec(options: &PlanOptions) -> bool {
+    !options.pod_resize && options.in_place_vertical_scaling
+}
+
+/// The cpu/memory change of `spec` (all its containers', as the update has them).
+fn resize_of(options: &PlanOptions, spec: &InPlaceUpdateGrace) -> Option<Resize> {
+    if spec.container_resources.is_empty() {
+        return None;
+    }
+    let via = if options.pod_resize {
+        ResizeVia::Subresource
+    } else if resources_to_spec(options) {
+        ResizeVia::Spec
+    } else {
+        ResizeVia::Unsupported
+    };
+    Some(Resize {
+        via,
+        containers: spec.container_resources.clone(),
+    })
+}
+
+/// Adds `spec` to the pod `patch` (the reference's `PatchSpecToPod`): the batch due now of
+/// container images (and resources), metadata, `lastContainerStatuses`, the state
+/// annotation; removes the grace annotations.
+pub fn patch_spec(
+    inputs: &WriteInputs,
+    pod: &CachedPod,
+    spec: &InPlaceUpdateGrace,
+    mut state: InPlaceUpdateState,
+    patch: &mut Value,
+) -> Result<(), InPlaceWriteError> {
+    let statuses = pod.container_statuses();
+    // Container launch priority: only the first batch now, the rest in the state.
+    let priorities = super::revision::template_for(
+        inputs.cloneset,
+        inputs.revisions,
+        inputs.update_revision,
+        &spec.revision,
+    )
+    .map(|t| container_batches::launch_priorities(&t.0.0))
+    .unwrap_or_default();
+    let split = container_batches::split(spec, &priorities);
+    split.record_in(&mut state);
+    let spec = &split.now;
+    let changed: BTreeSet<&String> = split.containers.iter().collect();
+    // A container whose only change is metadata its env reads is not recorded; the daemon
+    // restarts it (`updateEnvFromMetadata`). A container restarted with an unchanged spec
+    // (`restartContainers`) is recorded like an image change: the daemon stops the
+    // container running now, and the update is done once another one runs.
+    for name in &changed {
+        let restarted = spec.container_images.contains_key(*name)
+            || spec.restart_containers.iter().any(|r| r == *name);
+        if !restarted && !spec.container_resources.contains_key(*name) {
+            continue;
+        }
+        let status = statuses.iter().find(|s| &*s.name == name.as_str());
+        let container_id = status
+            .and_then(|s| s.container_id.as_deref())
+            .filter(|_| restarted)
+            .unwrap_or_default()
+            .to_owned();
+        state.last_container_statuses.insert(
+            (*name).clone(),
+            InPlaceUpdateContainerStatus {
+                image_id: status.map(|s| s.image_id.to_string()).unwrap_or_default(),
+                container_id,
+                resources: None,
+            },
+        );
+    }
+    for name in &spec.restart_containers {
+        if !state.restart_containers.contains(name) {
+            state.restart_containers.push(name.clone());
+        }
+    }
+    if !changed.is_empty() {
+        state
+            .container_batches_record
+            .push(inplace_proto::ContainerBatch {
+                timestamp: Time(inputs.now),
+                containers: changed.iter().map(|s| (*s).clone()).collect(),
+            });
+    }
+    let containers: Vec<Value> = spec
+        .container_images
+        .iter()
+        .map(|(name, image)| {
+            let mut c = json!({"name": name, "image": image});
+            if let Some(r) = spec.container_resources.get(name)
+                && resources_to_spec(inputs.options)
+            {
+                c["resources"] = serde_json::to_value(r).unwrap_or(Value::Null);
+            }
+            c
+        })
+        .collect();
+    if !containers.is_empty() {
+        patch["spec"] = json!({ "containers": containers });
+    }
+    if !spec.meta_data_patch.is_empty() {
+        let meta: Value = serde_json::from_str(&spec.meta_data_patch).map_err(|source| {
+            InPlaceWriteError::Encode {
+                what: "metaDataPatch of the in-place spec",
+                source,
+            }
+        })?;
+        let meta = meta.get("metadata").cloned().unwrap_or(meta);
+        for field in ["labels", "annotations"] {
+            if let Some(map) = meta.get(field).and_then(Value::as_object) {
+                for (k, v) in map {
+                    // Our own bookkeeping keys win over template metadata.
+                    if patch["metadata"][field].get(k).is_none() {
+                        patch["metadata"][field][k] = v.clone();
+                    }
+                }
+            }
+        }
+    }
+    // Labels / annotations read by the env of this batch's containers (kept out of
+    // metaDataPatch so that later batches' containers are not restarted early).
+    for meta in spec.container_ref_metadata.values() {
+        for (field, map) in [("labels", &meta.labels), ("annotations", &meta.annotations)] {
+            for (k, v) in map.iter().flatten() {
+                if patch["metadata"][field].get(k).is_none() {
+                    patch["metadata"][field][k] = json!(v);
+                }
+            }
+        }
+    }
+    let annotations = &mut patch["metadata"]["annotations"];
+    annotations[keys::INPLACE_UPDATE_STATE_ANNOTATION] = json!(encode(&state, "in-place state")?);
+    annotations[keys::INPLACE_UPDATE_GRACE_ANNOTATION] = Value::Null;
+    annotations[keys::INPLACE_UPDATE_GRACE_ANNOTATION_LEGACY] = Value::Null;
+    Ok(())
+}
+
+/// The reference's `UpdateSpec` for a planner [`InPlaceChange`]: images and resources by
+/// container, labels/annotations as a strategic merge patch (`null` removes a key).
+pub fn spec_from_change(
+    change: &InPlaceChange,
+    revision: &str,
+    grace_seconds: i32,
+) -> Result<InPlaceUpdateGrace, InPlaceWriteError> {
+    // Keys that a container's env reads are written with that container's batch
+    // (`containerRefMetadata`), as the reference does; removals stay in the patch.
+    let per_container = |field: &str, key: &str| {
+        change.env_from_metadata.values().any(|m| {
+            let map = if field == "labels" {
+                &m.labels
+            } else {
+                &m.annotations
+            };
+            map.as_ref().is_some_and(|m| m.contains_key(key))
+        })
+    };
+    let mut meta = serde_json::Map::new();
+    for (field, entries) in [
+        ("labels", &change.labels),
+        ("annotations", &change.annotations),
+    ] {
+        let map: serde_json::Map<String, Value> = entries
+            .iter()
+            .filter(|(k, _)| !per_container(field, k))
+            .map(|(k, v)| (k.clone(), v.as_ref().map_or(Value::Null, |v| json!(v))))
+            .collect();
+        if map.is_empty() {
+            continue;
+        }
+        meta.insert(field.to_owned(), Value::Object(map));
+    }
+    let meta_data_patch = if meta.is_empty() {
+        String::new()
+    } else {
+        encode(&json!({ "metadata": meta }), "metaDataPatch")?
+    };
+    Ok(InPlaceUpdateGrace {
+        revision: revision.to_owned(),
+        container_images: change.images.clone(),
+        container_resources: change.resources.clone(),
+        container_ref_metadata: change.env_from_metadata.clone(),
+        update_env_from_metadata: !change.env_from_metadata.is_empty(),
+        restart_containers: change.restarts.iter().cloned().collect(),
+        meta_data_patch,
+        grace_seconds,
+        ..InPlaceUpdateGrace::default()
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,502 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use serde_json::json;
+
+use super::*;
+use crate::plan::fixtures::{PodBuilder, cloneset, pod, revision, t};
+
+/// The old revision `demo-old` holds `old`; the CloneSet's template (`new`) is the update
+/// revision `demo-new`.
+struct World {
+    cs: CloneSet,
+    revisions: Vec<ControllerRevision>,
+    options: PlanOptions,
+}
+
+impl World {
+    fn new(old: Value, new: Value) -> Self {
+        Self {
+            cs: cloneset(json!({"template": new, "updateStrategy": {"type": "InPlaceIfPossible"}})),
+            revisions: vec![revision("demo-old", old)],
+            options: PlanOptions::default(),
+        }
+    }
+
+    fn grace(mut self, seconds: i32) -> Self {
+        self.cs.spec.update_strategy = Some(
+            serde_json::from_value(json!({
+                "type": "InPlaceIfPossible",
+                "inPlaceUpdateStrategy": {"gracePeriodSeconds": seconds},
+            }))
+            .unwrap(),
+        );
+        self
+    }
+
+    fn inputs(&self) -> WriteInputs<'_> {
+        WriteInputs {
+            cloneset: &self.cs,
+            revisions: &self.revisions,
+            update_revision: "demo-new",
+            options: &self.options,
+            now: t(1000),
+        }
+    }
+
+    fn start(&self, pod: PodBuilder) -> InPlaceWrite {
+        start(&self.inputs(), &pod.cached(), 0, "demo-new").unwrap()
+    }
+}
+
+fn template(containers: Value) -> Value {
+    json!({"metadata": {"labels": {"app": "demo"}}, "spec": {"containers": containers}})
+}
+
+/// The plan's clock, as the writes put it.
+const NOW: &str = "2026-01-01T00:16:40Z";
+
+/// The state annotation of a patch, read back.
+fn state_in(patch: &Value) -> Value {
+    let raw = patch["metadata"]["annotations"][keys::INPLACE_UPDATE_STATE_ANNOTATION]
+        .as_str()
+        .expect("the patch writes the state");
+    serde_json::from_str(raw).unwrap()
+}
+
+/// A second container `side` (image `side:1`, imageID `sha-s`, container id
+/// `containerd://side-1`) on the pod.
+fn with_side(p: PodBuilder) -> PodBuilder {
+    p.raw(|v| {
+        v["spec"]["containers"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "side", "image": "side:1"}));
+        v["status"]["containerStatuses"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({
+                "name": "side", "image": "side:1", "imageID": "sha-s",
+                "containerID": "containerd://side-1", "ready": true, "restartCount": 0,
+                "started": true, "state": {"running": {}},
+            }));
+    })
+}
+
+#[test]
+fn image_change_of_one_container_is_one_pinned_patch() {
+    let w = World::new(
+        template(json!([{"name": "main", "image": "nginx:1"}])),
+        template(json!([{"name": "main", "image": "nginx:2"}])),
+    );
+    let p = pod("demo-a", "demo-old").raw(|v| v["metadata"]["resourceVersion"] = json!("41"));
+    let write = w.start(p.clone());
+    assert_eq!(write.pod, "demo-a");
+    assert_eq!(write.resource_version, "41");
+    assert_eq!(write.kind, InPlaceWriteKind::Start);
+    assert!(!write.not_ready_first, "no readiness gate");
+    assert_eq!(write.resize, None);
+    let mut patch = write.patch.clone();
+    let state = state_in(&patch);
+    patch["metadata"]["annotations"][keys::INPLACE_UPDATE_STATE_ANNOTATION] = json!("<state>");
+    // The exact body the applier wrote before the write moved into the plan.
+    assert_eq!(
+        patch,
+        json!({
+            "metadata": {
+                "labels": {
+                    keys::REVISION_LABEL: "demo-new",
+                    keys::POD_TEMPLATE_HASH_LABEL: "new",
+                    keys::LIFECYCLE_STATE_LABEL: "Updating",
+                },
+                "annotations": {
+                    keys::LIFECYCLE_TIMESTAMP_ANNOTATION: NOW,
+                    keys::INPLACE_UPDATE_STATE_ANNOTATION_LEGACY: null,
+                    keys::INPLACE_UPDATE_STATE_ANNOTATION: "<state>",
+                    keys::INPLACE_UPDATE_GRACE_ANNOTATION: null,
+                    keys::INPLACE_UPDATE_GRACE_ANNOTATION_LEGACY: null,
+                },
+            },
+            "spec": {"containers": [{"name": "main", "image": "nginx:2"}]},
+        })
+    );
+    // The container id comes from the cached pod's container status.
+    assert_eq!(
+        state,
+        json!({
+            "revision": "demo-new",
+            "updateTimestamp": NOW,
+            "lastContainerStatuses": {"main": {"imageID": "sha-1", "containerID": "containerd://main-1"}},
+            "updateImages": true,
+            "containerBatchesRecord": [{"timestamp": NOW, "containers": ["main"]}],
+        })
+    );
+    // The guard is what the conflict re-read checks.
+    assert_eq!(write.guard, Guard::of_pod(&p.clone().build()));
+    assert_eq!(write.guard.revision_label.as_deref(), Some("demo-old"));
+    assert_eq!(write.guard.image_ids["main"], "sha-1");
+    // Short-hash labels.
+    let mut short = w;
+    short.options.short_hash = true;
+    let write = short.start(p);
+    assert_eq!(
+        write.patch["metadata"]["labels"][keys::REVISION_LABEL],
+        "new"
+    );
+}
+
+#[test]
+fn a_gated_pod_goes_not_ready_first_except_for_resources_alone() {
+    let gated = |p: PodBuilder| {
+        p.raw(|v| {
+            v["spec"]["readinessGates"] =
+                json!([{"conditionType": keys::INPLACE_UPDATE_READY_CONDITION}]);
+        })
+    };
+    let w = World::new(
+        template(json!([{"name": "main", "image": "nginx:1"}])),
+        template(json!([{"name": "main", "image": "nginx:2"}])),
+    );
+    assert!(w.start(gated(pod("demo-a", "demo-old"))).not_ready_first);
+
+    let resources = |cpu: &str| json!({"requests": {"cpu": cpu}});
+    let mut w = World::new(
+        template(json!([{"name": "main", "image": "nginx:1", "resources": resources("1")}])),
+        template(json!([{"name": "main", "image": "nginx:1", "resources": resources("2")}])),
+    );
+    w.options.in_place_vertical_scaling = true;
+    assert!(!w.start(gated(pod("demo-a", "demo-old"))).not_ready_first);
+}
+
+#[test]
+fn launch_priorities_write_the_first_batch_now_and_keep_the_rest_in_the_state() {
+    let ordered = |images: [&str; 2]| {
+        json!({
+            "metadata": {"labels": {"app": "demo"},
+                         "annotations": {keys::CONTAINER_LAUNCH_PRIORITY_ANNOTATION: keys::CONTAINER_LAUNCH_ORDERED}},
+            "spec": {"containers": [{"name": "main", "image": images[0]}, {"name": "side", "image": images[1]}]},
+        })
+    };
+    let w = World::new(
+        ordered(["nginx:1", "side:1"]),
+        ordered(["nginx:2", "side:2"]),
+    );
+    let write = w.start(with_side(pod("demo-a", "demo-old")));
+    assert_eq!(
+        write.patch["spec"],
+        json!({"containers": [{"name": "main", "image": "nginx:2"}]})
+    );
+    let state = state_in(&write.patch);
+    assert_eq!(state["nextContainerImages"], json!({"side": "side:2"}));
+    assert_eq!(
+        state["preCheckBeforeNext"],
+        json!({"containersRequiredReady": ["main"]})
+    );
+    assert_eq!(
+        state["lastContainerStatuses"],
+        json!({"main": {"imageID": "sha-1", "containerID": "containerd://main-1"}})
+    );
+}
+
+#[test]
+fn keys_a_containers_env_reads_go_with_that_containers_batch() {
+    let env = |key: &str| json!([{"name": "X", "valueFrom": {"fieldRef": {"fieldPath": format!("metadata.labels['{key}']")}}}]);
+    let tpl = |a: &str, b: &str| {
+        json!({
+            "metadata": {"labels": {"app": "demo", "a": a, "b": b},
+                         "annotations": {keys::CONTAINER_LAUNCH_PRIORITY_ANNOTATION: keys::CONTAINER_LAUNCH_ORDERED}},
+            "spec": {"containers": [
+                {"name": "main", "image": "nginx:1", "env": env("a")},
+                {"name": "side", "image": "side:1", "env": env("b")},
+            ]},
+        })
+    };
+    let w = World::new(tpl("1", "1"), tpl("2", "2"));
+    let write = w.start(with_side(pod("demo-a", "demo-old")));
+    let labels = &write.patch["metadata"]["labels"];
+    // `a` is read by `main` (first batch): written now; `b` by `side`: later.
+    assert_eq!(labels["a"], "2");
+    assert_eq!(labels.get("b"), None, "{labels}");
+    assert_eq!(write.patch.get("spec"), None, "no image changes");
+    let state = state_in(&write.patch);
+    assert_eq!(state["updateEnvFromMetadata"], true);
+    assert_eq!(
+        state["nextContainerRefMetadata"],
+        json!({"side": {"labels": {"b": "2"}}})
+    );
+    // Env restarts are the daemon's: not in lastContainerStatuses.
+    assert_eq!(state["lastContainerStatuses"], json!({}));
+    assert_eq!(
+        state["containerBatchesRecord"],
+        json!([{"timestamp": NOW, "containers": ["main"]}])
+    );
+}
+
+#[test]
+fn bookkeeping_keys_win_over_template_metadata() {
+    let tpl = |labels: Value| {
+        json!({"metadata": {"labels": labels},
+               "spec": {"containers": [{"name": "main", "image": "nginx:1"}]}})
+    };
+    let w = World::new(
+        tpl(json!({"app": "demo"})),
+        tpl(json!({"app": "demo", "team": "x", keys::LIFECYCLE_STATE_LABEL: "Normal"})),
+    );
+    let write = w.start(pod("demo-a", "demo-old"));
+    let labels = &write.patch["metadata"]["labels"];
+    assert_eq!(labels["team"], "x");
+    assert_eq!(labels[keys::LIFECYCLE_STATE_LABEL], "Updating");
+}
+
+#[test]
+fn a_grace_period_holds_the_spec_in_the_grace_annotation() {
+    let w = World::new(
+        template(json!([{"name": "main", "image": "nginx:1"}])),
+        template(json!([{"name": "main", "image": "nginx:2"}])),
+    )
+    .grace(30);
+    let write = w.start(pod("demo-a", "demo-old"));
+    assert_eq!(write.patch.get("spec"), None, "the spec waits");
+    assert_eq!(write.resize, None);
+    let annotations = &write.patch["metadata"]["annotations"];
+    let held: Value = serde_json::from_str(
+        annotations[keys::INPLACE_UPDATE_GRACE_ANNOTATION]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        held,
+        json!({"revision": "demo-new", "containerImages": {"main": "nginx:2"}, "graceSeconds": 30})
+    );
+    assert_eq!(
+        state_in(&write.patch),
+        json!({"revision": "demo-new", "updateTimestamp": NOW, "lastContainerStatuses": {},
+               "updateImages": true})
+    );
+
+    // The grace period over: the held spec is written (the state kept, the batch added).
+    let state = state_in(&write.patch);
+    let graced = pod("demo-a", "demo-new")
+        .lifecycle("Updating")
+        .grace(&held)
+        .in_place_state(&state);
+    let write = apply_held(&w.inputs(), &graced.cached(), 3).unwrap();
+    assert_eq!(write.kind, InPlaceWriteKind::ApplyHeld);
+    assert_eq!(write.action, 3);
+    assert_eq!(
+        write.patch["spec"],
+        json!({"containers": [{"name": "main", "image": "nginx:2"}]})
+    );
+    let annotations = &write.patch["metadata"]["annotations"];
+    assert_eq!(
+        annotations[keys::INPLACE_UPDATE_GRACE_ANNOTATION],
+        Value::Null
+    );
+    let state = state_in(&write.patch);
+    assert_eq!(state["updateTimestamp"], NOW);
+    assert_eq!(
+        state["containerBatchesRecord"],
+        json!([{"timestamp": NOW, "containers": ["main"]}])
+    );
+
+    // A pod that moved to another revision meanwhile only loses the held update.
+    let moved = pod("demo-a", "demo-other").grace(&held);
+    let write = apply_held(&w.inputs(), &moved.cached(), 0).unwrap();
+    assert_eq!(
+        write.patch,
+        json!({"metadata": {"annotations": {
+            keys::INPLACE_UPDATE_GRACE_ANNOTATION: null,
+            keys::INPLACE_UPDATE_GRACE_ANNOTATION_LEGACY: null,
+        }}})
+    );
+    // No grace annotation: the applier's error, as before.
+    assert!(matches!(
+        apply_held(&w.inputs(), &pod("demo-a", "demo-new").cached(), 0),
+        Err(InPlaceWriteError::AnnotationMissing { .. })
+    ));
+}
+
+#[test]
+fn the_next_batch_is_what_the_state_still_holds() {
+    let w = World::new(
+        template(json!([{"name": "main", "image": "nginx:1"}])),
+        template(
+            json!([{"name": "main", "image": "nginx:2"}, {"name": "side", "image": "side:2"}]),
+        ),
+    );
+    let state = json!({
+        "revision": "demo-new",
+        "updateTimestamp": "2026-01-01T00:00:00Z",
+        "lastContainerStatuses": {"main": {"imageID": "sha-0", "containerID": "containerd://main-0"}},
+        "updateImages": true,
+        "nextContainerImages": {"side": "side:2"},
+        "preCheckBeforeNext": {"containersRequiredReady": ["main"]},
+        "containerBatchesRecord": [{"timestamp": "2026-01-01T00:00:00Z", "containers": ["main"]}],
+    });
+    let p = with_side(pod("demo-a", "demo-new"))
+        .lifecycle("Updating")
+        .in_place_state(&state)
+        .raw(|v| v["metadata"]["resourceVersion"] = json!("77"));
+    let write = next_batch(&w.inputs(), &p.cached(), 5).unwrap();
+    assert_eq!(write.kind, InPlaceWriteKind::NextBatch);
+    assert_eq!(write.resource_version, "77");
+    assert_eq!(
+        write.patch["spec"],
+        json!({"containers": [{"name": "side", "image": "side:2"}]})
+    );
+    assert_eq!(write.patch["metadata"]["labels"], json!({}));
+    let state = state_in(&write.patch);
+    assert_eq!(state.get("nextContainerImages"), None);
+    assert_eq!(state.get("preCheckBeforeNext"), None);
+    assert_eq!(
+        state["lastContainerStatuses"],
+        json!({
+            "main": {"imageID": "sha-0", "containerID": "containerd://main-0"},
+            "side": {"imageID": "sha-s", "containerID": "containerd://side-1"},
+        })
+    );
+    assert_eq!(
+        state["containerBatchesRecord"],
+        json!([
+            {"timestamp": "2026-01-01T00:00:00Z", "containers": ["main"]},
+            {"timestamp": NOW, "containers": ["side"]},
+        ])
+    );
+    assert!(matches!(
+        next_batch(&w.inputs(), &pod("demo-a", "demo-new").cached(), 0),
+        Err(InPlaceWriteError::AnnotationMissing { .. })
+    ));
+    let bad = pod("demo-a", "demo-new").annotation(keys::INPLACE_UPDATE_STATE_ANNOTATION, "{");
+    assert!(matches!(
+        next_batch(&w.inputs(), &bad.cached(), 0),
+        Err(InPlaceWriteError::BadAnnotation { .. })
+    ));
+}
+
+#[test]
+fn resources_go_through_pods_resize_where_served_else_into_the_spec() {
+    let resources = |cpu: &str| json!({"requests": {"cpu": cpu}});
+    let w = |pod_resize: bool| {
+        let mut w = World::new(
+            template(json!([{"name": "main", "image": "nginx:1", "resources": resources("1")}])),
+            template(json!([{"name": "main", "image": "nginx:2", "resources": resources("2")}])),
+        );
+        w.options.in_place_vertical_scaling = true;
+        w.options.pod_resize = pod_resize;
+        w
+    };
+    let wanted: ResourceRequirements = serde_json::from_value(resources("2")).unwrap();
+
+    let write = w(true).start(pod("demo-a", "demo-old"));
+    assert_eq!(
+        write.resize,
+        Some(Resize {
+            via: ResizeVia::Subresource,
+            containers: BTreeMap::from([("main".to_owned(), wanted.clone())]),
+        })
+    );
+    assert_eq!(
+        write.resize_subresource().map(BTreeMap::len),
+        Some(1),
+        "written after the patch"
+    );
+    assert_eq!(
+        write.patch["spec"],
+        json!({"containers": [{"name": "main", "image": "nginx:2"}]})
+    );
+
+    let write = w(false).start(pod("demo-a", "demo-old"));
+    assert_eq!(write.resize.as_ref().map(|r| r.via), Some(ResizeVia::Spec));
+    assert_eq!(write.resize_subresource(), None);
+    assert_eq!(
+        write.patch["spec"],
+        json!({"containers": [{"name": "main", "image": "nginx:2", "resources": resources("2")}]})
+    );
+    let state = state_in(&write.patch);
+    assert_eq!(state["updateResources"], true);
+}
+
+#[test]
+fn rollout_restart_restarts_every_container_whose_image_stays() {
+    let tpl = |at: Option<&str>| {
+        let mut t = template(json!([{"name": "main", "image": "nginx:1"}]));
+        if let Some(at) = at {
+            t["metadata"]["annotations"] = json!({keys::RESTARTED_AT_ANNOTATION: at});
+        }
+        t
+    };
+    let w = World::new(tpl(None), tpl(Some("2026-01-01T00:10:00Z")));
+    let write = w.start(pod("demo-a", "demo-old"));
+    assert_eq!(write.patch.get("spec"), None);
+    assert_eq!(
+        write.patch["metadata"]["annotations"][keys::RESTARTED_AT_ANNOTATION],
+        "2026-01-01T00:10:00Z"
+    );
+    let state = state_in(&write.patch);
+    assert_eq!(state["restartContainers"], json!(["main"]));
+    assert_eq!(
+        state["lastContainerStatuses"],
+        json!({"main": {"imageID": "sha-1", "containerID": "containerd://main-1"}})
+    );
+}
+
+#[test]
+fn a_change_that_cannot_go_in_place_has_no_write() {
+    let w = World::new(
+        template(json!([{"name": "main", "image": "nginx:1"}])),
+        template(json!([{"name": "main", "image": "nginx:1", "command": ["x"]}])),
+    );
+    assert!(matches!(
+        start(
+            &w.inputs(),
+            &pod("demo-a", "demo-old").cached(),
+            0,
+            "demo-new"
+        ),
+        Err(InPlaceWriteError::Refused { .. })
+    ));
+}
+
+#[test]
+fn all_plans_one_write_per_in_place_action_naming_its_index() {
+    let w = World::new(
+        template(json!([{"name": "main", "image": "nginx:1"}])),
+        template(json!([{"name": "main", "image": "nginx:2"}])),
+    );
+    let pods = vec![
+        pod("demo-a", "demo-old").cached(),
+        pod("demo-b", "demo-old").cached(),
+    ];
+    let update = |pod: &str, method| Action::Update {
+        pod: pod.into(),
+        method,
+        revision: "demo-new".into(),
+    };
+    let actions = vec![
+        update("demo-a", UpdateMethod::Recreate),
+        update("demo-b", UpdateMethod::InPlace),
+        update("demo-gone", UpdateMethod::InPlace),
+        Action::ApplyGracedUpdate {
+            pod: "demo-a".into(),
+        },
+    ];
+    let writes = all(&w.inputs(), &pods, &actions);
+    // demo-gone is not cached; demo-a has no grace annotation (the applier's error).
+    assert_eq!(writes.len(), 1);
+    assert_eq!((writes[0].action, writes[0].pod.as_str()), (1, "demo-b"));
+}
+
+#[test]
+fn the_guard_holds_for_status_noise_and_not_for_a_changed_pod() {
+    let p = pod("demo-a", "demo-old").build();
+    let guard = Guard::of_pod(&p);
+    assert_eq!(Guard::of_cached(&crate::plan::fixtures::cached(&p)), guard);
+    let mut fresh = p.clone();
+    fresh.metadata.resource_version = Some("99".into());
+    assert_eq!(guard.holds(&fresh, false), Ok(()));
+    let mut other = p;
+    other.metadata.uid = Some("another".into());
+    assert!(guard.holds(&other, false).is_err());
+    // With the gate set, InPlaceUpdateReady must still be False (here absent).
+    assert!(guard.holds(&fresh, true).is_err());
+}
