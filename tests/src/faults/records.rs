@@ -51,9 +51,9 @@ impl<'a> Target<'a> {
     pub fn of(path: &'a str) -> Option<Target<'a>> {
         let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
         // Skip the group-version prefix: `api/v1` or `apis/GROUP/VERSION`.
-        let rest = match parts.first()? {
-            &"api" => parts.get(2..)?,
-            &"apis" => parts.get(3..)?,
+        let rest = match *parts.first()? {
+            "api" => parts.get(2..)?,
+            "apis" => parts.get(3..)?,
             _ => return None,
         };
         let rest = match rest {
@@ -62,7 +62,7 @@ impl<'a> Target<'a> {
         };
         let (resource, tail) = rest.split_first()?;
         Some(Target {
-            resource: *resource,
+            resource,
             name: tail.first().copied(),
             subresource: tail.get(1).copied(),
         })
@@ -341,13 +341,7 @@ mod tests {
         assert_eq!(v.len(), 1);
         assert!(v[0].contains("killed at 1000 ms"), "{v:?}");
         // A connection of the new process after a second kill.
-        let (v, _) = after_kills(
-            &[Record {
-                at_ms: 1700,
-                ..new
-            }],
-            &[1000, 1550],
-        );
+        let (v, _) = after_kills(&[Record { at_ms: 1700, ..new }], &[1000, 1550]);
         assert!(v[0].contains("killed at 1550 ms"), "{v:?}");
     }
 
