@@ -81,6 +81,24 @@ struct State {
     records: Mutex<Vec<Record>>,
     started: Instant,
     connections: std::sync::atomic::AtomicU64,
+    /// Requests received and not answered yet (a record is written only once answered),
+    /// by number: what a process that went silent was waiting for.
+    in_flight: Mutex<std::collections::BTreeMap<u64, String>>,
+    requests: std::sync::atomic::AtomicU64,
+}
+
+/// A request in [`State::in_flight`] until dropped (answered, or its connection closed).
+struct InFlight<'a> {
+    state: &'a State,
+    id: u64,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut m) = self.state.in_flight.lock() {
+            m.remove(&self.id);
+        }
+    }
 }
 
 impl State {
@@ -133,6 +151,8 @@ impl FaultProxy {
             records: Mutex::new(Vec::new()),
             started: Instant::now(),
             connections: std::sync::atomic::AtomicU64::new(0),
+            in_flight: Mutex::new(std::collections::BTreeMap::new()),
+            requests: std::sync::atomic::AtomicU64::new(0),
         });
         let (tx, rx) = watch::channel(false);
         tokio::spawn(accept_loop(listener, state.clone(), rx));
@@ -151,6 +171,15 @@ impl FaultProxy {
     /// Milliseconds since the proxy started (the clock of [`Record::at_ms`]).
     pub fn now_ms(&self) -> u64 {
         self.state.now_ms()
+    }
+
+    /// The requests received and not answered yet (`at_ms connection method path`).
+    pub fn in_flight(&self) -> Vec<String> {
+        self.state
+            .in_flight
+            .lock()
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default()
     }
 
     pub fn records(&self) -> Vec<Record> {
@@ -296,6 +325,14 @@ async fn handle(
         body_name: None,
         precondition: false,
     };
+    let id = state.requests.fetch_add(1, Ordering::SeqCst);
+    if let Ok(mut m) = state.in_flight.lock() {
+        m.insert(
+            id,
+            format!("{} c{} {} {}", rec.at_ms, rec.conn, rec.method, rec.path),
+        );
+    }
+    let _in_flight = InFlight { state: &state, id };
     let record = |mut rec: Record, status: u16| {
         rec.status = status;
         rec.done_ms = state.now_ms();

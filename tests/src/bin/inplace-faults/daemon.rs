@@ -421,12 +421,12 @@ async fn run_in(
     out.record_violations
         .extend(records::daemon_pod_writes(&daemon_records));
     if out.failed() {
-        keep_records(&shared.args.log_dir, ns, "requests", &ctl_records, seed);
+        keep_records(&shared.args.log_dir, ns, "requests", &ctl_proxy, seed);
         keep_records(
             &shared.args.log_dir,
             ns,
             "daemon-requests",
-            &daemon_records,
+            &daemon_proxy,
             seed,
         );
     }

@@ -583,7 +583,7 @@ async fn run_in(
         out,
     );
     if out.failed() {
-        keep_records(&shared.args.log_dir, ns, "requests", &records, seed);
+        keep_records(&shared.args.log_dir, ns, "requests", &proxy, seed);
     }
     let _ = std::fs::remove_file(&kubeconfig);
     result
@@ -630,9 +630,10 @@ fn count_requests(records: &[Record], out: &mut RunOutcome) {
 }
 
 /// A failed run's proxy record, next to the processes' logs, for the diagnosis.
-fn keep_records(dir: &Path, ns: &str, what: &str, records: &[Record], seed: u64) {
+fn keep_records(dir: &Path, ns: &str, what: &str, proxy: &FaultProxy, seed: u64) {
     let file = dir.join(format!("{ns}-{what}.log"));
-    let text: String = records
+    let records = proxy.records();
+    let mut text: String = records
         .iter()
         .map(|r| {
             format!(
@@ -651,6 +652,9 @@ fn keep_records(dir: &Path, ns: &str, what: &str, records: &[Record], seed: u64)
             )
         })
         .collect();
+    for r in proxy.in_flight() {
+        text.push_str(&format!("NOT ANSWERED at the end: {r}\n"));
+    }
     let _ = std::fs::write(&file, text);
     eprintln!(
         "faults: seed {seed}: requests recorded in {}",
