@@ -95,12 +95,16 @@ impl PullParams {
     }
 }
 
-/// Delay before attempt `attempt + 1`, after `attempt` (1-based) failed attempts.
+/// Delay before attempt `attempt + 1`, after `attempt` (1-based) failed attempts: the
+/// reference's schedule (1 s doubling to [`MAX_BACKOFF`]) as the floor, plus up to as much
+/// again of jitter, capped at [`MAX_BACKOFF`]. The jitter keeps the daemons of many nodes
+/// that failed on the same registry outage from retrying in step.
 pub fn backoff(attempt: u32) -> Duration {
     use backon::BackoffBuilder as _;
     // Past 16 doublings every delay is the maximum; the bound keeps `nth` short.
     let nth = attempt.saturating_sub(1).min(16) as usize;
     backon::ExponentialBuilder::default()
+        .with_jitter()
         .with_min_delay(INITIAL_BACKOFF)
         .with_max_delay(MAX_BACKOFF)
         .with_factor(2.0)
@@ -108,6 +112,7 @@ pub fn backoff(attempt: u32) -> Duration {
         .build()
         .nth(nth)
         .unwrap_or(MAX_BACKOFF)
+        .min(MAX_BACKOFF)
 }
 
 /// A tag to start working on.
@@ -461,10 +466,30 @@ mod tests {
     }
 
     #[test]
-    fn backoff_schedule() {
-        let got: Vec<u64> = (1..=8).map(|a| backoff(a).as_secs()).collect();
-        assert_eq!(got, vec![1, 2, 4, 8, 16, 30, 30, 30]);
+    fn backoff_schedule_with_jitter() {
+        // The reference's delays are the floor; the jitter adds up to as much again, and
+        // nothing goes past the cap.
+        let floor = [1000, 2000, 4000, 8000, 16000, 30000, 30000, 30000];
+        for _ in 0..200 {
+            for (attempt, f) in (1..).zip(floor) {
+                let got = backoff(attempt).as_millis() as u64;
+                assert!(
+                    got >= f && got <= (2 * f).min(30_000),
+                    "attempt {attempt}: {got} ms, floor {f} ms"
+                );
+            }
+        }
         assert_eq!(backoff(u32::MAX), MAX_BACKOFF);
+        assert!(backoff(0) >= INITIAL_BACKOFF && backoff(0) <= 2 * INITIAL_BACKOFF);
+        // Jitter: the same attempt does not always wait the same.
+        for attempt in 1..=4 {
+            let spread: std::collections::BTreeSet<Duration> =
+                (0..50).map(|_| backoff(attempt)).collect();
+            assert!(
+                spread.len() > 10,
+                "attempt {attempt}: no jitter: {spread:?}"
+            );
+        }
     }
 
     #[test]

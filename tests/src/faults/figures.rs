@@ -16,10 +16,23 @@ pub struct RunOutcome {
     pub faults: BTreeMap<Fault, u64>,
     /// Controller processes SIGKILLed (and restarted).
     pub kills: u64,
+    /// Daemon processes SIGKILLed (and restarted).
+    pub daemon_kills: u64,
+    /// In-place completions (`InPlaceUpdateReady=True` on the new revision) checked
+    /// against the pod's containers.
+    pub completions_checked: u64,
     /// The controller exited by itself (exit status and its last error line); the runner
     /// restarted it, as a kubelet would.
     pub crashes: Vec<String>,
+    /// Violations found on the watches ([`super::invariants`]).
     pub violations: Vec<String>,
+    /// Violations found in the proxy's record ([`super::records`]).
+    pub record_violations: Vec<String>,
+    /// Writes of a killed process applied after its kill (held by the proxy's latency).
+    pub applied_after_kill: u64,
+    /// Pods the controller created and deleted (applied writes).
+    pub pods_created: u64,
+    pub pods_deleted: u64,
     /// What the checks saw: the most live pods and its bound, the fewest available pods
     /// once the CloneSet had settled and its floor.
     pub peak_pods: usize,
@@ -34,7 +47,7 @@ pub struct RunOutcome {
 
 impl RunOutcome {
     pub fn failed(&self) -> bool {
-        !self.violations.is_empty() || self.error.is_some()
+        !self.violations.is_empty() || !self.record_violations.is_empty() || self.error.is_some()
     }
 }
 
@@ -45,8 +58,15 @@ pub struct Figures {
     pub requests: u64,
     pub faults: BTreeMap<Fault, u64>,
     pub kills: u64,
+    pub daemon_kills: u64,
+    pub completions_checked: u64,
     pub crashes: u64,
+    /// Invariant violations, from the watches and from the records.
     pub violations: u64,
+    pub record_violations: u64,
+    pub applied_after_kill: u64,
+    pub pods_created: u64,
+    pub pods_deleted: u64,
     pub errors: u64,
     pub by_scenario: BTreeMap<String, u64>,
     /// (seed, scenario, first reason) of every failed run.
@@ -62,8 +82,14 @@ impl Figures {
             *self.faults.entry(*f).or_insert(0) += n;
         }
         self.kills += o.kills;
+        self.daemon_kills += o.daemon_kills;
+        self.completions_checked += o.completions_checked;
         self.crashes += o.crashes.len() as u64;
         self.violations += o.violations.len() as u64;
+        self.record_violations += o.record_violations.len() as u64;
+        self.applied_after_kill += o.applied_after_kill;
+        self.pods_created += o.pods_created;
+        self.pods_deleted += o.pods_deleted;
         self.errors += u64::from(o.error.is_some());
         *self.by_scenario.entry(o.scenario.clone()).or_insert(0) += 1;
         self.seconds += o.seconds;
@@ -71,6 +97,7 @@ impl Figures {
             let why = o
                 .violations
                 .first()
+                .or(o.record_violations.first())
                 .cloned()
                 .or_else(|| o.error.clone())
                 .unwrap_or_default();
@@ -96,18 +123,32 @@ impl Figures {
             .collect();
         let _ = writeln!(
             out,
-            "faults: runs={} requests={} faults_injected={} ({}) kills={} controller_crashes={} invariant_violations={} run_errors={} failed_runs={}",
+            "faults: runs={} requests={} faults_injected={} ({}) kills={} crashes={} invariant_violations={} (watch={} records={}) run_errors={} failed_runs={}",
             self.runs,
             self.requests,
             self.faults_total(),
             kinds.join(" "),
             self.kills,
             self.crashes,
+            self.violations + self.record_violations,
             self.violations,
+            self.record_violations,
             self.errors,
             self.failed.len(),
         );
         let _ = writeln!(out, "faults: scenarios: {}", scenarios.join(" "));
+        let _ = writeln!(
+            out,
+            "faults: pods created={} deleted={}; writes applied after their sender was killed={}",
+            self.pods_created, self.pods_deleted, self.applied_after_kill
+        );
+        if self.daemon_kills > 0 || self.completions_checked > 0 {
+            let _ = writeln!(
+                out,
+                "faults: daemon kills={}; in-place completions checked={}",
+                self.daemon_kills, self.completions_checked
+            );
+        }
         for (seed, scenario, why) in &self.failed {
             let _ = writeln!(out, "faults: FAILED --seed {seed} ({scenario}): {why}");
         }
@@ -138,6 +179,10 @@ mod tests {
             requests: 50,
             faults: BTreeMap::from([(Fault::Conflict, 1)]),
             violations: vec!["5 live pods > replicas + maxSurge = 4".into()],
+            record_violations: vec!["PVC data-a deleted".into()],
+            pods_created: 4,
+            pods_deleted: 1,
+            applied_after_kill: 2,
             ..RunOutcome::default()
         });
         f.add(&RunOutcome {
@@ -149,14 +194,38 @@ mod tests {
         let text = f.render();
         assert!(
             text.starts_with(
-                "faults: runs=3 requests=150 faults_injected=6 (409=4 429=0 500=0 500-after-commit=0 reset=0 reset-after-commit=0 watch-drop=2 latency=0) kills=1 controller_crashes=1 invariant_violations=1 run_errors=1 failed_runs=2\n"
+                "faults: runs=3 requests=150 faults_injected=6 (409=4 429=0 500=0 500-after-commit=0 reset=0 reset-after-commit=0 watch-drop=2 latency=0) kills=1 crashes=1 invariant_violations=2 (watch=1 records=1) run_errors=1 failed_runs=2\n"
             ),
             "{text}"
         );
         assert!(text.contains("faults: scenarios: pvc=2 scale-up=1\n"));
+        assert!(text.contains(
+            "faults: pods created=4 deleted=1; writes applied after their sender was killed=2\n"
+        ));
         assert!(
             text.contains("faults: FAILED --seed 2 (pvc): 5 live pods > replicas + maxSurge = 4\n")
         );
         assert!(text.contains("faults: FAILED --seed 3 (pvc): namespace: timed out\n"));
+        assert!(!text.contains("daemon kills"), "{text}");
+    }
+
+    #[test]
+    fn daemon_figures_and_a_run_failed_by_its_records() {
+        let mut f = Figures::default();
+        f.add(&RunOutcome {
+            seed: 4,
+            scenario: "daemon-env".into(),
+            kills: 1,
+            daemon_kills: 2,
+            completions_checked: 3,
+            record_violations: vec!["the daemon wrote PATCH /api/v1/namespaces/n/pods/p".into()],
+            ..RunOutcome::default()
+        });
+        let text = f.render();
+        assert!(text.contains("kills=1 crashes=0 invariant_violations=1 (watch=0 records=1)"));
+        assert!(text.contains("faults: daemon kills=2; in-place completions checked=3\n"));
+        assert!(text.contains(
+            "faults: FAILED --seed 4 (daemon-env): the daemon wrote PATCH /api/v1/namespaces/n/pods/p\n"
+        ));
     }
 }

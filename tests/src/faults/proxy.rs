@@ -36,15 +36,41 @@ type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
 /// One request the proxy forwarded or failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
-    /// Milliseconds since the proxy started.
+    /// Milliseconds since the proxy started, when the request arrived.
     pub at_ms: u64,
+    /// When its answer was decided (forwarded and answered upstream, or failed here).
+    pub done_ms: u64,
+    /// The client connection it came on (numbered from 1 in order of opening) and when
+    /// that connection was opened: a process's requests come on its own connections.
+    pub conn: u64,
+    pub conn_opened_ms: u64,
     pub method: String,
     pub path: String,
     pub kind: RequestKind,
-    /// The status the controller got; 0 when the connection was cut.
+    /// The status the client got; 0 when the connection was cut.
     pub status: u16,
+    /// The API server's status when the request was forwarded (`None`: it was not), which
+    /// says whether a write was applied even when the client got a fault instead.
+    pub upstream: Option<u16>,
     pub fault: Option<Fault>,
     pub delay_ms: u64,
+    /// `metadata.name` of the request's body (the name of a created object).
+    pub body_name: Option<String>,
+    /// The body pins the write: `metadata.resourceVersion`, or `preconditions` with a
+    /// uid or resourceVersion (a delete).
+    pub precondition: bool,
+}
+
+/// What the record keeps of a request's body.
+fn body_facts(body: &[u8]) -> (Option<String>, bool) {
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return (None, false);
+    };
+    let name = v["metadata"]["name"].as_str().map(str::to_owned);
+    let pinned = !v["metadata"]["resourceVersion"].is_null()
+        || !v["preconditions"]["resourceVersion"].is_null()
+        || !v["preconditions"]["uid"].is_null();
+    (name, pinned)
 }
 
 struct State {
@@ -54,6 +80,25 @@ struct State {
     enabled: AtomicBool,
     records: Mutex<Vec<Record>>,
     started: Instant,
+    connections: std::sync::atomic::AtomicU64,
+    /// Requests received and not answered yet (a record is written only once answered),
+    /// by number: what a process that went silent was waiting for.
+    in_flight: Mutex<std::collections::BTreeMap<u64, String>>,
+    requests: std::sync::atomic::AtomicU64,
+}
+
+/// A request in [`State::in_flight`] until dropped (answered, or its connection closed).
+struct InFlight<'a> {
+    state: &'a State,
+    id: u64,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut m) = self.state.in_flight.lock() {
+            m.remove(&self.id);
+        }
+    }
 }
 
 impl State {
@@ -61,6 +106,10 @@ impl State {
         if let Ok(mut rs) = self.records.lock() {
             rs.push(r);
         }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
     fn decide(&self, kind: RequestKind) -> Decision {
@@ -101,6 +150,9 @@ impl FaultProxy {
             enabled: AtomicBool::new(false),
             records: Mutex::new(Vec::new()),
             started: Instant::now(),
+            connections: std::sync::atomic::AtomicU64::new(0),
+            in_flight: Mutex::new(std::collections::BTreeMap::new()),
+            requests: std::sync::atomic::AtomicU64::new(0),
         });
         let (tx, rx) = watch::channel(false);
         tokio::spawn(accept_loop(listener, state.clone(), rx));
@@ -114,6 +166,20 @@ impl FaultProxy {
     /// Turns fault injection on or off (requests already decided keep their fault).
     pub fn set_faults(&self, on: bool) {
         self.state.enabled.store(on, Ordering::SeqCst);
+    }
+
+    /// Milliseconds since the proxy started (the clock of [`Record::at_ms`]).
+    pub fn now_ms(&self) -> u64 {
+        self.state.now_ms()
+    }
+
+    /// The requests received and not answered yet (`at_ms connection method path`).
+    pub fn in_flight(&self) -> Vec<String> {
+        self.state
+            .in_flight
+            .lock()
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default()
     }
 
     pub fn records(&self) -> Vec<Record> {
@@ -145,12 +211,16 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>, shutdown: watch::
         };
         let _ = stream.set_nodelay(true);
         let state = state.clone();
+        let conn = Conn {
+            id: state.connections.fetch_add(1, Ordering::SeqCst) + 1,
+            opened_ms: state.now_ms(),
+        };
         let mut stop = shutdown.clone();
         tokio::spawn(async move {
             let cut = Arc::new(Notify::new());
             let svc = {
                 let cut = cut.clone();
-                service_fn(move |req| handle(state.clone(), cut.clone(), req))
+                service_fn(move |req| handle(state.clone(), cut.clone(), conn, req))
             };
             let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), svc);
             // Dropping the connection's future closes the socket, whatever it was doing.
@@ -161,6 +231,13 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>, shutdown: watch::
             }
         });
     }
+}
+
+/// A client connection of the proxy.
+#[derive(Debug, Clone, Copy)]
+struct Conn {
+    id: u64,
+    opened_ms: u64,
 }
 
 /// The API server's error answer for an injected status.
@@ -222,6 +299,7 @@ fn hop_by_hop(name: &hyper::header::HeaderName) -> bool {
 async fn handle(
     state: Arc<State>,
     cut: Arc<Notify>,
+    conn: Conn,
     req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Infallible> {
     let method = req.method().as_str().to_owned();
@@ -232,70 +310,90 @@ async fn handle(
         .map_or_else(|| path.clone(), |pq| pq.as_str().to_owned());
     let kind = RequestKind::of(&method, req.uri().query());
     let d = state.decide(kind);
-    let record = |status: u16| Record {
-        at_ms: u64::try_from(state.started.elapsed().as_millis()).unwrap_or(u64::MAX),
-        method: method.clone(),
-        path: path.clone(),
+    let mut rec = Record {
+        at_ms: state.now_ms(),
+        done_ms: 0,
+        conn: conn.id,
+        conn_opened_ms: conn.opened_ms,
+        method,
+        path,
         kind,
-        status,
+        status: 0,
+        upstream: None,
         fault: d.fault.or((d.delay_ms > 0).then_some(Fault::Latency)),
         delay_ms: d.delay_ms,
+        body_name: None,
+        precondition: false,
+    };
+    let id = state.requests.fetch_add(1, Ordering::SeqCst);
+    if let Ok(mut m) = state.in_flight.lock() {
+        m.insert(
+            id,
+            format!("{} c{} {} {}", rec.at_ms, rec.conn, rec.method, rec.path),
+        );
+    }
+    let _in_flight = InFlight { state: &state, id };
+    let record = |mut rec: Record, status: u16| {
+        rec.status = status;
+        rec.done_ms = state.now_ms();
+        state.record(rec);
     };
     if d.delay_ms > 0 {
         tokio::time::sleep(Duration::from_millis(d.delay_ms)).await;
     }
+    let (parts, body) = req.into_parts();
+    let Ok(collected) = body.collect().await else {
+        // The client went away in the middle of its request.
+        return std::future::pending().await;
+    };
+    let body = collected.to_bytes();
+    (rec.body_name, rec.precondition) = body_facts(&body);
     match d.fault {
         Some(f @ (Fault::Conflict | Fault::TooManyRequests | Fault::InternalError)) => {
             let resp = status_response(f);
-            state.record(record(resp.status().as_u16()));
+            record(rec, resp.status().as_u16());
             return Ok(resp);
         }
         Some(Fault::Reset) => {
-            state.record(record(0));
+            record(rec, 0);
             cut.notify_one();
             return std::future::pending().await;
         }
         _ => {}
     }
-    let (parts, body) = req.into_parts();
-    let Ok(collected) = body.collect().await else {
-        // The controller went away in the middle of its request.
-        return std::future::pending().await;
-    };
     let mut out = hyper::Request::builder().method(parts.method).uri(target);
     for (name, value) in &parts.headers {
         if !hop_by_hop(name) {
             out = out.header(name, value);
         }
     }
-    let out = match out.body(kube::client::Body::from(collected.to_bytes())) {
+    let out = match out.body(kube::client::Body::from(body)) {
         Ok(r) => r,
         Err(_) => return Ok(status_response(Fault::InternalError)),
     };
     let upstream = match state.client.send(out).await {
         Ok(r) => r,
         Err(e) => {
-            // Not injected: the bed itself failed. The controller sees a 502.
+            // Not injected: the bed itself failed. The client sees a 502.
             let mut resp = status_response(Fault::InternalError);
             *resp.status_mut() = hyper::StatusCode::BAD_GATEWAY;
-            tracing::warn!(error = %e, path, "fault proxy: upstream request failed");
-            state.record(Record {
-                fault: None,
-                ..record(502)
-            });
+            tracing::warn!(error = %e, path = %rec.path, "fault proxy: upstream request failed");
+            rec.fault = None;
+            record(rec, 502);
             return Ok(resp);
         }
     };
     let status = upstream.status().as_u16();
+    rec.upstream = Some(status);
     match d.fault {
         Some(Fault::InternalErrorAfterCommit) => {
             drop(upstream);
-            state.record(record(500));
+            record(rec, 500);
             return Ok(status_response(Fault::InternalError));
         }
         Some(Fault::ResetAfterCommit) => {
             drop(upstream);
-            state.record(record(0));
+            record(rec, 0);
             cut.notify_one();
             return std::future::pending().await;
         }
@@ -319,6 +417,33 @@ async fn handle(
             resp.headers_mut().append(name, value.clone());
         }
     }
-    state.record(record(status));
+    record(rec, status);
     Ok(resp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn body_facts_name_and_precondition() {
+        assert_eq!(
+            body_facts(br#"{"metadata":{"name":"flt-abc","labels":{}}}"#),
+            (Some("flt-abc".into()), false)
+        );
+        assert_eq!(
+            body_facts(br#"{"metadata":{"resourceVersion":"42"},"status":{}}"#),
+            (None, true)
+        );
+        assert_eq!(
+            body_facts(br#"{"kind":"DeleteOptions","preconditions":{"uid":"u-1"}}"#),
+            (None, true)
+        );
+        assert_eq!(
+            body_facts(br#"{"metadata":{"resourceVersion":null}}"#),
+            (None, false)
+        );
+        assert_eq!(body_facts(b""), (None, false));
+        assert_eq!(body_facts(b"[{\"op\":\"add\"}]"), (None, false));
+    }
 }

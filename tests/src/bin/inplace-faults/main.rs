@@ -26,11 +26,12 @@
 //! invariant_violations=…` and the seed of every failed run; exits non-zero if any run
 //! failed.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+mod daemon;
+mod process;
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
@@ -43,12 +44,14 @@ use inplace_tests::bed::{
 use inplace_tests::faults::figures::{Figures, RunOutcome};
 use inplace_tests::faults::invariants::{Bounds, Checker, PodSnap, PvcSnap};
 use inplace_tests::faults::plan::{Fault, Rates};
-use inplace_tests::faults::proxy::FaultProxy;
+use inplace_tests::faults::proxy::{FaultProxy, Record};
+use inplace_tests::faults::records::{self, PodLedger};
 use inplace_tests::faults::rng::Rng;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
+use process::Process;
 use serde_json::json;
 
 const IMAGE_V1: &str = "faults.invalid/inplace/app:v1";
@@ -95,6 +98,25 @@ struct Args {
     /// Where the controllers' logs go (kept only for failed runs).
     #[arg(long, default_value = "/var/tmp/logs/faults")]
     log_dir: PathBuf,
+    /// Runs of the daemon scenario (`daemon.rs`: the real node, one at a time, after the
+    /// controller runs), from seed `--daemon-first-seed`.
+    #[arg(long, default_value_t = 0)]
+    daemon_runs: u64,
+    #[arg(long, default_value_t = 1)]
+    daemon_first_seed: u64,
+    /// Run only this seed of the daemon scenario (a replay); with `--runs 0` nothing else.
+    #[arg(long)]
+    daemon_seed: Option<u64>,
+    /// The daemon binary (default: `inplace-daemon` beside this program).
+    #[arg(long, env = "INPLACE_DAEMON_BIN")]
+    daemon_bin: Option<PathBuf>,
+    /// The test bed's directory (its containerd socket, for the daemon).
+    #[arg(
+        long,
+        env = "INPLACE_TESTBED_DIR",
+        default_value = "/var/tmp/inplace-testbed"
+    )]
+    bed_dir: PathBuf,
 }
 
 fn beside_me(name: &str) -> Result<PathBuf> {
@@ -278,104 +300,13 @@ async fn make_pvs(client: &Client, class: &str, n: usize) -> Result<Vec<String>>
 }
 
 // ---------------------------------------------------------------------------------------
-// The controller child process.
-
-#[derive(Debug)]
-struct Controller {
-    child: Option<Child>,
-    bin: PathBuf,
-    kubeconfig: PathBuf,
-    ns: String,
-    log: PathBuf,
-    rust_log: String,
-}
-
-impl Controller {
-    fn start(bin: &Path, kubeconfig: &Path, ns: &str, log: &Path, rust_log: &str) -> Result<Self> {
-        let mut c = Controller {
-            child: None,
-            bin: bin.to_owned(),
-            kubeconfig: kubeconfig.to_owned(),
-            ns: ns.to_owned(),
-            log: log.to_owned(),
-            rust_log: rust_log.to_owned(),
-        };
-        c.spawn()?;
-        Ok(c)
-    }
-
-    fn spawn(&mut self) -> Result<()> {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .with_context(|| format!("{}", self.log.display()))?;
-        let child = Command::new(&self.bin)
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .args(["--namespace", &self.ns, "--metrics-addr", "127.0.0.1:0"])
-            .args(["--leader-elect", "false"])
-            .args(["--imagepulljob-controller", "false"])
-            .args(["--nodeimage-lifecycle", "false"])
-            .args(["--crr-controller", "false"])
-            .env("RUST_LOG", &self.rust_log)
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(file.try_clone()?)
-            .stderr(file)
-            .spawn()
-            .with_context(|| format!("starting {}", self.bin.display()))?;
-        self.child = Some(child);
-        Ok(())
-    }
-
-    /// SIGKILL and reap.
-    fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    /// When the process exited on its own: restarts it, as the kubelet restarts a
-    /// crashed container (after 1 s instead of the kubelet's 10 s back-off, to keep runs
-    /// short), and returns the exit status with the log's last error line.
-    fn revive(&mut self) -> Result<Option<String>> {
-        let Some(c) = self.child.as_mut() else {
-            return Ok(None);
-        };
-        let status = match c.try_wait() {
-            Ok(Some(status)) => status,
-            _ => return Ok(None),
-        };
-        self.child = None;
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let why = text
-            .lines()
-            .rev()
-            .find(|l| l.starts_with("Error") || l.contains(" ERROR "))
-            .unwrap_or("")
-            .to_owned();
-        std::thread::sleep(Duration::from_secs(1));
-        self.spawn()?;
-        Ok(Some(format!("{status}: {why}")))
-    }
-}
-
-impl Drop for Controller {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-// ---------------------------------------------------------------------------------------
 // Watches feeding the checker.
 
-/// Feeds every event of a watch of `api` to the checker through `apply`.
-fn feed<K>(
+/// Feeds every event of a watch of `api` to the checks `checker` through `apply`.
+fn feed<K, S: Send + 'static>(
     api: Api<K>,
-    checker: Arc<Mutex<Checker>>,
-    apply: fn(&mut Checker, watcher::Event<K>),
+    checker: Arc<Mutex<S>>,
+    apply: fn(&mut S, watcher::Event<K>),
 ) -> tokio::task::JoinHandle<()>
 where
     K: kube::Resource
@@ -464,8 +395,10 @@ async fn not_converged(
 struct Shared {
     args: Args,
     client: Client,
-    sim: Sim,
+    /// The simulator (only when there are controller runs).
+    sim: Option<Sim>,
     controller_bin: PathBuf,
+    daemon_bin: PathBuf,
 }
 
 async fn run(shared: &Shared, seed: u64) -> RunOutcome {
@@ -529,6 +462,9 @@ async fn run_in(
     };
     let checker = Arc::new(Mutex::new(Checker::new(bounds)));
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    // The proxy's clock when each killed controller had been reaped.
+    let mut kills_ms: Vec<u64> = Vec::new();
+    let mut converged = false;
     let watches = [
         feed(pods.clone(), checker.clone(), pod_event),
         feed(
@@ -538,7 +474,7 @@ async fn run_in(
         ),
     ];
     let result = async {
-        let mut ctl = Controller::start(
+        let mut ctl = Process::controller(
             &shared.controller_bin,
             &kubeconfig,
             ns,
@@ -550,7 +486,7 @@ async fn run_in(
         cs_api
             .create(
                 &PostParams::default(),
-                &cloneset(name, &shared.sim, plan, ns)?,
+                &cloneset(name, shared.sim.as_ref().context("no simulator")?, plan, ns)?,
             )
             .await
             .context("creating the CloneSet")?;
@@ -560,7 +496,7 @@ async fn run_in(
             name,
             plan.initial,
             shared.args.setup_secs,
-            &mut ctl,
+            &mut [&mut ctl],
             &mut out.crashes,
         )
         .await
@@ -592,6 +528,7 @@ async fn run_in(
             tokio::time::sleep(at.saturating_sub(started.elapsed())).await;
             out.crashes.extend(ctl.revive()?);
             ctl.kill();
+            kills_ms.push(proxy.now_ms());
             out.kills += 1;
             tokio::time::sleep(*down).await;
             ctl.spawn()?;
@@ -600,21 +537,24 @@ async fn run_in(
         proxy.set_faults(false);
 
         // Faults off: convergence within the bound.
-        if let Err(e) = wait_converged(
+        match wait_converged(
             &cs_api,
             &pods,
             name,
             plan.target,
             shared.args.converge_secs,
-            &mut ctl,
+            &mut [&mut ctl],
             &mut out.crashes,
         )
         .await
         {
-            out.violations.push(format!(
-                "not converged {} s after the faults stopped: {e}",
-                shared.args.converge_secs
-            ));
+            Ok(()) => converged = true,
+            Err(e) => {
+                out.violations.push(format!(
+                    "not converged {} s after the faults stopped: {e}",
+                    shared.args.converge_secs
+                ));
+            }
         }
         Ok::<(), anyhow::Error>(())
     }
@@ -634,42 +574,92 @@ async fn run_in(
         .min(plan.target)
         .saturating_sub(plan.max_unavailable) as usize;
     let records = proxy.records();
-    out.requests = records.len() as u64;
-    let mut faults: BTreeMap<Fault, u64> = BTreeMap::new();
-    for r in &records {
-        if let Some(f) = r.fault {
-            *faults.entry(f).or_insert(0) += 1;
-        }
-        // A latency on top of another fault counts for both.
-        if r.delay_ms > 0 && r.fault != Some(Fault::Latency) {
-            *faults.entry(Fault::Latency).or_insert(0) += 1;
-        }
-    }
-    out.faults = faults;
+    check_records(
+        &records,
+        &kills_ms,
+        plan.target,
+        bounds.max_pods,
+        converged,
+        out,
+    );
     if out.failed() {
-        // The proxy's record of writes, next to the controller's log, for the diagnosis.
-        let writes = shared.args.log_dir.join(format!("{ns}-requests.log"));
-        let text: String = records
-            .iter()
-            .map(|r| {
-                format!(
-                    "{:>7} {} {} -> {} {}\n",
-                    r.at_ms,
-                    r.method,
-                    r.path,
-                    r.status,
-                    r.fault.map_or("", Fault::name)
-                )
-            })
-            .collect();
-        let _ = std::fs::write(&writes, text);
-        eprintln!(
-            "faults: seed {seed}: requests recorded in {}",
-            writes.display()
-        );
+        keep_records(&shared.args.log_dir, ns, "requests", &proxy, seed);
     }
     let _ = std::fs::remove_file(&kubeconfig);
     result
+}
+
+/// The figures of a controller proxy's record and the invariants of
+/// [`inplace_tests::faults::records`] over it.
+fn check_records(
+    records: &[Record],
+    kills_ms: &[u64],
+    target: u32,
+    max_pods: usize,
+    converged: bool,
+    out: &mut RunOutcome,
+) {
+    count_requests(records, out);
+    let (after, applied_after) = records::after_kills(records, kills_ms);
+    out.record_violations.extend(after);
+    out.applied_after_kill += applied_after;
+    let ledger = PodLedger::of(records);
+    out.record_violations
+        .extend(ledger.violations(target as usize, max_pods, converged));
+    out.pods_created += ledger.created.len() as u64;
+    out.pods_deleted += ledger.deleted.len() as u64;
+    // `<vct>-<cloneset>-<id>` of pod `<cloneset>-<id>` (controller/src/plan/build.rs).
+    out.record_violations
+        .extend(records::pvc_deletes(records, |claim| {
+            claim.strip_prefix("data-").map(str::to_owned)
+        }));
+}
+
+/// Requests and faults (by kind) of a proxy's record, added to `out`.
+fn count_requests(records: &[Record], out: &mut RunOutcome) {
+    out.requests += records.len() as u64;
+    for r in records {
+        if let Some(f) = r.fault {
+            *out.faults.entry(f).or_insert(0) += 1;
+        }
+        // A latency on top of another fault counts for both.
+        if r.delay_ms > 0 && r.fault != Some(Fault::Latency) {
+            *out.faults.entry(Fault::Latency).or_insert(0) += 1;
+        }
+    }
+}
+
+/// A failed run's proxy record, next to the processes' logs, for the diagnosis.
+fn keep_records(dir: &Path, ns: &str, what: &str, proxy: &FaultProxy, seed: u64) {
+    let file = dir.join(format!("{ns}-{what}.log"));
+    let records = proxy.records();
+    let mut text: String = records
+        .iter()
+        .map(|r| {
+            format!(
+                "{:>7} {:>7} c{:<3} {} {} -> {} (upstream {}) {}{}\n",
+                r.at_ms,
+                r.done_ms,
+                r.conn,
+                r.method,
+                r.path,
+                r.status,
+                r.upstream.map_or_else(|| "-".to_owned(), |s| s.to_string()),
+                r.fault.map_or("", Fault::name),
+                r.body_name
+                    .as_deref()
+                    .map_or_else(String::new, |n| format!(" name={n}")),
+            )
+        })
+        .collect();
+    for r in proxy.in_flight() {
+        text.push_str(&format!("NOT ANSWERED at the end: {r}\n"));
+    }
+    let _ = std::fs::write(&file, text);
+    eprintln!(
+        "faults: seed {seed}: requests recorded in {}",
+        file.display()
+    );
 }
 
 async fn wait_converged(
@@ -678,15 +668,17 @@ async fn wait_converged(
     name: &str,
     want: u32,
     secs: u64,
-    ctl: &mut Controller,
+    procs: &mut [&mut Process],
     crashes: &mut Vec<String>,
 ) -> std::result::Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
-        match ctl.revive() {
-            Ok(Some(crash)) => crashes.push(crash),
-            Ok(None) => {}
-            Err(e) => return Err(format!("restarting the controller: {e:#}")),
+        for p in procs.iter_mut() {
+            match p.revive() {
+                Ok(Some(crash)) => crashes.push(crash),
+                Ok(None) => {}
+                Err(e) => return Err(format!("restarting a process: {e:#}")),
+            }
         }
         let last = match not_converged(cs_api, pods, name, want).await {
             Ok(None) => return Ok(()),
@@ -706,63 +698,80 @@ async fn wait_converged(
 async fn main() -> Result<()> {
     let args = Args::parse();
     std::fs::create_dir_all(&args.log_dir)?;
-    let controller_bin = match &args.controller_bin {
-        Some(p) => p.clone(),
-        None => beside_me("inplace-controller")?,
-    };
-    let nodesim_bin = match &args.nodesim_bin {
-        Some(p) => p.clone(),
-        None => beside_me("inplace-nodesim")?,
-    };
-    for bin in [&controller_bin, &nodesim_bin] {
-        if !bin.exists() {
+    let bin = |given: &Option<PathBuf>, name: &str| -> Result<PathBuf> {
+        let path = match given {
+            Some(p) => p.clone(),
+            None => beside_me(name)?,
+        };
+        if !path.exists() {
             bail!(
                 "{} not found: build it first (see the program's documentation)",
-                bin.display()
+                path.display()
             );
         }
-    }
-    let client = client().await?;
-    let group = format!("faults-{}", suffix());
-    let sim = Sim::start(
-        &nodesim_bin,
-        &group,
-        args.nodes,
-        &[
-            "--start-delay",
-            "200ms",
-            "--ready-delay",
-            "300ms",
-            "--update-delay",
-            "500ms",
-            "--max-grace",
-            "1s",
-            "--stats-interval",
-            "10m",
-        ],
-    )?;
-    sim.wait_nodes_ready(&client, Duration::from_secs(60))
-        .await?;
+        Ok(path)
+    };
     let seeds: Vec<u64> = match args.seed {
         Some(s) => vec![s],
         None => (args.first_seed..args.first_seed.saturating_add(args.runs)).collect(),
     };
+    let daemon_seeds: Vec<u64> = match args.daemon_seed {
+        Some(s) => vec![s],
+        None => (args.daemon_first_seed..args.daemon_first_seed.saturating_add(args.daemon_runs))
+            .collect(),
+    };
+    let controller_bin = bin(&args.controller_bin, "inplace-controller")?;
+    let daemon_bin = if daemon_seeds.is_empty() {
+        PathBuf::new()
+    } else {
+        bin(&args.daemon_bin, "inplace-daemon")?
+    };
+    let client = client().await?;
+    let sim = if seeds.is_empty() {
+        None
+    } else {
+        let nodesim_bin = bin(&args.nodesim_bin, "inplace-nodesim")?;
+        let group = format!("faults-{}", suffix());
+        let sim = Sim::start(
+            &nodesim_bin,
+            &group,
+            args.nodes,
+            &[
+                "--start-delay",
+                "200ms",
+                "--ready-delay",
+                "300ms",
+                "--update-delay",
+                "500ms",
+                "--max-grace",
+                "1s",
+                "--stats-interval",
+                "10m",
+            ],
+        )?;
+        sim.wait_nodes_ready(&client, Duration::from_secs(60))
+            .await?;
+        Some(sim)
+    };
     let parallel = args.parallel.max(1);
-    let shared = Shared {
+    let mut shared = Shared {
         args,
         client,
         sim,
         controller_bin,
+        daemon_bin,
     };
     let t0 = Instant::now();
-    let mut figures = Figures::default();
     let budget = shared.args.time_budget_secs.map(Duration::from_secs);
+    let within_budget = || budget.is_none_or(|b| t0.elapsed() <= b);
     let mut not_started = 0u64;
+
+    let mut figures = Figures::default();
     let mut runs = futures::stream::iter(seeds)
         .map(|seed| {
             let shared = &shared;
             async move {
-                if budget.is_some_and(|b| t0.elapsed() > b) {
+                if !within_budget() {
                     return None;
                 }
                 Some(run(shared, seed).await)
@@ -770,50 +779,82 @@ async fn main() -> Result<()> {
         })
         .buffer_unordered(parallel);
     while let Some(o) = runs.next().await {
-        let Some(o) = o else {
-            not_started += 1;
-            continue;
-        };
-        let faults: u64 = o.faults.values().sum();
-        println!(
-            "faults: seed {} {}: {} in {:.0}s ({} requests, {} faults, {} kills, {} crashes; \
-             pods at most {} of {}, available at least {} of {})",
-            o.seed,
-            o.scenario,
-            if o.failed() { "FAILED" } else { "ok" },
-            o.seconds,
-            o.requests,
-            faults,
-            o.kills,
-            o.crashes.len(),
-            o.peak_pods,
-            o.max_pods,
-            o.least_available
-                .map_or_else(|| "-".to_owned(), |n| n.to_string()),
-            o.min_available,
-        );
-        for c in &o.crashes {
-            println!("faults:   the controller exited by itself (restarted): {c}");
+        match o {
+            Some(o) => report(&mut figures, &o),
+            None => not_started += 1,
         }
-        for v in &o.violations {
-            println!("faults:   violation: {v}");
-        }
-        if let Some(e) = &o.error {
-            println!("faults:   error: {e}");
-        }
-        figures.add(&o);
     }
     drop(runs);
-    let failed = !figures.failed.is_empty();
-    print!("{}", figures.render());
+    if let Some(sim) = shared.sim.as_mut() {
+        sim.stop()?;
+    }
+
+    // The daemon scenario: one run at a time (one daemon per node).
+    let mut daemon_figures = Figures::default();
+    for seed in daemon_seeds {
+        if !within_budget() {
+            not_started += 1;
+            continue;
+        }
+        let o = daemon::run(&shared, seed).await;
+        report(&mut daemon_figures, &o);
+    }
+
+    if figures.runs > 0 {
+        println!("faults: controller scenarios (simulated nodes):");
+        print!("{}", figures.render());
+    }
+    if daemon_figures.runs > 0 {
+        println!("faults: daemon scenario (the real node):");
+        print!("{}", daemon_figures.render());
+    }
     println!("faults: wall time {:.0}s", t0.elapsed().as_secs_f64());
     if not_started > 0 {
         println!("faults: {not_started} seeds not run (--time-budget-secs spent)");
     }
-    let Shared { mut sim, .. } = shared;
-    sim.stop()?;
-    if failed {
-        bail!("{} failed runs", figures.failed.len());
+    let failed = figures.failed.len() + daemon_figures.failed.len();
+    if failed > 0 {
+        bail!("{failed} failed runs");
     }
     Ok(())
+}
+
+/// Prints one run's line (and its crashes, violations, error) and adds it to `figures`.
+fn report(figures: &mut Figures, o: &RunOutcome) {
+    let faults: u64 = o.faults.values().sum();
+    println!(
+        "faults: seed {} {}: {} in {:.0}s ({} requests, {} faults, {} kills{}, {} crashes; \
+         pods at most {} of {}, available at least {} of {})",
+        o.seed,
+        o.scenario,
+        if o.failed() { "FAILED" } else { "ok" },
+        o.seconds,
+        o.requests,
+        faults,
+        o.kills,
+        if o.daemon_kills > 0 {
+            format!(" + {} of the daemon", o.daemon_kills)
+        } else {
+            String::new()
+        },
+        o.crashes.len(),
+        o.peak_pods,
+        o.max_pods,
+        o.least_available
+            .map_or_else(|| "-".to_owned(), |n| n.to_string()),
+        o.min_available,
+    );
+    for c in &o.crashes {
+        println!("faults:   a process exited by itself (restarted): {c}");
+    }
+    for v in &o.violations {
+        println!("faults:   violation (watch): {v}");
+    }
+    for v in &o.record_violations {
+        println!("faults:   violation (records): {v}");
+    }
+    if let Some(e) = &o.error {
+        println!("faults:   error: {e}");
+    }
+    figures.add(o);
 }

@@ -1,0 +1,436 @@
+//! The daemon scenario: an in-place rollout on the bed's real node, with the node daemon
+//! (the build tree's `inplace-daemon`, a host process for the node `inplace-node-0` on
+//! the bed's containerd) and the controller each behind a fault proxy of its own, both
+//! SIGKILLed and restarted at seeded points.
+//!
+//! A run creates a CloneSet of 2–3 pods on the real node (the bed's test image v1 from its
+//! local registry, a readiness probe, an env entry that reads the template label `tier`),
+//! waits until it is settled, takes the baseline of [`InPlaceChecker`], turns both proxies'
+//! faults on for 8–14 s while it makes the seed's change (image v1→v2; v1→v2 and `tier`
+//! a→b; or only `tier` a→b, which only the daemon can complete: the kubelet does not
+//! restart a container for an env that reads metadata), kills the daemon at 1–2 points
+//! and the controller at 0–1, turns the faults off and waits for convergence.
+//!
+//! Only one daemon may serve a node, so these runs go one at a time, after the
+//! controller runs, and only when no other `inplace-daemon` runs on the machine.
+
+use std::ffi::OsString;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use inplace_proto::cloneset::CloneSet;
+use inplace_tests::bed::{delete_namespace_and_wait, namespace, suffix};
+use inplace_tests::faults::figures::RunOutcome;
+use inplace_tests::faults::inplace::{InPlaceChecker, InPlaceSnap};
+use inplace_tests::faults::invariants::{Bounds, Checker, PodSnap};
+use inplace_tests::faults::plan::Rates;
+use inplace_tests::faults::proxy::FaultProxy;
+use inplace_tests::faults::records;
+use inplace_tests::faults::rng::Rng;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use serde_json::json;
+
+use super::process::Process;
+use super::{Shared, check_records, count_requests, feed, keep_records, wait_converged};
+
+/// The bed's real node (tests/testbed).
+pub const NODE: &str = "inplace-node-0";
+const CONTAINER: &str = "app";
+
+fn image(version: &str) -> String {
+    let var = format!("INPLACE_TEST_IMAGE_{}", version.to_uppercase());
+    std::env::var(var).unwrap_or_else(|_| format!("127.0.0.1:5000/inplace-test/app:{version}"))
+}
+
+/// What the change does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    Image,
+    ImageAndEnv,
+    Env,
+}
+
+/// Who is killed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Who {
+    Daemon,
+    Controller,
+}
+
+#[derive(Debug, Clone)]
+pub struct DaemonPlan {
+    replicas: u32,
+    change: Change,
+    window: Duration,
+    /// (offset in the window, downtime, who), in order.
+    kills: Vec<(Duration, Duration, Who)>,
+}
+
+impl DaemonPlan {
+    /// The plan of `seed` and the generators of the controller's and the daemon's proxies.
+    pub fn of(seed: u64) -> (DaemonPlan, Rng, Rng) {
+        // Another stream than the controller scenarios' plan of the same seed.
+        let mut rng = Rng::new(seed ^ 0xdae3_0000_0000_0000);
+        let replicas = u32::try_from(rng.range(2, 3)).unwrap_or(2);
+        let change = [Change::Image, Change::ImageAndEnv, Change::Env]
+            [usize::try_from(rng.below(3)).unwrap_or(0)];
+        let window = Duration::from_millis(rng.range(8000, 14_000));
+        let window_ms = u64::try_from(window.as_millis()).unwrap_or(8000);
+        let mut kills = Vec::new();
+        for _ in 0..rng.range(1, 2) {
+            let at = Duration::from_millis(rng.below(window_ms));
+            kills.push((at, Duration::from_millis(rng.range(0, 2000)), Who::Daemon));
+        }
+        if rng.chance(500) {
+            let at = Duration::from_millis(rng.below(window_ms));
+            kills.push((
+                at,
+                Duration::from_millis(rng.range(0, 1500)),
+                Who::Controller,
+            ));
+        }
+        kills.sort_by_key(|k| k.0);
+        let ctl_rng = rng.fork(1);
+        let daemon_rng = rng.fork(2);
+        (
+            DaemonPlan {
+                replicas,
+                change,
+                window,
+                kills,
+            },
+            ctl_rng,
+            daemon_rng,
+        )
+    }
+
+    fn image_changes(&self) -> bool {
+        self.change != Change::Env
+    }
+
+    fn env_changes(&self) -> bool {
+        self.change != Change::Image
+    }
+
+    pub fn scenario(&self) -> &'static str {
+        match self.change {
+            Change::Image => "daemon-image",
+            Change::ImageAndEnv => "daemon-image-env",
+            Change::Env => "daemon-env",
+        }
+    }
+}
+
+fn template_container(image: &str) -> serde_json::Value {
+    json!({
+        "name": CONTAINER,
+        "image": image,
+        "env": [
+            { "name": "PORT", "value": "8080" },
+            { "name": "TIER", "valueFrom": { "fieldRef": { "fieldPath": "metadata.labels['tier']" } } },
+        ],
+        "readinessProbe": { "httpGet": { "path": "/version", "port": 8080 }, "periodSeconds": 1 },
+    })
+}
+
+fn cloneset(name: &str, replicas: u32) -> Result<CloneSet> {
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "apps.kruise.io/v1alpha1",
+        "kind": "CloneSet",
+        "metadata": { "name": name },
+        "spec": {
+            "replicas": replicas,
+            "selector": { "matchLabels": { "app": name } },
+            "template": {
+                "metadata": { "labels": { "app": name, "tier": "a" } },
+                "spec": {
+                    "nodeSelector": { "inplace.testbed/real": "true" },
+                    "terminationGracePeriodSeconds": 2,
+                    "containers": [template_container(&image("v1"))],
+                },
+            },
+            "updateStrategy": { "type": "InPlaceIfPossible", "maxUnavailable": 1, "maxSurge": 0 },
+        },
+    }))?)
+}
+
+/// The watch's checks of a daemon run.
+struct Checks {
+    pods: Checker,
+    inplace: InPlaceChecker,
+}
+
+fn pod_event(c: &mut Checks, ev: watcher::Event<Pod>) {
+    match ev {
+        watcher::Event::Init => c.pods.pods_relisting(),
+        watcher::Event::InitApply(p) | watcher::Event::Apply(p) => {
+            c.inplace.observe(&InPlaceSnap::of(&p, CONTAINER));
+            c.pods.pod_applied(PodSnap::of(&p));
+        }
+        watcher::Event::Delete(p) => c.pods.pod_deleted(PodSnap::of(&p)),
+        watcher::Event::InitDone => c.pods.pods_listed(),
+    }
+}
+
+/// Other `inplace-daemon` processes on this machine (one could serve the real node).
+fn other_daemons() -> Vec<String> {
+    std::process::Command::new("pgrep")
+        .args(["-a", "-x", "inplace-daemon"])
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+pub async fn run(shared: &Shared, seed: u64) -> RunOutcome {
+    let t0 = Instant::now();
+    let (plan, ctl_rng, daemon_rng) = DaemonPlan::of(seed);
+    let mut out = RunOutcome {
+        seed,
+        scenario: plan.scenario().to_owned(),
+        ..RunOutcome::default()
+    };
+    let ns = format!("fltd-{seed}-{}", suffix());
+    let logs = [
+        shared.args.log_dir.join(format!("{ns}-controller.log")),
+        shared.args.log_dir.join(format!("{ns}-daemon.log")),
+    ];
+    if let Err(e) = run_in(
+        shared,
+        seed,
+        &plan,
+        [ctl_rng, daemon_rng],
+        &ns,
+        &mut out,
+        &logs,
+    )
+    .await
+    {
+        out.error = Some(format!("{e:#}"));
+    }
+    // The pods on the real node take their grace period (2 s) to go.
+    if let Err(e) = delete_namespace_and_wait(&shared.client, &ns, Duration::from_secs(120)).await {
+        eprintln!("faults: seed {seed}: namespace {ns} not emptied: {e:#}");
+    }
+    for log in &logs {
+        if out.failed() {
+            eprintln!("faults: seed {seed}: log kept: {}", log.display());
+        } else {
+            let _ = std::fs::remove_file(log);
+        }
+    }
+    out.seconds = t0.elapsed().as_secs_f64();
+    out
+}
+
+async fn run_in(
+    shared: &Shared,
+    seed: u64,
+    plan: &DaemonPlan,
+    rngs: [Rng; 2],
+    ns: &str,
+    out: &mut RunOutcome,
+    logs: &[std::path::PathBuf; 2],
+) -> Result<()> {
+    let others = other_daemons();
+    if !others.is_empty() {
+        bail!("another inplace-daemon runs on this machine (the product installed?): {others:?}");
+    }
+    let client = &shared.client;
+    namespace(client, ns).await.context("namespace")?;
+    let [ctl_rng, daemon_rng] = rngs;
+    let ctl_proxy = FaultProxy::start(client.clone(), Rates::default(), ctl_rng).await?;
+    let daemon_proxy = FaultProxy::start(client.clone(), Rates::default(), daemon_rng).await?;
+    let ctl_kubeconfig = shared.args.log_dir.join(format!("{ns}-kubeconfig"));
+    std::fs::write(&ctl_kubeconfig, ctl_proxy.kubeconfig(ns))?;
+    let daemon_kubeconfig = shared.args.log_dir.join(format!("{ns}-daemon-kubeconfig"));
+    std::fs::write(&daemon_kubeconfig, daemon_proxy.kubeconfig("default"))?;
+    let replicas = plan.replicas as usize;
+    let bounds = Bounds {
+        max_pods: replicas,
+        min_available: None,
+    };
+    let checks = Arc::new(Mutex::new(Checks {
+        pods: Checker::new(bounds),
+        inplace: InPlaceChecker::default(),
+    }));
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let watch = feed(pods.clone(), checks.clone(), pod_event);
+    let mut ctl_kills = Vec::new();
+    let mut daemon_kills = Vec::new();
+    let mut converged = false;
+    let result = async {
+        let cri = shared.args.bed_dir.join("containerd/containerd.sock");
+        let mut daemon = Process::start(
+            &shared.daemon_bin,
+            [
+                "--node-name",
+                NODE,
+                "--addr",
+                "127.0.0.1:0",
+                "--poll-interval-ms",
+                "200",
+                "--cri-endpoint",
+            ]
+            .into_iter()
+            .map(OsString::from)
+            .chain([cri.into_os_string()])
+            .collect(),
+            vec![
+                (
+                    "KUBECONFIG".into(),
+                    daemon_kubeconfig.clone().into_os_string(),
+                ),
+                ("RUST_LOG".into(), shared.args.controller_log.clone().into()),
+            ],
+            &logs[1],
+        )?;
+        let mut ctl = Process::controller(
+            &shared.controller_bin,
+            &ctl_kubeconfig,
+            ns,
+            &logs[0],
+            &shared.args.controller_log,
+        )?;
+        let name = "fltd";
+        let cs_api: Api<CloneSet> = Api::namespaced(client.clone(), ns);
+        cs_api
+            .create(&PostParams::default(), &cloneset(name, plan.replicas)?)
+            .await
+            .context("creating the CloneSet")?;
+        wait_converged(
+            &cs_api,
+            &pods,
+            name,
+            plan.replicas,
+            shared.args.setup_secs,
+            &mut [&mut ctl, &mut daemon],
+            &mut out.crashes,
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("setup (no faults): {e}"))?;
+        let before: Vec<InPlaceSnap> = pods
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .map(|p| InPlaceSnap::of(p, CONTAINER))
+            .collect();
+        if let Ok(mut c) = checks.lock() {
+            c.inplace.baseline(&before, plan.image_changes());
+            c.pods.set_bounds(Bounds {
+                min_available: Some(replicas - 1),
+                ..bounds
+            });
+        }
+
+        ctl_proxy.set_faults(true);
+        daemon_proxy.set_faults(true);
+        let started = Instant::now();
+        let image = image(if plan.image_changes() { "v2" } else { "v1" });
+        let tier = if plan.env_changes() { "b" } else { "a" };
+        let patch = json!({ "spec": { "template": {
+            "metadata": { "labels": { "tier": tier } },
+            "spec": { "containers": [template_container(&image)] },
+        }}});
+        cs_api
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .context("changing the CloneSet")?;
+        for (at, down, who) in &plan.kills {
+            tokio::time::sleep(at.saturating_sub(started.elapsed())).await;
+            let (p, proxy, kills) = match who {
+                Who::Daemon => (&mut daemon, &daemon_proxy, &mut daemon_kills),
+                Who::Controller => (&mut ctl, &ctl_proxy, &mut ctl_kills),
+            };
+            out.crashes.extend(p.revive()?);
+            p.kill();
+            kills.push(proxy.now_ms());
+            tokio::time::sleep(*down).await;
+            p.spawn()?;
+        }
+        tokio::time::sleep(plan.window.saturating_sub(started.elapsed())).await;
+        ctl_proxy.set_faults(false);
+        daemon_proxy.set_faults(false);
+
+        match wait_converged(
+            &cs_api,
+            &pods,
+            name,
+            plan.replicas,
+            shared.args.converge_secs,
+            &mut [&mut ctl, &mut daemon],
+            &mut out.crashes,
+        )
+        .await
+        {
+            Ok(()) => converged = true,
+            Err(e) => out.violations.push(format!(
+                "not converged {} s after the faults stopped: {e}",
+                shared.args.converge_secs
+            )),
+        }
+        let after: Vec<InPlaceSnap> = pods
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .map(|p| InPlaceSnap::of(p, CONTAINER))
+            .collect();
+        Ok::<Vec<InPlaceSnap>, anyhow::Error>(after)
+    }
+    .await;
+    watch.abort();
+    if let Ok(mut c) = checks.lock() {
+        let mut found = c.pods.finish();
+        if let Ok(after) = &result {
+            found.extend(c.inplace.finish(after));
+        }
+        out.violations.splice(0..0, found);
+        out.completions_checked = c.inplace.completions_checked() as u64;
+        out.peak_pods = c.pods.peak_pods;
+        out.least_available = c.pods.least_available;
+    }
+    out.max_pods = replicas;
+    out.min_available = replicas - 1;
+    out.kills = ctl_kills.len() as u64;
+    out.daemon_kills = daemon_kills.len() as u64;
+    let ctl_records = ctl_proxy.records();
+    // In place: the controller creates the pods once and deletes none.
+    check_records(
+        &ctl_records,
+        &ctl_kills,
+        plan.replicas,
+        replicas,
+        converged,
+        out,
+    );
+    let daemon_records = daemon_proxy.records();
+    count_requests(&daemon_records, out);
+    let (after, applied_after) = records::after_kills(&daemon_records, &daemon_kills);
+    out.record_violations.extend(after);
+    out.applied_after_kill += applied_after;
+    out.record_violations
+        .extend(records::daemon_pod_writes(&daemon_records));
+    if out.failed() {
+        keep_records(&shared.args.log_dir, ns, "requests", &ctl_proxy, seed);
+        keep_records(
+            &shared.args.log_dir,
+            ns,
+            "daemon-requests",
+            &daemon_proxy,
+            seed,
+        );
+    }
+    let _ = std::fs::remove_file(&ctl_kubeconfig);
+    let _ = std::fs::remove_file(&daemon_kubeconfig);
+    result.map(|_| ())
+}

@@ -1,0 +1,270 @@
+//! The in-place invariants of the daemon scenario, checked on every event of a direct
+//! (not faulted) pod watch: no pod is marked `InPlaceUpdateReady=True` on the update
+//! revision before its new container runs, and the pods are updated in place (the same
+//! UIDs at the end as before the change).
+//!
+//! Before the change the runner takes a [`InPlaceChecker::baseline`] of the settled pods:
+//! each pod's revision, and its container's id and image id. From then on, an event of a
+//! pod of the baseline whose revision label is no longer the baseline's (the controller
+//! wrote the new revision) and whose `InPlaceUpdateReady` is `True` must show the container
+//! running, as another container than the baseline's and, when the image changed, with
+//! another image id. The controller sets the condition False before it writes the new
+//! revision, so a True on the new revision means "completed"; the daemon's completion
+//! write is pinned to the resourceVersion at which the kubelet's status named the new
+//! container, so the event that carries it shows that container.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::Pod;
+
+/// The container the checks look at, as the pod's status shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ContainerSnap {
+    pub id: String,
+    pub image_id: String,
+    pub running: bool,
+}
+
+/// What the checks need of a pod.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct InPlaceSnap {
+    pub uid: String,
+    pub name: String,
+    pub rv: u64,
+    pub live: bool,
+    /// The `controller-revision-hash` label.
+    pub revision: String,
+    /// The `InPlaceUpdateReady` condition's status (`None`: no such condition).
+    pub inplace_ready: Option<bool>,
+    /// The status of the container named by the checker (`None`: not reported).
+    pub container: Option<ContainerSnap>,
+}
+
+impl InPlaceSnap {
+    pub fn of(p: &Pod, container: &str) -> InPlaceSnap {
+        let status = p.status.as_ref();
+        let c = status
+            .and_then(|s| s.container_statuses.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.name == container))
+            .map(|c| ContainerSnap {
+                id: c.container_id.clone().unwrap_or_default(),
+                image_id: c.image_id.clone(),
+                running: c.state.as_ref().is_some_and(|s| s.running.is_some()),
+            });
+        InPlaceSnap {
+            uid: p.metadata.uid.clone().unwrap_or_default(),
+            name: p.metadata.name.clone().unwrap_or_default(),
+            rv: p
+                .metadata
+                .resource_version
+                .as_deref()
+                .and_then(|r| r.parse().ok())
+                .unwrap_or(0),
+            live: p.metadata.deletion_timestamp.is_none(),
+            revision: p
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("controller-revision-hash"))
+                .cloned()
+                .unwrap_or_default(),
+            inplace_ready: crate::bed::pod_condition(p, "InPlaceUpdateReady").map(|s| s == "True"),
+            container: c,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Before {
+    name: String,
+    revision: String,
+    container: ContainerSnap,
+}
+
+/// The checks of one daemon-scenario run.
+#[derive(Debug, Default)]
+pub struct InPlaceChecker {
+    image_changed: bool,
+    before: BTreeMap<String, Before>,
+    /// Pods (uid) already found in violation, and those whose completion was checked.
+    flagged: BTreeSet<String>,
+    completed: BTreeSet<String>,
+    violations: Vec<String>,
+}
+
+impl InPlaceChecker {
+    /// Before the change, from the settled pods; `image_changed`: the change sets a new
+    /// image (else only metadata an env reads).
+    pub fn baseline(&mut self, pods: &[InPlaceSnap], image_changed: bool) {
+        self.image_changed = image_changed;
+        for p in pods.iter().filter(|p| p.live) {
+            if let Some(c) = &p.container {
+                self.before.insert(
+                    p.uid.clone(),
+                    Before {
+                        name: p.name.clone(),
+                        revision: p.revision.clone(),
+                        container: c.clone(),
+                    },
+                );
+            }
+        }
+    }
+
+    pub fn observe(&mut self, p: &InPlaceSnap) {
+        let Some(before) = self.before.get(&p.uid) else {
+            return;
+        };
+        if p.revision == before.revision || p.inplace_ready != Some(true) {
+            return;
+        }
+        let why = match &p.container {
+            None => Some("no status of its container".to_owned()),
+            Some(c) if !c.running => Some(format!("its container {} is not running", c.id)),
+            Some(c) if c.id.is_empty() || c.id == before.container.id => Some(format!(
+                "its container is still the one from before the update ({})",
+                before.container.id
+            )),
+            Some(c) if self.image_changed && c.image_id == before.container.image_id => Some(
+                format!("its container still runs the old image ({})", c.image_id),
+            ),
+            Some(_) => None,
+        };
+        match why {
+            Some(why) if self.flagged.insert(p.uid.clone()) => self.violations.push(format!(
+                "pod {} marked InPlaceUpdateReady=True on revision {} (rv {}) but {why}",
+                p.name, p.revision, p.rv
+            )),
+            Some(_) => {}
+            None => {
+                self.completed.insert(p.uid.clone());
+            }
+        }
+    }
+
+    /// The end of the run, with the live pods then: each pod of the baseline is still
+    /// there (same UID: updated in place, not recreated) and no other pod is.
+    pub fn finish(&mut self, live: &[InPlaceSnap]) -> Vec<String> {
+        let now: BTreeSet<&String> = live.iter().filter(|p| p.live).map(|p| &p.uid).collect();
+        for (uid, b) in &self.before {
+            if !now.contains(uid) {
+                self.violations.push(format!(
+                    "pod {} ({uid}) was not updated in place: it is gone",
+                    b.name
+                ));
+            }
+        }
+        for p in live
+            .iter()
+            .filter(|p| p.live && !self.before.contains_key(&p.uid))
+        {
+            self.violations.push(format!(
+                "pod {} ({}) is not one of the pods before the update",
+                p.name, p.uid
+            ));
+        }
+        self.violations.clone()
+    }
+
+    /// Pods whose completion (True on the new revision) was seen and checked.
+    pub fn completions_checked(&self) -> usize {
+        self.completed.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snap(
+        name: &str,
+        rev: &str,
+        ready: Option<bool>,
+        id: &str,
+        image: &str,
+        running: bool,
+    ) -> InPlaceSnap {
+        InPlaceSnap {
+            uid: format!("uid-{name}"),
+            name: name.into(),
+            rv: 1,
+            live: true,
+            revision: rev.into(),
+            inplace_ready: ready,
+            container: Some(ContainerSnap {
+                id: id.into(),
+                image_id: image.into(),
+                running,
+            }),
+        }
+    }
+
+    fn checker(image_changed: bool) -> InPlaceChecker {
+        let mut c = InPlaceChecker::default();
+        c.baseline(
+            &[
+                snap("a", "r1", Some(true), "c-a1", "img1", true),
+                snap("b", "r1", Some(true), "c-b1", "img1", true),
+            ],
+            image_changed,
+        );
+        c
+    }
+
+    #[test]
+    fn an_update_marked_ready_once_the_new_container_runs_is_fine() {
+        let mut c = checker(true);
+        // The controller: False, then the new revision; the kubelet: the old container
+        // still reported, then the new one; the daemon: True.
+        c.observe(&snap("a", "r1", Some(false), "c-a1", "img1", true));
+        c.observe(&snap("a", "r2", Some(false), "c-a1", "img1", true));
+        c.observe(&snap("a", "r2", Some(false), "c-a2", "img2", true));
+        c.observe(&snap("a", "r2", Some(true), "c-a2", "img2", true));
+        assert_eq!(c.completions_checked(), 1);
+        let live = [
+            snap("a", "r2", Some(true), "c-a2", "img2", true),
+            snap("b", "r2", Some(true), "c-b2", "img2", true),
+        ];
+        assert!(c.finish(&live).is_empty());
+    }
+
+    #[test]
+    fn marked_ready_before_the_new_container_runs_is_a_violation() {
+        let mut c = checker(true);
+        c.observe(&snap("a", "r2", Some(true), "c-a1", "img1", true));
+        c.observe(&snap("a", "r2", Some(true), "c-a1", "img1", true));
+        c.observe(&snap("b", "r2", Some(true), "c-b2", "img1", true));
+        let v = c.finish(&[
+            snap("a", "r2", Some(true), "c-a2", "img2", true),
+            snap("b", "r2", Some(true), "c-b2", "img2", true),
+        ]);
+        assert_eq!(v.len(), 2, "{v:?}");
+        assert!(v[0].contains("pod a marked InPlaceUpdateReady=True on revision r2"));
+        assert!(v[0].contains("still the one from before the update (c-a1)"));
+        assert!(v[1].contains("still runs the old image (img1)"));
+        let mut c = checker(true);
+        c.observe(&snap("a", "r2", Some(true), "c-a2", "img2", false));
+        assert_eq!(c.finish(&[]).len(), 3, "not running; both pods gone");
+    }
+
+    #[test]
+    fn an_env_only_change_needs_a_new_container_not_a_new_image() {
+        let mut c = checker(false);
+        c.observe(&snap("a", "r2", Some(true), "c-a2", "img1", true));
+        assert_eq!(c.completions_checked(), 1);
+        c.observe(&snap("b", "r2", Some(true), "c-b1", "img1", true));
+        assert_eq!(c.finish(&[]).len(), 3);
+    }
+
+    #[test]
+    fn a_recreated_pod_is_not_in_place() {
+        let mut c = checker(true);
+        let mut other = snap("a", "r2", Some(true), "c-x", "img2", true);
+        other.uid = "uid-a-2".into();
+        c.observe(&other);
+        let v = c.finish(&[other, snap("b", "r2", Some(true), "c-b2", "img2", true)]);
+        assert_eq!(v.len(), 2, "{v:?}");
+        assert!(v[0].contains("pod a (uid-a) was not updated in place"));
+        assert!(v[1].contains("pod a (uid-a-2) is not one of the pods before the update"));
+    }
+}
