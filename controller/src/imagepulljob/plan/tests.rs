@@ -470,9 +470,12 @@ fn with_order(mut j: ImagePullJob, order: &str) -> ImagePullJob {
     j
 }
 
+/// (what, nodes waiting, recorded order, hand-out order)
+type HandOutCase<'a> = (&'a str, &'a [&'a str], &'a [&'a str], &'a [&'a str]);
+
 #[test]
 fn hand_out_order_table() {
-    let cases: &[(&str, &[&str], &[&str], &[&str])] = &[
+    let cases: &[HandOutCase] = &[
         ("no order: by name", &["a", "b", "c"], &[], &["a", "b", "c"]),
         (
             "listed first in list order",
