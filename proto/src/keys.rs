@@ -58,6 +58,11 @@ pub const IMAGE_PREDOWNLOAD_TIMEOUT_ANNOTATION: &str =
 /// CloneSet annotation: start pre-download after this many updated ready pods.
 pub const IMAGE_PREDOWNLOAD_MIN_UPDATED_READY_PODS_ANNOTATION: &str =
     "apps.kruise.io/image-predownload-min-updated-ready-pods";
+/// Ours, not OpenKruise's: on the ImagePullJobs the CloneSet controller creates for
+/// pre-download, the nodes of the pods still to update, comma-separated, in the CloneSet's
+/// update order. The ImagePullJob controller hands its parallelism slots out in this order
+/// (nodes not listed after, by name); a job without it pulls by node name.
+pub const PREDOWNLOAD_NODE_ORDER_ANNOTATION: &str = "inplace.kruise.io/predownload-node-order";
 /// CloneSet label: deletion protection (`Always` or `Cascading`).
 pub const DELETE_PROTECTION_LABEL: &str = "policy.kruise.io/delete-protection";
 

@@ -78,6 +78,10 @@ struct Args {
     /// never answers for failed). Only without --namespace: it must see every job.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "INPLACE_NODEIMAGE_LIFECYCLE")]
     nodeimage_lifecycle: bool,
+    /// Image pre-download pulls on the nodes of the pods that update next first (the
+    /// CloneSet's update order, recorded on the jobs it creates); false: by node name.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "INPLACE_PREDOWNLOAD_UPDATE_ORDER")]
+    predownload_update_order: bool,
     /// ImagePullJobs reconciled concurrently.
     #[arg(long, default_value_t = 2)]
     imagepulljob_workers: u16,
@@ -307,6 +311,7 @@ async fn main() -> anyhow::Result<()> {
         plan_options: options,
         event_handler_optimization: gates.event_handler_optimization,
         deletion_protection: gates.deletion_protection,
+        predownload_update_order: args.predownload_update_order,
         ..Settings::default()
     };
 

@@ -4,8 +4,11 @@
 //!
 //! Per node the job is in one of four states: not synced (the node's NodeImage does not list
 //! the tag with an owner reference to the job), active (listed, not finished for the listed
-//! `version`), succeeded or failed. At most `parallelism − active` not-synced nodes (by
-//! name) get the tag per reconcile. With completion policy `Always` the job completes once
+//! `version`), succeeded or failed. At most `parallelism − active` not-synced nodes get the
+//! tag per reconcile: first those listed in our annotation
+//! `inplace.kruise.io/predownload-node-order` in its order (the CloneSet controller writes
+//! there the update order of the pods still to update, [`hand_out_order`]), then the
+//! others by name. With completion policy `Always` the job completes once
 //! no node is pending, or at `activeDeadlineSeconds` after `startTime` (unfinished nodes then
 //! count as failed); `ttlSecondsAfterFinished` after completion the job is deleted. `Never`
 //! never completes and keeps adding nodes that appear.
@@ -171,6 +174,37 @@ pub fn target_nodes(input: &Input<'_>) -> Result<Vec<String>, PlanError> {
     out.sort();
     out.dedup();
     Ok(out)
+}
+
+/// The node order recorded on `job` (annotation
+/// [`inplace_proto::keys::PREDOWNLOAD_NODE_ORDER_ANNOTATION`]); empty without one.
+pub fn recorded_node_order(job: &ImagePullJob) -> Vec<&str> {
+    job.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(inplace_proto::keys::PREDOWNLOAD_NODE_ORDER_ANNOTATION))
+        .map(|v| {
+            v.split(',')
+                .map(str::trim)
+                .filter(|n| !n.is_empty())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The order in which the nodes `waiting` (sorted by name) get a parallelism slot:
+/// those in `order` by their first place there, then the rest by name. The same nodes,
+/// only reordered.
+pub fn hand_out_order<'a>(waiting: &[&'a str], order: &[&str]) -> Vec<&'a str> {
+    let mut rank: std::collections::HashMap<&str, usize> =
+        std::collections::HashMap::with_capacity(order.len());
+    for (i, node) in order.iter().enumerate() {
+        rank.entry(*node).or_insert(i);
+    }
+    let mut out = waiting.to_vec();
+    // stable: unlisted nodes keep their order by name
+    out.sort_by_key(|n| rank.get(n).copied().unwrap_or(usize::MAX));
+    out
 }
 
 fn owned_by(tag: &ImageTagSpec, uid: &str) -> bool {
@@ -362,11 +396,17 @@ pub fn plan(input: &Input<'_>) -> Result<Plan, PlanError> {
         let room = usize::try_from(job.parallelism())
             .unwrap_or(0)
             .saturating_sub(active);
-        for (node, state) in states
-            .iter_mut()
+        let waiting: Vec<&str> = states
+            .iter()
             .filter(|(_, s)| *s == NodeState::NotSynced)
+            .map(|(n, _)| n.as_str())
+            .collect();
+        let chosen: Vec<String> = hand_out_order(&waiting, &recorded_node_order(job))
+            .into_iter()
             .take(room)
-        {
+            .map(str::to_owned)
+            .collect();
+        for node in &chosen {
             let ni = input.node_images.get(node.as_str());
             writes.push(NodeImageWrite {
                 node: node.clone(),
@@ -374,7 +414,12 @@ pub fn plan(input: &Input<'_>) -> Result<Plan, PlanError> {
                 image: image.clone(),
                 spec: with_tag(ni, input, &image, &tag, &uid),
             });
-            *state = NodeState::Active;
+        }
+        let chosen: std::collections::HashSet<&str> = chosen.iter().map(String::as_str).collect();
+        for (node, state) in &mut states {
+            if chosen.contains(node.as_str()) {
+                *state = NodeState::Active;
+            }
         }
     }
 

@@ -25,6 +25,12 @@
 //!    planner's own in-place rule).
 //! 6. **Jobs**: one ImagePullJob per container whose image changes ([`job_for`]), then the
 //!    revision is labelled created.
+//!
+//! **Pull order** (ours; OpenKruise's ImagePullJob controller sorts the selected pods by
+//! the owning CloneSet's update order on every reconcile): the writer records on the
+//! jobs it creates the nodes of the pods still to update, in the planner's own update
+//! order ([`update_node_order`], [`with_node_order`]), and the ImagePullJob controller
+//! hands its parallelism slots out in that order, so each batch finds its image pulled.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -41,8 +47,9 @@ use serde_json::Value;
 
 use super::diffs;
 use super::inplace::{self, InPlaceDecision};
-use super::model::PlanOptions;
+use super::model::{PlanContext, PlanOptions, PodFacts, Snapshot};
 use super::revision;
+use super::{update, update_order};
 
 /// Pre-download only for CloneSets with more replicas than this.
 pub const MIN_REPLICAS_EXCLUSIVE: i32 = 3;
@@ -421,6 +428,87 @@ pub fn job_for(
             image_pull_policy: None,
         },
         status: None,
+    }
+}
+
+/// Longest node-order annotation written ([`encode_node_order`]): far below the API
+/// server's 256 KiB for all annotations together; nodes past it are pulled after the
+/// listed ones, by name.
+pub const MAX_NODE_ORDER_BYTES: usize = 64 * 1024;
+
+/// The nodes of the pods still to move to the update revision, in the order the update
+/// step takes them (the candidates of [`update::candidates`] sorted by
+/// [`update_order::sort_candidates`]: priority, scatter, the default order, pods in
+/// PreparingUpdate first), each node once, at the place of its first pod. Pods the
+/// partition keeps come last in that order, so their nodes do too.
+pub fn update_node_order(ctx: &PlanContext<'_>) -> Vec<String> {
+    let mut candidates = update::candidates(ctx, false);
+    update_order::sort_candidates(
+        ctx.cloneset().spec.update_strategy.as_ref(),
+        &ctx.pods,
+        &mut candidates,
+    );
+    let mut seen = std::collections::HashSet::new();
+    candidates
+        .into_iter()
+        .filter_map(|i| ctx.pods[i].node_name)
+        .filter(|n| !n.is_empty() && seen.insert(*n))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// [`update_node_order`] of `snapshot` with the plan's revisions (the facts are extracted
+/// again: this runs once per revision, when its jobs are created).
+pub fn node_order_of(
+    snapshot: Snapshot<'_>,
+    update_revision: &str,
+    current_revision: &str,
+) -> Vec<String> {
+    let ctx = PlanContext {
+        pods: PodFacts::extract_all(&snapshot),
+        snapshot,
+        update_revision: update_revision.to_owned(),
+        current_revision: current_revision.to_owned(),
+        resolved: diffs::resolve(snapshot.cloneset),
+    };
+    update_node_order(&ctx)
+}
+
+/// The annotation value for `nodes`: comma-separated, cut after the last whole name that
+/// fits in [`MAX_NODE_ORDER_BYTES`]. Node names cannot contain a comma.
+pub fn encode_node_order(nodes: &[String]) -> String {
+    let mut out = String::new();
+    for node in nodes {
+        let extra = node.len() + usize::from(!out.is_empty());
+        if out.len() + extra > MAX_NODE_ORDER_BYTES {
+            break;
+        }
+        if !out.is_empty() {
+            out.push(',');
+        }
+        out.push_str(node);
+    }
+    out
+}
+
+/// Records the pull order `nodes` on the jobs of a [`Decision::Create`] (nothing when
+/// `nodes` is empty).
+pub fn with_node_order(decision: &mut Decision, nodes: &[String]) {
+    let Decision::Create { jobs, .. } = decision else {
+        return;
+    };
+    let value = encode_node_order(nodes);
+    if value.is_empty() {
+        return;
+    }
+    for job in jobs {
+        job.metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(
+                keys::PREDOWNLOAD_NODE_ORDER_ANNOTATION.to_owned(),
+                value.clone(),
+            );
     }
 }
 

@@ -43,6 +43,9 @@ pub struct Settings {
     /// `ResourcesDeletionProtection`: protected CloneSets carry a finalizer
     /// ([`crate::plan::protection`]).
     pub deletion_protection: bool,
+    /// Pre-download jobs carry the update order of their nodes and pull in it
+    /// ([`crate::plan::predownload::with_node_order`]); off: by node name.
+    pub predownload_update_order: bool,
 }
 
 impl Default for Settings {
@@ -57,6 +60,7 @@ impl Default for Settings {
             plan_options: PlanOptions::default(),
             event_handler_optimization: false,
             deletion_protection: false,
+            predownload_update_order: true,
         }
     }
 }
@@ -100,6 +104,7 @@ impl Context {
             events: &self.events,
             field_manager: &self.settings.field_manager,
             options: &self.settings.plan_options,
+            update_order: self.settings.predownload_update_order,
         }
     }
 

@@ -215,7 +215,7 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context, key: &str) -> Result<Acti
     let outcome = apply::execute(ctx, cs, &owned, &plan).await;
     status_writer::write(ctx, cs, &plan, &outcome).await?;
     if let Some(pd) = &ctx.predownload {
-        pd.reconcile(&ctx.job_writer(), &ctx.stores, cs, &plan.revisions)
+        pd.reconcile(&ctx.job_writer(), &ctx.stores, snapshot, &plan.revisions)
             .await;
     }
     if let Some(err) = outcome.into_error() {

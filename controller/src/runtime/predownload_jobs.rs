@@ -22,23 +22,27 @@ use tracing::{debug, info, warn};
 
 use crate::events::{EventSink, Note};
 use crate::plan::predownload::{self, Decision, Input};
-use crate::plan::{PlanOptions, RevisionPlan};
+use crate::plan::{PlanOptions, RevisionPlan, Snapshot};
 use crate::watch::{Scope, Stores};
 
 /// What the ImagePullJob writer writes with: the API client, the event sink, our field
-/// manager name, and the planner's options (borrowed from the reconciler's context).
+/// manager name, the planner's options (borrowed from the reconciler's context), and
+/// whether the jobs carry the update order of their nodes
+/// ([`predownload::with_node_order`]).
 #[derive(Clone, Copy)]
 pub struct JobWriter<'a> {
     pub client: &'a Client,
     pub events: &'a EventSink,
     pub field_manager: &'a str,
     pub options: &'a PlanOptions,
+    pub update_order: bool,
 }
 
 impl std::fmt::Debug for JobWriter<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("JobWriter")
             .field("field_manager", &self.field_manager)
+            .field("update_order", &self.update_order)
             .finish_non_exhaustive()
     }
 }
@@ -114,14 +118,16 @@ impl PreDownloader {
         })
     }
 
-    /// Decides and acts for `cs` after its plan (`revisions` are the plan's).
+    /// Decides and acts for `cs` after its plan (`revisions` are the plan's, `snapshot`
+    /// what it was made from: the pull order of new jobs is read from it).
     pub async fn reconcile(
         &self,
         ctx: &JobWriter<'_>,
         stores: &Stores,
-        cs: &CloneSet,
+        snapshot: Snapshot<'_>,
         revisions: &RevisionPlan,
     ) {
+        let cs = snapshot.cloneset;
         if !*self.synced.borrow() {
             debug!("ImagePullJob cache not synced yet; pre-download waits");
             return;
@@ -139,7 +145,7 @@ impl PreDownloader {
                 .filter_map(|name| stores.revisions.get(&ObjectRef::new(name).within(&ns)))
                 .map(|r| ControllerRevision::clone(&r))
                 .collect();
-        let decision = predownload::decide(&Input {
+        let mut decision = predownload::decide(&Input {
             cloneset: cs,
             update_revision: &revisions.update_revision,
             current_revision: &revisions.current_revision,
@@ -147,6 +153,14 @@ impl PreDownloader {
             jobs: &jobs,
             options: ctx.options,
         });
+        if ctx.update_order && matches!(decision, Decision::Create { .. }) {
+            let order = predownload::node_order_of(
+                snapshot,
+                &revisions.update_revision,
+                &revisions.current_revision,
+            );
+            predownload::with_node_order(&mut decision, &order);
+        }
         self.apply(ctx, cs, &ns, decision).await;
     }
 

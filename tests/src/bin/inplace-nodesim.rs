@@ -9,7 +9,9 @@ use anyhow::{Context, Result, bail};
 use clap::Parser;
 use inplace_tests::nodesim::duration::parse_flag;
 use inplace_tests::nodesim::fault::{Faults, GlobalFaults};
+use inplace_tests::nodesim::images::ImageStores;
 use inplace_tests::nodesim::model::SimConfig;
+use inplace_tests::nodesim::nodeimages::{self, NodeImagesConfig};
 use inplace_tests::nodesim::nodes::{NodeConfig, Nodes, Taint};
 use inplace_tests::nodesim::pods::{self, PodsConfig};
 use inplace_tests::nodesim::stats::Stats;
@@ -68,6 +70,11 @@ struct Args {
     crash_backoff: i64,
     #[arg(long, default_value = "5m", value_parser = parse_flag)]
     crash_backoff_max: i64,
+    /// Pull time of an image a node does not hold (0: every image is on every node). With
+    /// it, a container whose image changes in place waits for the pull, and the
+    /// NodeImages of the simulated nodes are answered (pulled, then reported Succeeded).
+    #[arg(long, default_value = "0s", value_parser = parse_flag)]
+    pull_delay: i64,
     /// ErrImagePull becomes ImagePullBackOff after this long.
     #[arg(long, default_value = "5s", value_parser = parse_flag)]
     pull_backoff_after: i64,
@@ -135,6 +142,8 @@ async fn main() -> Result<()> {
     let stats = Arc::new(Stats::default());
     let (stop_tx, stop_rx) = watch::channel(false);
 
+    let images = (args.pull_delay > 0)
+        .then(|| Arc::new(std::sync::Mutex::new(ImageStores::new(args.pull_delay))));
     let pods_cfg = PodsConfig {
         sim: SimConfig {
             start_delay: args.start_delay,
@@ -154,7 +163,21 @@ async fn main() -> Result<()> {
         },
         max_inflight: args.max_inflight,
         retry_after: 1_000,
+        images: images.clone(),
     };
+    if let Some(stores) = images {
+        tokio::spawn(nodeimages::run(
+            NodeImagesConfig {
+                node_prefix: args.name_prefix.clone(),
+                node_count: args.nodes,
+                max_inflight: args.max_inflight,
+            },
+            client.clone(),
+            stores,
+            stats.clone(),
+            stop_rx.clone(),
+        ));
+    }
     let pods_task = tokio::spawn(pods::run(
         pods_cfg,
         client.clone(),

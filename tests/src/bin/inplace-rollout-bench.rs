@@ -18,6 +18,16 @@
 //!   each (the API server's `apiserver_request_total`, and pod writes by writer from a
 //!   watch). Not part of `all`.
 //!
+//! * `predownload`: `--predownload-pods` pods on as many simulated nodes, each pull of an
+//!   image a node does not hold taking `--pull-delay`, maxUnavailable
+//!   `--predownload-max-unavailable`; the same CloneSet rolls out a new image three times,
+//!   one after another in one run: with image pre-download off, with pre-download pulling
+//!   by node name (`--predownload-update-order=false`, how this controller pulled before),
+//!   and with pulls in update order (the default; OpenKruise too sorts the pods by the
+//!   CloneSet's update order). Prints `predownload: off X s, by node name Y s,
+//!   update-ordered Z s` and per leg the pods that found their image on the node and the
+//!   nodes pre-download pulled on. Not part of `all`.
+//!
 //! * `per-pod`: on the bed's real kubelet (`INPLACE_NODE_NAME`, images
 //!   `INPLACE_TEST_IMAGE_V1`/`_V2`), one pod's image changed in place (patch → the new
 //!   container Ready) against the same pod deleted and recreated with the other image
@@ -60,6 +70,9 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use serde_json::json;
 
+#[path = "inplace-rollout-bench/predownload.rs"]
+mod predownload;
+
 const TARGET_RATIO: f64 = 1.2;
 const TARGET_RSS_MIB: f64 = 64.0;
 const TARGET_STARTUP_S: f64 = 5.0;
@@ -78,6 +91,8 @@ enum Scenario {
     VersusDeployment,
     /// One pod on the real kubelet: in-place image change against delete-and-recreate.
     PerPod,
+    /// Rollouts whose image pulls dominate: pre-download off, by node name, in update order.
+    Predownload,
     All,
 }
 
@@ -136,6 +151,18 @@ struct Args {
     /// `per-pod`: measurements of each kind (in place, delete-and-recreate).
     #[arg(long, default_value_t = 10)]
     per_pod_rounds: usize,
+    /// `predownload`: pods of the CloneSet, one simulated node each.
+    #[arg(long, default_value_t = 40)]
+    predownload_pods: u32,
+    /// `predownload`: updateStrategy.maxUnavailable.
+    #[arg(long, default_value_t = 4)]
+    predownload_max_unavailable: u32,
+    /// `predownload`: apps.kruise.io/image-predownload-parallelism of the CloneSet.
+    #[arg(long, default_value_t = 4)]
+    predownload_parallelism: u32,
+    /// `predownload`: the simulator's pull time of an image a node does not hold.
+    #[arg(long, default_value = "4s")]
+    pull_delay: String,
     /// RUST_LOG of the controller.
     #[arg(long, default_value = "info")]
     controller_log: String,
@@ -172,6 +199,11 @@ struct Controller {
 
 impl Controller {
     fn start(args: &Args, ns: &str, tag: &str) -> Result<Controller> {
+        Self::start_with(args, ns, tag, &[])
+    }
+
+    /// [`Controller::start`] with more flags after `--controller-arg`s.
+    fn start_with(args: &Args, ns: &str, tag: &str, extra: &[&str]) -> Result<Controller> {
         let log = std::env::temp_dir().join(format!("inplace-rollout-bench-{ns}-{tag}.log"));
         let file = std::fs::File::create(&log).with_context(|| format!("{}", log.display()))?;
         let kubeconfig = inplace_tests::bed::kubeconfig_path()?;
@@ -180,6 +212,7 @@ impl Controller {
             .args(["--kubeconfig", &kubeconfig, "--namespace", ns])
             .args(["--metrics-addr", "127.0.0.1:0", "--leader-elect", "false"])
             .args(&args.controller_args)
+            .args(extra)
             .env("RUST_LOG", &args.controller_log)
             .stdin(Stdio::null())
             .stdout(file.try_clone()?)
@@ -1734,6 +1767,12 @@ async fn run(args: &Args, report: &mut Report) -> Result<()> {
     {
         report.add(format!("rollout: FAILED: {e:#}"));
         failures.push("rollout");
+    }
+    if args.scenario == Scenario::Predownload
+        && let Err(e) = predownload::run(args, &client, report).await
+    {
+        report.add(format!("predownload: FAILED: {e:#}"));
+        failures.push("predownload");
     }
     if args.scenario == Scenario::VersusDeployment
         && let Err(e) = versus(args, &client, report).await

@@ -330,8 +330,22 @@ fn min_due(a: Option<Ms>, b: Ms) -> Option<Ms> {
     Some(a.map_or(b, |a| a.min(b)))
 }
 
-/// Applies every transition due at `now` and tells what comes next.
+/// Applies every transition due at `now` and tells what comes next (images are on the
+/// node at once).
 pub fn advance(view: &PodView, sim: &mut PodSim, now: Ms, cfg: &SimConfig) -> Step {
+    advance_with(view, sim, now, cfg, &mut |_| now)
+}
+
+/// [`advance`] with the node's image store: `image_at(image)` tells when `image` is on
+/// the node (starting its pull if needed, [`super::images::ImageStores`]); a container
+/// whose image changes starts `update_delay` after that.
+pub fn advance_with(
+    view: &PodView,
+    sim: &mut PodSim,
+    now: Ms,
+    cfg: &SimConfig,
+    image_at: &mut dyn FnMut(&str) -> Ms,
+) -> Step {
     if let Some(grace) = view.deletion_grace {
         let since = *sim.deleting_since.get_or_insert(now);
         let at = since + grace.clamp(0, cfg.max_grace);
@@ -348,7 +362,7 @@ pub fn advance(view: &PodView, sim: &mut PodSim, now: Ms, cfg: &SimConfig) -> St
         };
     }
 
-    sync_containers(view, sim, now, cfg);
+    sync_containers(view, sim, now, cfg, image_at);
     let mut next_due = None;
     for c in &mut sim.containers {
         if let Some(due) = advance_container(view, c, now, cfg) {
@@ -363,8 +377,15 @@ pub fn advance(view: &PodView, sim: &mut PodSim, now: Ms, cfg: &SimConfig) -> St
 }
 
 /// Keeps the simulated containers in the order and set of the spec, and notices
-/// changed images.
-fn sync_containers(view: &PodView, sim: &mut PodSim, now: Ms, cfg: &SimConfig) {
+/// changed images (the new container starts `update_delay` after its image is on the
+/// node, `image_at`).
+fn sync_containers(
+    view: &PodView,
+    sim: &mut PodSim,
+    now: Ms,
+    cfg: &SimConfig,
+    image_at: &mut dyn FnMut(&str) -> Ms,
+) {
     let same_names = sim.containers.len() == view.containers.len()
         && sim
             .containers
@@ -391,6 +412,7 @@ fn sync_containers(view: &PodView, sim: &mut PodSim, now: Ms, cfg: &SimConfig) {
             continue;
         }
         let image = spec.image.clone();
+        let start_at = image_at(&image).max(now) + cfg.update_delay;
         c.ready = false;
         c.state = match std::mem::replace(&mut c.state, CState::BackOff { until: now }) {
             CState::Creating {
@@ -414,7 +436,7 @@ fn sync_containers(view: &PodView, sim: &mut PodSim, now: Ms, cfg: &SimConfig) {
                     });
                 }
                 CState::Creating {
-                    at: now + cfg.update_delay,
+                    at: start_at,
                     image,
                     restart: true,
                 }
@@ -424,13 +446,13 @@ fn sync_containers(view: &PodView, sim: &mut PodSim, now: Ms, cfg: &SimConfig) {
                     c.image = image.clone();
                 }
                 CState::Creating {
-                    at: now + cfg.update_delay,
+                    at: start_at,
                     image,
                     restart,
                 }
             }
             CState::BackOff { .. } => CState::Creating {
-                at: now + cfg.update_delay,
+                at: start_at,
                 image,
                 restart: true,
             },
@@ -820,6 +842,35 @@ mod tests {
         assert!(sim.ready.status);
         assert_eq!(sim.pod_ip, "10.200.0.1");
         assert_eq!(sim.uid, "uid-1");
+    }
+
+    #[test]
+    fn image_change_waits_for_the_image_on_the_node() {
+        use crate::nodesim::images::ImageStores;
+        // (what, image already pulled or being pulled since, new container running at)
+        let cases: [(&str, Option<Ms>, Ms); 3] = [
+            ("not on the node: a pull of 4 s first", None, 10_000),
+            ("pulled before: no wait", Some(0), 6_000),
+            ("being pulled since 3 s: the rest of it", Some(3_000), 8_000),
+        ];
+        for (what, pulled_since, want) in cases {
+            let mut v = view(&[("app", "reg/app:v1")]);
+            let mut sim = new_pod(&v, 0);
+            run_until(&v, &mut sim, 0, 1_000);
+            let mut stores = ImageStores::new(4_000);
+            if let Some(since) = pulled_since {
+                stores.available_at("n1", "reg/app:v2", since);
+            }
+            v.containers[0].image = "reg/app:v2".into();
+            let mut image_at = |image: &str| stores.available_at("n1", image, 5_000);
+            let step = advance_with(&v, &mut sim, 5_000, &cfg(), &mut image_at);
+            assert_eq!(step.next_due, Some(want), "{what}");
+            advance_with(&v, &mut sim, want - 1, &cfg(), &mut image_at);
+            assert_eq!(sim.containers[0].restart_count, 0, "{what}: not yet");
+            advance_with(&v, &mut sim, want, &cfg(), &mut image_at);
+            assert_eq!(sim.containers[0].image, "reg/app:v2", "{what}");
+            assert_eq!(sim.containers[0].restart_count, 1, "{what}");
+        }
     }
 
     #[test]

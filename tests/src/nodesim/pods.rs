@@ -15,7 +15,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
@@ -27,8 +27,9 @@ use serde_json::{Value, json};
 use tokio::sync::{Semaphore, mpsc, watch};
 
 use super::fault::GlobalFaults;
+use super::images::ImageStores;
 use super::ippool::{IpPool, node_ip};
-use super::model::{Ms, PodSim, PodView, SimConfig, advance};
+use super::model::{Ms, PodSim, PodView, SimConfig, advance, advance_with};
 use super::podview::{is_terminal, node_index, observed_from_pod, rv_newer, view_from_pod};
 use super::render;
 use super::stats::Stats;
@@ -47,6 +48,9 @@ pub struct PodsConfig {
     pub max_inflight: usize,
     /// Wait before retrying a write that failed for another reason than a conflict.
     pub retry_after: Ms,
+    /// The nodes' image stores (`--pull-delay`): a changed image is pulled first.
+    /// `None`: images are on every node at once.
+    pub images: Option<Arc<Mutex<ImageStores>>>,
 }
 
 /// Now, in milliseconds since the Unix epoch.
@@ -67,6 +71,7 @@ enum Deleting {
 struct Entry {
     namespace: String,
     name: String,
+    node: String,
     rv: String,
     view: PodView,
     sim: PodSim,
@@ -276,6 +281,7 @@ impl Engine {
             Entry {
                 namespace: ns.clone(),
                 name: name.clone(),
+                node: node.to_owned(),
                 rv,
                 view,
                 sim,
@@ -335,7 +341,18 @@ impl Engine {
         let Some(e) = self.pods.get_mut(&id) else {
             return;
         };
-        let step = advance(&e.view, &mut e.sim, now, &self.cfg.sim);
+        let step = match &self.cfg.images {
+            Some(stores) => {
+                let node = e.node.as_str();
+                let mut image_at = |image: &str| {
+                    stores
+                        .lock()
+                        .map_or(now, |mut s| s.available_at(node, image, now))
+                };
+                advance_with(&e.view, &mut e.sim, now, &self.cfg.sim, &mut image_at)
+            }
+            None => advance(&e.view, &mut e.sim, now, &self.cfg.sim),
+        };
         let ready = e.sim.ready.status && e.view.deletion_grace.is_none();
         if ready != e.counted_ready {
             e.counted_ready = ready;

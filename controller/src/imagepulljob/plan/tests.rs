@@ -461,3 +461,144 @@ fn errors() {
     let input = Input { job: &j, ..input };
     assert!(matches!(plan(&input), Err(PlanError::NodeSelector(_))));
 }
+
+fn with_order(mut j: ImagePullJob, order: &str) -> ImagePullJob {
+    j.metadata.annotations = Some(BTreeMap::from([(
+        inplace_proto::keys::PREDOWNLOAD_NODE_ORDER_ANNOTATION.to_owned(),
+        order.to_owned(),
+    )]));
+    j
+}
+
+/// (what, nodes waiting, recorded order, hand-out order)
+type HandOutCase<'a> = (&'a str, &'a [&'a str], &'a [&'a str], &'a [&'a str]);
+
+#[test]
+fn hand_out_order_table() {
+    let cases: &[HandOutCase] = &[
+        ("no order: by name", &["a", "b", "c"], &[], &["a", "b", "c"]),
+        (
+            "listed first in list order",
+            &["a", "b", "c"],
+            &["c", "a"],
+            &["c", "a", "b"],
+        ),
+        (
+            "listed nodes no longer waiting are skipped",
+            &["b", "d"],
+            &["a", "d", "c"],
+            &["d", "b"],
+        ),
+        (
+            "a node listed twice counts at its first place",
+            &["a", "b", "c"],
+            &["b", "c", "b"],
+            &["b", "c", "a"],
+        ),
+        ("nothing waiting", &[], &["a"], &[]),
+    ];
+    for (what, waiting, order, want) in cases {
+        assert_eq!(hand_out_order(waiting, order), *want, "{what}");
+    }
+}
+
+#[test]
+fn recorded_node_order_reads_our_annotation() {
+    let j = with_order(job(|_| {}), "n3, n1,,n2");
+    assert_eq!(recorded_node_order(&j), vec!["n3", "n1", "n2"]);
+    assert!(recorded_node_order(&job(|_| {})).is_empty());
+}
+
+#[test]
+fn parallelism_slots_follow_the_recorded_order() {
+    // (what, parallelism, recorded order, existing NodeImages, nodes written)
+    type Case = (
+        &'static str,
+        i32,
+        &'static str,
+        Vec<NodeImage>,
+        Vec<&'static str>,
+    );
+    let cases: Vec<Case> = vec![
+        ("first listed node", 1, "n3,n1,n2", vec![], vec!["n3"]),
+        ("two slots", 2, "n2,n3", vec![], vec!["n2", "n3"]),
+        (
+            "unlisted nodes after the listed ones, by name",
+            3,
+            "n3",
+            vec![],
+            vec!["n3", "n1", "n2"],
+        ),
+        (
+            "an active listed node holds the slot; the next goes to the next listed",
+            2,
+            "n3,n2,n1",
+            vec![ni("n3", "job-uid", Some((ImagePullPhase::Pulling, "")))],
+            vec!["n2"],
+        ),
+        (
+            "a node not targeted (no longer selected) is skipped",
+            1,
+            "gone,n2",
+            vec![],
+            vec!["n2"],
+        ),
+    ];
+    for (what, par, order, nis, want) in cases {
+        let j = with_order(job(|s| s.parallelism = Some(IntOrString::Int(par))), order);
+        let p = run(&j, nis, &nodes(), &[], t(0));
+        let got: Vec<&str> = p.writes.iter().map(|w| w.node.as_str()).collect();
+        assert_eq!(got, want, "{what}");
+    }
+}
+
+proptest::proptest! {
+    /// Ordering changes only which nodes come first: over reconciles that each finish the
+    /// nodes written before, every targeted node gets the tag exactly once, with or
+    /// without a recorded order, and each reconcile writes `parallelism` nodes (or the
+    /// rest).
+    #[test]
+    fn the_nodes_pulled_are_the_same_with_or_without_an_order(
+        count in 1usize..12,
+        par in 1i32..5,
+        order in proptest::collection::vec(0usize..14, 0..14),
+    ) {
+        let names: Vec<String> = (0..count).map(|i| format!("n{i:02}")).collect();
+        let all: Vec<Node> = names.iter().map(|n| node(n, "a")).collect();
+        let order: Vec<String> = order.iter().map(|i| format!("n{i:02}")).collect();
+        let mut pulled_by = Vec::new();
+        for recorded in [None, Some(order.join(","))] {
+            let mut j = job(|s| s.parallelism = Some(IntOrString::Int(par)));
+            if let Some(o) = &recorded {
+                j = with_order(j, o);
+            }
+            let mut done: Vec<NodeImage> = Vec::new();
+            let mut pulled: Vec<String> = Vec::new();
+            for _ in 0..count + 1 {
+                let p = run(&j, done.clone(), &all, &[], t(0));
+                let want = (count - pulled.len()).min(usize::try_from(par).unwrap());
+                proptest::prop_assert_eq!(p.writes.len(), want);
+                for w in &p.writes {
+                    proptest::prop_assert!(!pulled.contains(&w.node), "{} twice", w.node);
+                    pulled.push(w.node.clone());
+                    done.push(ni(&w.node, "job-uid", Some((ImagePullPhase::Succeeded, ""))));
+                }
+            }
+            if recorded.is_some() {
+                // the listed nodes come first, in their order
+                let mut listed: Vec<&String> = Vec::new();
+                for o in &order {
+                    if names.contains(o) && !listed.contains(&o) {
+                        listed.push(o);
+                    }
+                }
+                let head: Vec<&String> = pulled.iter().take(listed.len()).collect();
+                proptest::prop_assert_eq!(head, listed);
+            }
+            pulled.sort();
+            pulled_by.push(pulled);
+        }
+        proptest::prop_assert_eq!(&pulled_by[0], &names);
+        proptest::prop_assert_eq!(&pulled_by[0], &pulled_by[1]);
+    }
+}

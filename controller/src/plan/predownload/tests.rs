@@ -513,3 +513,133 @@ fn short_hash_revision_label_is_in_the_not_in_values_once() {
         Some(vec![UPDATE.to_owned(), "5f6c7d".to_owned()])
     );
 }
+
+mod node_order {
+    use serde_json::json;
+
+    use super::super::*;
+    use crate::plan::fixtures::{Fixture, PodBuilder, cloneset, pod, t};
+
+    fn on(name: &str, rev: &str, node: &str) -> PodBuilder {
+        let node = node.to_owned();
+        pod(name, rev).raw(move |v| v["spec"]["nodeName"] = json!(node))
+    }
+
+    fn order(strategy: serde_json::Value, pods: Vec<PodBuilder>) -> Vec<String> {
+        let cs = cloneset(json!({"replicas": 4, "updateStrategy": strategy}));
+        let fx = Fixture::new(cs, pods);
+        update_node_order(&fx.ctx())
+    }
+
+    #[test]
+    fn nodes_follow_the_update_order() {
+        let weight = json!({"priorityStrategy": {"weightPriority": [
+            {"weight": 50, "matchSelector": {"matchLabels": {"tier": "first"}}}]}});
+        // (what, strategy, pods, nodes in pull order)
+        let cases: Vec<(&str, serde_json::Value, Vec<PodBuilder>, Vec<&str>)> = vec![
+            (
+                "default order: not ready first, then newer first",
+                json!({}),
+                vec![
+                    on("a", "demo-old", "n-a").created(t(1)),
+                    on("b", "demo-old", "n-b").created(t(3)),
+                    on("c", "demo-old", "n-c").created(t(2)).not_ready(),
+                ],
+                vec!["n-c", "n-b", "n-a"],
+            ),
+            (
+                "updated and terminating pods are not pulled for",
+                json!({}),
+                vec![
+                    on("a", "demo-new", "n-a"),
+                    on("b", "demo-old", "n-b"),
+                    on("c", "demo-old", "n-c").terminating(),
+                ],
+                vec!["n-b"],
+            ),
+            (
+                "priority before the default order",
+                weight,
+                vec![
+                    on("a", "demo-old", "n-a").created(t(5)),
+                    on("b", "demo-old", "n-b")
+                        .created(t(1))
+                        .label("tier", "first"),
+                ],
+                vec!["n-b", "n-a"],
+            ),
+            (
+                "a node once, at its first pod; unscheduled pods have none",
+                json!({}),
+                vec![
+                    on("a", "demo-old", "n-x").created(t(3)),
+                    on("b", "demo-old", "n-y").created(t(2)),
+                    on("c", "demo-old", "n-x").created(t(1)),
+                    pod("d", "demo-old").unscheduled(),
+                ],
+                vec!["n-x", "n-y"],
+            ),
+            (
+                "PreparingUpdate first: its update has begun",
+                json!({}),
+                vec![
+                    on("a", "demo-old", "n-a").created(t(5)),
+                    on("b", "demo-old", "n-b")
+                        .created(t(1))
+                        .lifecycle("PreparingUpdate"),
+                ],
+                vec!["n-b", "n-a"],
+            ),
+        ];
+        for (what, strategy, pods, want) in cases {
+            assert_eq!(order(strategy, pods), want, "{what}");
+        }
+    }
+
+    #[test]
+    fn the_annotation_lists_the_order_within_the_size_cap() {
+        assert_eq!(encode_node_order(&[]), "");
+        let nodes: Vec<String> = ["n1", "n2", "n3"].map(String::from).to_vec();
+        assert_eq!(encode_node_order(&nodes), "n1,n2,n3");
+        // 10,000 names of 20 bytes do not fit: cut after a whole name
+        let many: Vec<String> = (0..10_000).map(|i| format!("node-{i:015}")).collect();
+        let value = encode_node_order(&many);
+        assert!(value.len() <= MAX_NODE_ORDER_BYTES);
+        assert!(value.len() > MAX_NODE_ORDER_BYTES - 21);
+        let listed: Vec<&str> = value.split(',').collect();
+        assert_eq!(listed[0], many[0]);
+        assert_eq!(
+            listed.last().copied(),
+            Some(many[listed.len() - 1].as_str())
+        );
+    }
+
+    #[test]
+    fn only_created_jobs_get_the_order() {
+        let job = ImagePullJob::new("j", ImagePullJobSpec::default());
+        let mut create = Decision::Create {
+            revision: "r".into(),
+            jobs: vec![job.clone(), job],
+        };
+        with_node_order(&mut create, &["n2".to_owned(), "n1".to_owned()]);
+        let Decision::Create { jobs, .. } = &create else {
+            panic!("still a create");
+        };
+        for j in jobs {
+            let a = j.metadata.annotations.as_ref().unwrap();
+            assert_eq!(a[keys::PREDOWNLOAD_NODE_ORDER_ANNOTATION], "n2,n1");
+        }
+        let mut empty = Decision::Create {
+            revision: "r".into(),
+            jobs: vec![ImagePullJob::new("j", ImagePullJobSpec::default())],
+        };
+        with_node_order(&mut empty, &[]);
+        let Decision::Create { jobs, .. } = &empty else {
+            panic!("still a create");
+        };
+        assert!(jobs[0].metadata.annotations.is_none());
+        let mut delete = Decision::Delete { jobs: vec![] };
+        with_node_order(&mut delete, &["n".to_owned()]);
+        assert_eq!(delete, Decision::Delete { jobs: vec![] });
+    }
+}
