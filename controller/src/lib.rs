@@ -26,6 +26,7 @@ pub mod leader;
 pub mod logging;
 pub mod metrics;
 pub mod pod_events;
+pub mod request_timeout;
 pub mod runtime;
 pub mod server;
 pub mod watch;

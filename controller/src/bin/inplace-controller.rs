@@ -18,6 +18,7 @@ use inplace_controller::leader::{Election, LeaseConfig};
 use inplace_controller::logging::{self, LogFormat};
 use inplace_controller::metrics::Metrics;
 use inplace_controller::plan::PlanOptions;
+use inplace_controller::request_timeout::{DEFAULT_REQUEST_TIMEOUT, RequestTimeoutLayer};
 use inplace_controller::runtime::{self, Settings};
 use inplace_controller::server::{Health, Phase};
 use inplace_controller::watch::Scope;
@@ -61,6 +62,10 @@ struct Args {
     /// Seconds after which an unobserved write is given up on.
     #[arg(long, default_value_t = 300)]
     expectation_timeout: u64,
+    /// Seconds an API request (other than a watch) may go unanswered before it fails and
+    /// the reconcile that made it is requeued (kube's client has no such bound).
+    #[arg(long, default_value_t = DEFAULT_REQUEST_TIMEOUT.as_secs())]
+    api_request_timeout: u64,
     /// Concurrent API calls per action phase of one CloneSet.
     #[arg(long, default_value_t = 16)]
     api_parallelism: usize,
@@ -129,12 +134,18 @@ async fn clients(
         }
         None => kube::Config::infer().await?,
     };
-    // The last layer added is the outermost: the metrics see the gate's refusals.
+    // A request nobody answers fails after this bound instead of holding its reconcile
+    // (and with it every later reconcile of the object) forever.
+    let timeout = RequestTimeoutLayer(Duration::from_secs(args.api_request_timeout.max(1)));
+    // The last layer added is the outermost: the metrics see the gate's refusals and the
+    // timeouts.
     let gated = ClientBuilder::try_from(config.clone())?
+        .with_layer(&timeout)
         .with_layer(&WriteGateLayer(fence.clone()))
         .with_layer(&ApiMetricsLayer(metrics.clone()))
         .build();
     let election = ClientBuilder::try_from(config)?
+        .with_layer(&timeout)
         .with_layer(&RenewalObserverLayer(fence.clone()))
         .with_layer(&ApiMetricsLayer(metrics.clone()))
         .build();
