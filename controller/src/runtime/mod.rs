@@ -218,15 +218,39 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context, key: &str) -> Result<Acti
         pd.reconcile(&ctx.job_writer(), &ctx.stores, snapshot, &plan.revisions)
             .await;
     }
+    let conflicts_passed = outcome.conflicts_passed;
     if let Some(err) = outcome.into_error() {
         return Err(err);
     }
+    Ok(Action::requeue(next_reconcile(
+        ctx.settings.resync,
+        plan.requeue_after,
+        conflicts_passed,
+    )))
+}
 
-    let mut next = ctx.settings.resync;
-    if let Some(after) = plan.requeue_after {
+/// How soon a conflict that was let pass is checked again when no watch event came first.
+/// A real API server answers 409 to a pinned write only when the pod has a newer version,
+/// whose event triggers the next reconcile; an injected 409 (the fault suite's proxy) or
+/// a lost event has no such follow-up, and the next resync (5 minutes) is too late for a
+/// rollout that waits on the pod.
+pub const RECHECK_AFTER_CONFLICT: Duration = Duration::from_secs(2);
+
+/// When a successful reconcile is due again: at the resync, sooner if the plan waits
+/// for a moment (at least 100 ms off) or a write's conflict was let pass.
+fn next_reconcile(
+    resync: Duration,
+    plan_requeue: Option<Duration>,
+    conflicts_passed: usize,
+) -> Duration {
+    let mut next = resync;
+    if let Some(after) = plan_requeue {
         next = next.min(after.max(Duration::from_millis(100)));
     }
-    Ok(Action::requeue(next))
+    if conflicts_passed > 0 {
+        next = next.min(RECHECK_AFTER_CONFLICT);
+    }
+    next
 }
 
 /// Applies the deletion-protection step of `cs` ([`crate::plan::protection`]): adds or
@@ -466,6 +490,31 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn next_reconcile_is_sooner_after_a_conflict_let_pass() {
+        let resync = Duration::from_secs(300);
+        let ms = Duration::from_millis;
+        let table = [
+            // (plan's requeue, conflicts let pass, next)
+            (None, 0, resync),
+            (Some(ms(5000)), 0, ms(5000)),
+            (Some(ms(10)), 0, ms(100)),
+            (None, 1, RECHECK_AFTER_CONFLICT),
+            (None, 3, RECHECK_AFTER_CONFLICT),
+            (Some(ms(500)), 1, ms(500)),
+            (Some(ms(60_000)), 1, RECHECK_AFTER_CONFLICT),
+        ];
+        for (plan, passed, want) in table {
+            assert_eq!(
+                next_reconcile(resync, plan, passed),
+                want,
+                "{plan:?} {passed}"
+            );
+        }
+        // A resync shorter than the recheck stays.
+        assert_eq!(next_reconcile(ms(1000), None, 1), ms(1000));
+    }
 
     #[test]
     fn a_deleted_cloneset_ends_its_reconcile_without_an_error() {

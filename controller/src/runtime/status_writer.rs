@@ -259,6 +259,7 @@ mod tests {
                 error: Error::NotCached("pod demo-a".into()),
             }],
             skipped: 0,
+            conflicts_passed: 0,
         };
         let f_act = failures(&Plan::default(), &outcome);
         let s_act = desired_status(&cs, &Plan::default(), &f_act, t);

@@ -39,7 +39,7 @@ impl Actor<'_> {
             outcome.attempted += 1;
             match r {
                 Ok(()) => {}
-                Err(e) if e.is_conflict() => {}
+                Err(e) if e.is_conflict() => self.pass_conflict(),
                 Err(error) => outcome.failures.push(Failure {
                     kind: FailureKind::Update,
                     error,
@@ -106,7 +106,10 @@ impl Actor<'_> {
         ]});
         match self.patch_pod_status(pod, status, true).await {
             // Only for the pod version we checked: a newer one is judged again next time.
-            Err(e) if e.is_conflict() => Ok(()),
+            Err(e) if e.is_conflict() => {
+                self.pass_conflict();
+                Ok(())
+            }
             other => other,
         }
     }
@@ -126,7 +129,10 @@ impl Actor<'_> {
             "reason": reason, "message": message,
         }]});
         match self.patch_pod_status(pod, status, true).await {
-            Err(e) if e.is_conflict() => return Ok(()),
+            Err(e) if e.is_conflict() => {
+                self.pass_conflict();
+                return Ok(());
+            }
             other => other?,
         }
         warn!(pod = %name, reason, %message, "in-place update stalled");

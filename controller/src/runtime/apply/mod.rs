@@ -36,7 +36,7 @@ pub use conflict::still_updatable;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use futures::StreamExt;
 use inplace_proto::{CloneSet, keys};
@@ -89,6 +89,10 @@ pub struct Outcome {
     pub failures: Vec<Failure>,
     /// Actions not attempted because an earlier phase failed.
     pub skipped: usize,
+    /// Writes answered 409 that were not failures: the pod is judged again from its newer
+    /// version. That version's watch event normally triggers the next reconcile; the
+    /// reconcile is requeued soon as well, in case no event comes.
+    pub conflicts_passed: usize,
 }
 
 impl Outcome {
@@ -121,6 +125,8 @@ struct Actor<'a> {
     /// The cached pods by name; [`Actor::pod`] builds the full pod of one it writes.
     pods: BTreeMap<&'a str, &'a CachedPod>,
     revisions_ok: AtomicBool,
+    /// [`Outcome::conflicts_passed`] so far.
+    conflicts_passed: AtomicUsize,
     left: LeftVersions,
     /// The plan's write of each of its lifecycle actions, by the action's address.
     lifecycle_writes: HashMap<usize, &'a LifecycleWrite>,
@@ -302,6 +308,7 @@ pub async fn execute(ctx: &Context, cs: &CloneSet, owned: &Owned, plan: &Plan) -
             .collect(),
         ns,
         revisions_ok: AtomicBool::new(true),
+        conflicts_passed: AtomicUsize::new(0),
         left: LeftVersions::default(),
         lifecycle_writes: lifecycle_writes_of(plan),
         in_place_writes: in_place_writes_of(plan),
@@ -444,7 +451,13 @@ impl Actor<'_> {
                 error: err,
             });
         }
+        outcome.conflicts_passed = self.conflicts_passed.load(Ordering::Relaxed);
         outcome
+    }
+
+    /// A write answered 409 is let pass (see [`Outcome::conflicts_passed`]).
+    fn pass_conflict(&self) {
+        self.conflicts_passed.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Creates in batches of 1, 2, 4, … and stops after the first batch with a failure.

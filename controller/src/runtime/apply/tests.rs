@@ -3,6 +3,7 @@ use crate::plan::not_ready::NotReadyMessage;
 use inplace_proto::LifecycleState;
 use k8s_openapi::api::core::v1::{PodCondition, PodReadinessGate, PodSpec, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use std::sync::Arc;
 
 #[allow(clippy::expect_used)]
 /// `p` as the watch caches it (the form the act layer reads for every pod).
@@ -512,4 +513,102 @@ fn in_place_writes_are_found_by_the_action_they_name() {
             .map(|w| w.pod.as_str()),
         Some("demo-a")
     );
+}
+
+/// A loopback API server that answers every request `409 Conflict` without changing
+/// anything (what the fault suite's proxy injects), counting the requests.
+async fn conflicting_server() -> Result<
+    (
+        kube::Client,
+        Arc<std::sync::atomic::AtomicUsize>,
+        tokio::task::JoinHandle<()>,
+    ),
+    Box<dyn std::error::Error + Send + Sync>,
+> {
+    let seen = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = seen.clone();
+    let app = axum::Router::new().fallback(move || {
+        counter.fetch_add(1, Ordering::SeqCst);
+        async {
+            (
+                axum::http::StatusCode::CONFLICT,
+                [(axum::http::header::CONTENT_TYPE, "application/json")],
+                r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"injected","reason":"Conflict","code":409}"#,
+            )
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let client = kube::Client::try_from(kube::Config::new(url.parse()?))?;
+    Ok((client, seen, server))
+}
+
+#[tokio::test]
+async fn a_completion_answered_409_is_let_pass_and_counted_for_a_quick_recheck()
+-> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    use crate::plan::fixtures;
+    let (client, seen, server) = conflicting_server().await?;
+    let (clonesets, _) = kube::runtime::reflector::store();
+    let (pods, _) = kube::runtime::reflector::store();
+    let (pvcs, _) = kube::runtime::reflector::store();
+    let (revisions, _) = kube::runtime::reflector::store();
+    let (nodes, _) = kube::runtime::reflector::store();
+    let ctx = Context {
+        client,
+        stores: crate::watch::Stores {
+            clonesets,
+            pods,
+            pvcs,
+            revisions,
+            nodes,
+        },
+        expectations: crate::expectations::Expectations::new(std::time::Duration::from_secs(60)),
+        events: crate::events::EventSink::disabled(),
+        metrics: Arc::new(crate::metrics::Metrics::new()),
+        health: Arc::default(),
+        caps: crate::discovery::ServerCapabilities::default(),
+        settings: crate::runtime::Settings::default(),
+        predownload: None,
+        failures: std::sync::Mutex::default(),
+        status_writes: crate::runtime::last_write::LastWrites::default(),
+        synced: tokio::sync::watch::channel(true).1,
+    };
+    let cs = fixtures::cloneset(json!({}));
+    // A pod updated in place whose containers run the new spec: its InPlaceUpdateReady
+    // condition is set True (a pods/status write pinned to the cached version).
+    let mut pod = fixtures::pod("demo-a", "demo-2")
+        .in_place_ready(false)
+        .build();
+    pod.metadata.namespace = Some("default".into());
+    pod.metadata.resource_version = Some("7".into());
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.readiness_gates = Some(vec![PodReadinessGate {
+            condition_type: keys::INPLACE_UPDATE_READY_CONDITION.into(),
+        }]);
+    }
+    let owned = Owned {
+        pods: vec![fixtures::cached(&pod)],
+        ..Owned::default()
+    };
+    let plan = Plan {
+        actions: vec![Action::CompleteInPlaceUpdate {
+            pod: "demo-a".into(),
+        }],
+        ..Plan::default()
+    };
+    let outcome = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        execute(&ctx, &cs, &owned, &plan),
+    )
+    .await?;
+    server.abort();
+    assert_eq!(seen.load(Ordering::SeqCst), 1, "one pods/status write");
+    // Not a failure (the pod is judged again from its newer version)...
+    assert!(outcome.failures.is_empty(), "{:?}", outcome.failures.len());
+    // ...but counted, so the reconcile is requeued soon even if no watch event comes.
+    assert_eq!(outcome.conflicts_passed, 1);
+    Ok(())
 }
