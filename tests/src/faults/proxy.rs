@@ -343,7 +343,9 @@ async fn handle(
     }
     let (parts, body) = req.into_parts();
     let Ok(collected) = body.collect().await else {
-        // The client went away in the middle of its request.
+        // The client went away in the middle of its request (or sent a body that cannot
+        // be read): the connection is closed, not left open with the request unanswered.
+        cut.notify_one();
         return std::future::pending().await;
     };
     let body = collected.to_bytes();
@@ -424,6 +426,62 @@ async fn handle(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use std::io::{Read, Write};
+
+    /// Every write is cut before it is forwarded; nothing else happens.
+    fn resets_only() -> Rates {
+        Rates {
+            write_conflict: 0,
+            write_throttle: 0,
+            write_error: 0,
+            write_error_after_commit: 0,
+            write_reset: 1000,
+            write_reset_after_commit: 0,
+            read_throttle: 0,
+            read_error: 0,
+            read_reset: 0,
+            watch_drop: 0,
+            watch_drop_max_ms: 500,
+            latency: 0,
+            latency_max_ms: 10,
+        }
+    }
+
+    /// A "reset" closes the client's TCP connection: the client reads the end of the
+    /// stream (or a reset) at once, instead of waiting on a connection held open.
+    #[tokio::test]
+    async fn a_reset_closes_the_connection() -> Result<(), BoxError> {
+        // Never reached: a reset write is not forwarded.
+        let upstream = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse()?))?;
+        let proxy = FaultProxy::start(upstream, resets_only(), Rng::new(1)).await?;
+        proxy.set_faults(true);
+        let addr = proxy.addr;
+        // A plain blocking client with a read timeout: it sees exactly what the socket does.
+        let read = tokio::task::spawn_blocking(move || -> std::io::Result<Vec<u8>> {
+            let mut conn = std::net::TcpStream::connect(addr)?;
+            conn.set_read_timeout(Some(Duration::from_secs(5)))?;
+            conn.write_all(
+                b"PATCH /api/v1/namespaces/ns/pods/p HTTP/1.1\r\nhost: x\r\ncontent-type: application/merge-patch+json\r\ncontent-length: 2\r\n\r\n{}",
+            )?;
+            let mut answer = Vec::new();
+            conn.read_to_end(&mut answer).map(|_| answer)
+        })
+        .await?;
+        match read {
+            // The end of the stream, and nothing answered.
+            Ok(answer) => assert!(answer.is_empty(), "{}", String::from_utf8_lossy(&answer)),
+            // A timeout means the connection was held open.
+            Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}"),
+        }
+        let records = proxy.records();
+        assert_eq!(records.len(), 1, "{records:?}");
+        assert_eq!(records[0].status, 0);
+        assert_eq!(records[0].fault, Some(Fault::Reset));
+        assert_eq!(records[0].upstream, None);
+        assert!(proxy.in_flight().is_empty(), "{:?}", proxy.in_flight());
+        Ok(())
+    }
 
     #[test]
     fn body_facts_name_and_precondition() {
