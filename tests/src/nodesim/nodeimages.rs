@@ -7,7 +7,6 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use futures::StreamExt;
 use inplace_proto::nodeimage::{NodeImage, NodeImageStatus};
@@ -69,12 +68,7 @@ pub async fn run(
     let mut events = std::pin::pin!(watcher(api, watcher::Config::default()).default_backoff());
     loop {
         let now = now_ms();
-        let sleep_for = engine
-            .heap
-            .peek()
-            .map_or(Duration::from_secs(3600), |Reverse((due, _))| {
-                Duration::from_millis(u64::try_from(due - now).unwrap_or(0))
-            });
+        let sleep_for = super::pods::until_next_due(&engine.heap, now);
         tokio::select! {
             ev = events.next() => match ev {
                 Some(Ok(watcher::Event::Apply(ni) | watcher::Event::InitApply(ni))) => engine.apply(ni),

@@ -54,6 +54,15 @@ pub struct PodsConfig {
 }
 
 /// Now, in milliseconds since the Unix epoch.
+/// How long until the earliest item of a due-time heap (an hour when it is empty; nothing
+/// when it is overdue): the sleep of the simulator's event loops.
+pub fn until_next_due<T: Ord>(heap: &BinaryHeap<Reverse<(Ms, T)>>, now: Ms) -> Duration {
+    heap.peek()
+        .map_or(Duration::from_secs(3600), |Reverse((due, _))| {
+            Duration::from_millis(u64::try_from(due - now).unwrap_or(0))
+        })
+}
+
 pub fn now_ms() -> Ms {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -162,12 +171,7 @@ impl Engine {
         let mut events = std::pin::pin!(watcher(api, config).default_backoff());
         loop {
             let now = now_ms();
-            let sleep_for = engine
-                .heap
-                .peek()
-                .map_or(Duration::from_secs(3600), |Reverse((due, _))| {
-                    Duration::from_millis(u64::try_from(due - now).unwrap_or(0))
-                });
+            let sleep_for = until_next_due(&engine.heap, now);
             tokio::select! {
                 ev = events.next() => match ev {
                     Some(Ok(ev)) => engine.on_event(ev),
