@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use super::plan::Fault;
+use super::injection::Fault;
 
 /// What one run did and found.
 #[derive(Debug, Clone, Default)]

@@ -1,6 +1,6 @@
 //! The fault-injection suite's parts (`inplace-faults` runs them on the bed).
 //!
-//! Pure parts (unit tested): [`rng`] (a seeded generator), [`plan`] (which fault a
+//! Pure parts (unit tested): [`rng`] (a seeded generator), [`injection`] (which fault a
 //! request gets), [`invariants`] (the checks over pod and PVC states of the watches), [`inplace`]
 //! (the in-place checks of the daemon scenario), [`records`]
 //! (the checks over the proxy's record of requests), [`figures`] (the
@@ -8,9 +8,9 @@
 //! API server that injects the faults and records every request).
 
 pub mod figures;
+pub mod injection;
 pub mod inplace;
 pub mod invariants;
-pub mod plan;
 pub mod proxy;
 pub mod records;
 pub mod rng;

@@ -1,7 +1,7 @@
 //! The fault proxy: a plain-HTTP listener on loopback for the controller (its kubeconfig
 //! says `server: http://127.0.0.1:PORT`, without credentials) that forwards every request
 //! with a `kube::Client` built from the bed's kubeconfig (which holds TLS and the
-//! credentials) and injects the faults [`super::plan::decide`] picks while faults are on.
+//! credentials) and injects the faults [`super::injection::decide`] picks while faults are on.
 //! Bodies are streamed, so watches work through it. Every request is recorded (method,
 //! path, status, injected fault).
 //!
@@ -27,7 +27,7 @@ use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, watch};
 
-use super::plan::{Decision, Fault, Rates, RequestKind, decide};
+use super::injection::{Decision, Fault, Rates, RequestKind, decide};
 use super::rng::Rng;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;

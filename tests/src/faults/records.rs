@@ -247,7 +247,7 @@ pub fn daemon_pod_writes(records: &[Record]) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::plan::RequestKind;
+    use super::super::injection::RequestKind;
     use super::*;
 
     const PODS: &str = "/api/v1/namespaces/ns/pods";

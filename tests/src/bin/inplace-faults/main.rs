@@ -42,8 +42,8 @@ use inplace_tests::bed::{
     pod_ready, suffix,
 };
 use inplace_tests::faults::figures::{Figures, RunOutcome};
+use inplace_tests::faults::injection::{Fault, Rates};
 use inplace_tests::faults::invariants::{Bounds, Checker, PodSnap, PvcSnap};
-use inplace_tests::faults::plan::{Fault, Rates};
 use inplace_tests::faults::proxy::{FaultProxy, Record};
 use inplace_tests::faults::records::{self, PodLedger};
 use inplace_tests::faults::rng::Rng;
