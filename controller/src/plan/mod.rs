@@ -16,6 +16,7 @@
 //!    neither runs while the CloneSet is being deleted;
 //! 6. the status to write ([`status::compute`]) and `podsToDelete` pruning.
 
+pub mod action_write;
 pub mod build;
 pub mod container_batches;
 pub mod diffs;

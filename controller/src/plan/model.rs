@@ -514,6 +514,10 @@ pub struct Plan {
     /// ([`super::inplace_write`]), in plan order.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub in_place_writes: Vec<super::inplace_write::InPlaceWrite>,
+    /// What every other action (create, delete, PVC, label and `InPlaceUpdateReady`
+    /// writes, `podsToDelete` pruning) writes ([`super::action_write`]), in plan order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub action_writes: Vec<super::action_write::ActionWrite>,
     /// The status the controller should write.
     pub status: CloneSetStatus,
     #[serde(skip_serializing_if = "Vec::is_empty")]

@@ -14,8 +14,10 @@
 //! This module runs the phases and holds what every write shares (the APIs, patch helpers,
 //! expectations, events); the writes themselves are in:
 //! - `revisions`: ControllerRevisions;
-//! - `pods`: create, delete, recreate, `pod-template-hash`, `podsToDelete` pruning;
-//! - `pvc`: PVC deletion and hand-over to a pod;
+//! - `writes`: the planned writes of the other actions ([`crate::plan::action_write`])
+//!   sent by one path: `pod-template-hash`, `podsToDelete` pruning, PVC deletion and
+//!   hand-over, `InPlaceUpdateReady` completion and stall reports;
+//! - `pods`: create (from the plan's recipe), delete, recreate, with their events;
 //! - `inplace`: the in-place writes the plan made (start, held update, next batch,
 //!   resize); `conflict`: their guarded retry after a conflict;
 //! - `conditions`: readiness-gate conditions; `lifecycle`: the lifecycle state.
@@ -25,10 +27,10 @@ mod conflict;
 mod inplace;
 mod lifecycle;
 mod pods;
-mod pvc;
 mod revisions;
 #[cfg(test)]
 mod tests;
+mod writes;
 
 pub use crate::plan::inplace_write::spec_from_change;
 pub use crate::plan::pod_conditions::{gate_conditions_to_set, has_gate};
@@ -53,6 +55,7 @@ use crate::error::Error;
 use crate::events::Note;
 use crate::expectations::Expectation;
 use crate::metrics::CloneSetLabels;
+use crate::plan::action_write::ActionWrite;
 use crate::plan::inplace_write::InPlaceWrite;
 use crate::plan::lifecycle_write::LifecycleWrite;
 use crate::plan::{Action, Plan, UpdateMethod};
@@ -132,6 +135,8 @@ struct Actor<'a> {
     lifecycle_writes: HashMap<usize, &'a LifecycleWrite>,
     /// The plan's write of each of its in-place actions, by the action's address.
     in_place_writes: HashMap<usize, &'a InPlaceWrite>,
+    /// The plan's write of each of its other actions, by the action's address.
+    action_writes: HashMap<usize, &'a ActionWrite>,
 }
 
 /// An action's identity within its plan (its address), to find what the plan says it
@@ -312,6 +317,7 @@ pub async fn execute(ctx: &Context, cs: &CloneSet, owned: &Owned, plan: &Plan) -
         left: LeftVersions::default(),
         lifecycle_writes: lifecycle_writes_of(plan),
         in_place_writes: in_place_writes_of(plan),
+        action_writes: writes::action_writes_of(plan),
     };
     actor.run().await
 }
@@ -505,45 +511,28 @@ impl Actor<'_> {
     async fn act(&self, action: &Action) -> Result<(), Error> {
         debug!(?action, "acting");
         match action {
-            Action::Create {
-                revision,
-                instance_id,
-            } => self.create_pod(revision, instance_id).await,
-            Action::Delete { pod, reason } => self.delete_pod(pod, *reason).await,
-            Action::Update {
-                pod,
-                method: UpdateMethod::Recreate,
-                revision,
-            } => self.recreate(pod, revision).await,
             Action::Update {
                 pod,
                 method: UpdateMethod::InPlace,
                 revision,
             } => self.update_in_place(pod, revision, action).await,
             Action::Lifecycle { pod, .. } => self.lifecycle(pod, action).await,
-            Action::CompleteInPlaceUpdate { pod } => self.complete_in_place(pod).await,
-            Action::ApplyGracedUpdate { pod } => self.apply_planned(pod, action).await,
-            Action::DeletePvc { pvc } => self.delete_pvc(pvc).await,
-            Action::PrunePodsToDelete { names } => self.prune_pods_to_delete(names).await,
-            Action::ReownPvcToPod { pvc, pod } => self.reown_pvc(pvc, pod).await,
-            Action::SetTemplateHash { pod, hash } => self.set_template_hash(pod, hash).await,
-            Action::ApplyNextContainerBatch { pod } => self.apply_planned(pod, action).await,
-            Action::ReportInPlaceStall {
-                pod,
-                reason,
-                message,
-            } => self.report_in_place_stall(pod, reason, message).await,
+            Action::ApplyGracedUpdate { pod } | Action::ApplyNextContainerBatch { pod } => {
+                self.apply_planned(pod, action).await
+            }
+            Action::Create { .. }
+            | Action::Delete { .. }
+            | Action::Update {
+                method: UpdateMethod::Recreate,
+                ..
+            }
+            | Action::CompleteInPlaceUpdate { .. }
+            | Action::ReportInPlaceStall { .. }
+            | Action::DeletePvc { .. }
+            | Action::PrunePodsToDelete { .. }
+            | Action::ReownPvcToPod { .. }
+            | Action::SetTemplateHash { .. } => self.act_planned(action).await,
         }
-    }
-
-    /// Strategic merge patch of `pods/status`. With `pinned`, the patch only applies to the
-    /// pod version we planned from (resourceVersion precondition).
-    async fn patch_pod_status(&self, pod: &Pod, status: Value, pinned: bool) -> Result<(), Error> {
-        let mut body = json!({ "status": status });
-        if pinned {
-            body["metadata"] = json!({"resourceVersion": pod.resource_version()});
-        }
-        self.patch_pod_status_body(pod.name_any(), body).await
     }
 
     /// Strategic merge patch `body` (status and, for a precondition, metadata) of the
