@@ -354,3 +354,41 @@ fn the_readiness_gate_conditions_a_pod_lacks_are_shown_as_writes() {
         "{table}"
     );
 }
+
+#[test]
+fn deletes_and_patches_are_shown_with_their_preconditions() {
+    // The partition sample scaled to 4 with one of its pods and a gone one named in
+    // podsToDelete: the named pod is deleted (only with its UID) and the gone name pruned.
+    let dir = tempfile::tempdir().unwrap();
+    let cs = std::fs::read_to_string(fixture("partition-cloneset.yaml"))
+        .unwrap()
+        .replace(
+            "  replicas: 5\n  selector:",
+            "  replicas: 4\n  scaleStrategy:\n    podsToDelete: [sample-chvnr, sample-gone]\n  selector:",
+        )
+        .replace("  generation: 2\n", "  generation: 2\n  resourceVersion: \"901\"\n");
+    let cs_path = dir.path().join("cloneset.yaml");
+    std::fs::write(&cs_path, cs).unwrap();
+    let args = |output: &'static str| {
+        vec![
+            "plan".to_owned(),
+            "-f".to_owned(),
+            cs_path.display().to_string(),
+            "--pods".to_owned(),
+            fixture("partition-pods.yaml"),
+            "--revisions".to_owned(),
+            fixture("partition-revisions.yaml"),
+            "--now".to_owned(),
+            NOW.to_owned(),
+            "-o".to_owned(),
+            output.to_owned(),
+        ]
+    };
+    let run_with = |a: Vec<String>| run(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    let out = run_with(args("json"));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v = json(&out);
+    insta::assert_json_snapshot!("delete_and_prune_writes_json", v["actionWrites"]);
+    let table = stdout(&run_with(args("table")));
+    insta::assert_snapshot!("delete_and_prune_writes_table", table);
+}
