@@ -31,6 +31,7 @@ pub mod lifecycle_write;
 pub mod model;
 pub mod not_ready;
 pub mod order_rules;
+pub mod output;
 pub mod pod_conditions;
 pub mod predownload;
 pub mod protection;
@@ -47,4 +48,5 @@ pub mod validate;
 pub mod victims;
 
 pub use model::*;
+pub use output::Plan;
 pub use run::{PlanError, plan};

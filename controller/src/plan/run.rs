@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use super::model::{Plan, PlanContext, PodFacts, Snapshot};
+use super::model::{PlanContext, PodFacts, Snapshot};
+use super::output::Plan;
 use super::revision::RevisionError;
 use super::selector::{Selector, SelectorError};
 use super::{

@@ -32,9 +32,8 @@ mod revisions;
 mod tests;
 mod writes;
 
-pub use crate::plan::inplace_write::spec_from_change;
+pub use crate::plan::inplace_write::{spec_from_change, still_updatable};
 pub use crate::plan::pod_conditions::{gate_conditions_to_set, has_gate};
-pub use conflict::still_updatable;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -171,6 +170,18 @@ fn in_place_writes_of(plan: &Plan) -> HashMap<usize, &InPlaceWrite> {
                     | Action::ApplyNextContainerBatch { .. }
             );
             (in_place && pod_of(action) == Some(w.pod.as_str())).then(|| (action_key(action), w))
+        })
+        .collect()
+}
+
+/// The plan's writes of its other actions by their actions (each names its action's
+/// index).
+fn action_writes_of(plan: &Plan) -> HashMap<usize, &ActionWrite> {
+    plan.action_writes
+        .iter()
+        .filter_map(|w| {
+            let action = plan.actions.get(w.action)?;
+            crate::plan::action_write::covers(action).then(|| (action_key(action), w))
         })
         .collect()
 }
@@ -317,7 +328,7 @@ pub async fn execute(ctx: &Context, cs: &CloneSet, owned: &Owned, plan: &Plan) -
         left: LeftVersions::default(),
         lifecycle_writes: lifecycle_writes_of(plan),
         in_place_writes: in_place_writes_of(plan),
-        action_writes: writes::action_writes_of(plan),
+        action_writes: action_writes_of(plan),
     };
     actor.run().await
 }

@@ -12,7 +12,7 @@ use tracing::{debug, info, warn};
 use crate::error::{Error, is_conflict, is_not_found};
 use crate::events::Note;
 use crate::expectations::Expectation;
-use crate::plan::action_write::{self, ActionInputs, ActionWrite, Patch, PvcDelete, Target, Write};
+use crate::plan::action_write::{self, ActionInputs, Patch, PvcDelete, Target, Write};
 use crate::plan::{Action, UpdateMethod};
 
 use super::{Actor, action_key, delete_only_uid, now_time, pod_ref};
@@ -207,17 +207,4 @@ impl Actor<'_> {
         });
         Ok(())
     }
-}
-
-/// The plan's writes of its other actions by their actions (each names its action's index).
-pub(super) fn action_writes_of(
-    plan: &crate::plan::Plan,
-) -> std::collections::HashMap<usize, &ActionWrite> {
-    plan.action_writes
-        .iter()
-        .filter_map(|w| {
-            let action = plan.actions.get(w.action)?;
-            action_write::covers(action).then(|| (action_key(action), w))
-        })
-        .collect()
 }
