@@ -394,6 +394,15 @@ impl Actor<'_> {
         });
     }
 
+    /// The index of `action` (one of the plan's, by address) among the plan's actions.
+    fn index_of(&self, action: &Action) -> usize {
+        self.plan
+            .actions
+            .iter()
+            .position(|a| std::ptr::eq(a, action))
+            .unwrap_or_default()
+    }
+
     /// The full pod `name` (built from its cached form) for a write to it.
     fn pod(&self, name: &str) -> Result<Pod, Error> {
         self.pods

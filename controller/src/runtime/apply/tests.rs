@@ -515,6 +515,19 @@ fn in_place_writes_are_found_by_the_action_they_name() {
     );
 }
 
+/// Serves `app` on a loopback port; a client of it.
+async fn serve(
+    app: axum::Router,
+) -> Result<(kube::Client, tokio::task::JoinHandle<()>), Box<dyn std::error::Error + Send + Sync>> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let client = kube::Client::try_from(kube::Config::new(url.parse()?))?;
+    Ok((client, server))
+}
+
 /// A loopback API server that answers every request `409 Conflict` without changing
 /// anything (what the fault suite's proxy injects), counting the requests.
 async fn conflicting_server() -> Result<
@@ -537,12 +550,7 @@ async fn conflicting_server() -> Result<
             )
         }
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("http://{}", listener.local_addr()?);
-    let server = tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    let client = kube::Client::try_from(kube::Config::new(url.parse()?))?;
+    let (client, server) = serve(app).await?;
     Ok((client, seen, server))
 }
 
@@ -619,12 +627,7 @@ async fn recording_server(
             }
         },
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("http://{}", listener.local_addr()?);
-    let server = tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    let client = kube::Client::try_from(kube::Config::new(url.parse()?))?;
+    let (client, server) = serve(app).await?;
     Ok((client, seen, server))
 }
 

@@ -58,13 +58,7 @@ impl Actor<'_> {
             | Action::ReownPvcToPod { pod, .. } => self.pods.get(pod.as_str()).copied(),
             _ => None,
         };
-        let index = self
-            .plan
-            .actions
-            .iter()
-            .position(|a| std::ptr::eq(a, action))
-            .unwrap_or_default();
-        match action_write::of(&self.action_inputs(), pod, index, action) {
+        match action_write::of(&self.action_inputs(), pod, self.index_of(action), action) {
             Some(write) => Ok(Cow::Owned(write?.write)),
             None => Err(Error::NotCached(format!("write of {action:?}"))),
         }
