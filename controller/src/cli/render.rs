@@ -375,7 +375,7 @@ fn only_on(resource_version: Option<&str>) -> String {
 fn action_write_words(w: &Write) -> String {
     match w {
         Write::Create(r) => {
-            let labels: Vec<String> = r.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let labels: Vec<String> = r.labels().iter().map(|(k, v)| format!("{k}={v}")).collect();
             let pvcs = if r.pvcs.is_empty() {
                 String::new()
             } else {

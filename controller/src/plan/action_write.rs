@@ -64,17 +64,50 @@ pub struct ActionInputs<'a> {
 }
 
 /// How a pod is created.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
+///
+/// The labels the pod gets beyond its template's ([`CreateRecipe::labels`]) are shown
+/// with it but kept as the switch they follow from: a plan that creates thousands of pods
+/// holds thousands of recipes, and four strings each are most of a recipe's size.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CreateRecipe {
     pub pod: String,
     pub revision: String,
     pub instance_id: String,
-    /// The labels the pod gets beyond its template's ([`build::added_labels`]).
-    pub labels: BTreeMap<String, String>,
+    /// `controller-revision-hash` holds only the hash (`CloneSetShortHash`).
+    pub short_hash_label: bool,
     /// The PVCs of the instance to create first (those not there yet), in template order.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub pvcs: Vec<String>,
+}
+
+impl CreateRecipe {
+    /// The labels the pod gets beyond its template's ([`build::added_labels`]).
+    pub fn labels(&self) -> BTreeMap<String, String> {
+        build::added_labels(&self.revision, &self.instance_id, self.short_hash_label)
+    }
+}
+
+/// A recipe as shown: its labels written out.
+impl Serialize for CreateRecipe {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Shown<'a> {
+            pod: &'a str,
+            revision: &'a str,
+            instance_id: &'a str,
+            labels: BTreeMap<String, String>,
+            #[serde(skip_serializing_if = "<[String]>::is_empty")]
+            pvcs: &'a [String],
+        }
+        Shown {
+            pod: &self.pod,
+            revision: &self.revision,
+            instance_id: &self.instance_id,
+            labels: self.labels(),
+            pvcs: &self.pvcs,
+        }
+        .serialize(serializer)
+    }
 }
 
 /// The objects of a [`CreateRecipe`], as JSON (fields unknown to k8s-openapi kept).
@@ -88,7 +121,7 @@ impl CreateRecipe {
     /// The pod and the PVCs to create, from `template` (the revision's,
     /// [`template_of_recipe`]); `now` stamps the lifecycle timestamp annotation.
     pub fn render(&self, cs: &CloneSet, template: &PodTemplate, now: Timestamp) -> Rendered {
-        let pod = build::pod_json_with_labels(cs, template, &self.instance_id, &self.labels, now);
+        let pod = build::pod_json_with_labels(cs, template, &self.instance_id, &self.labels(), now);
         let pvcs = build::pvcs_json(cs, &self.instance_id)
             .into_iter()
             .filter(|p| {
@@ -399,7 +432,7 @@ fn create(
         pod: build::pod_name(cs_name, instance_id),
         revision: revision.to_owned(),
         instance_id: instance_id.to_owned(),
-        labels: build::added_labels(revision, instance_id, inputs.short_hash),
+        short_hash_label: inputs.short_hash,
         pvcs,
     })
 }

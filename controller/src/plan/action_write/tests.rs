@@ -122,12 +122,7 @@ fn each_covered_action_gets_its_write() {
                 pod: "demo-x".into(),
                 revision: "demo-new".into(),
                 instance_id: "x".into(),
-                labels: BTreeMap::from([
-                    (keys::REVISION_LABEL.into(), "demo-new".into()),
-                    (keys::POD_TEMPLATE_HASH_LABEL.into(), "new".into()),
-                    (keys::INSTANCE_ID_LABEL.into(), "x".into()),
-                    (keys::LIFECYCLE_STATE_LABEL.into(), "PreparingNormal".into()),
-                ]),
+                short_hash_label: false,
                 pvcs: vec!["data-demo-x".into()],
             }),
         ),
@@ -141,7 +136,7 @@ fn each_covered_action_gets_its_write() {
                 pod: "demo-a".into(),
                 revision: "demo-old".into(),
                 instance_id: "a".into(),
-                labels: build::added_labels("demo-old", "a", false),
+                short_hash_label: false,
                 pvcs: vec![],
             }),
         ),
@@ -424,7 +419,7 @@ fn a_rendered_recipe_literally() {
         pod: "demo-x".into(),
         revision: "demo-new".into(),
         instance_id: "x".into(),
-        labels: build::added_labels("demo-new", "x", false),
+        short_hash_label: false,
         pvcs: vec!["data-demo-x".into()],
     };
     let template = template_of_recipe(&recipe, &w.cs, &w.revisions, "demo-new").unwrap();
@@ -480,6 +475,28 @@ fn a_rendered_recipe_literally() {
         ..recipe
     };
     assert!(kept.render(&w.cs, &template, t(100)).pvcs.is_empty());
+}
+
+#[test]
+fn a_recipe_shows_the_labels_it_adds() {
+    for (short, revision_label) in [(false, "demo-new"), (true, "new")] {
+        let recipe = CreateRecipe {
+            pod: "demo-x".into(),
+            revision: "demo-new".into(),
+            instance_id: "x".into(),
+            short_hash_label: short,
+            pvcs: vec![],
+        };
+        assert_eq!(
+            serde_json::to_value(&recipe).unwrap(),
+            json!({"pod": "demo-x", "revision": "demo-new", "instanceId": "x", "labels": {
+                keys::REVISION_LABEL: revision_label,
+                keys::POD_TEMPLATE_HASH_LABEL: "new",
+                keys::INSTANCE_ID_LABEL: "x",
+                keys::LIFECYCLE_STATE_LABEL: "PreparingNormal",
+            }})
+        );
+    }
 }
 
 #[test]
