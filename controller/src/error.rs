@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::plan::PlanError;
+use crate::plan::action_write::ActionWriteError;
 use crate::plan::inplace_write::InPlaceWriteError;
 
 /// Why a reconcile of one CloneSet did not finish.
@@ -71,6 +72,15 @@ impl From<InPlaceWriteError> for Error {
                 what: what.to_owned(),
                 source,
             },
+        }
+    }
+}
+
+/// An action's write that cannot be planned: what it needs is not in the cache.
+impl From<ActionWriteError> for Error {
+    fn from(e: ActionWriteError) -> Self {
+        match e {
+            ActionWriteError::NotCached(what) => Self::NotCached(what),
         }
     }
 }

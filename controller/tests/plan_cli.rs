@@ -41,6 +41,24 @@ fn portable(text: &str) -> String {
     text.replace(&fixture(""), "fixtures/")
 }
 
+/// `plan` of the CloneSet file `cs` with the pods file `pods` and the partition sample's
+/// revisions, at [`NOW`], printed as `output`.
+fn partition_plan(cs: &str, pods: &str, output: &str) -> Output {
+    run(&[
+        "plan",
+        "-f",
+        cs,
+        "--pods",
+        pods,
+        "--revisions",
+        &fixture("partition-revisions.yaml"),
+        "--now",
+        NOW,
+        "-o",
+        output,
+    ])
+}
+
 fn scale_up_args<'a>(cs: &'a str, pods: &'a str, pvcs: &'a str, output: &'a str) -> Vec<&'a str> {
     vec![
         "plan", "-f", cs, "--pods", pods, "--pvcs", pvcs, "--now", NOW, "-o", output,
@@ -313,23 +331,9 @@ fn a_restart_goes_in_place_within_partition_and_max_unavailable() {
 
 #[test]
 fn the_readiness_gate_conditions_a_pod_lacks_are_shown_as_writes() {
-    let args = |pods: &str, output: &'static str| {
-        vec![
-            "plan".to_owned(),
-            "-f".to_owned(),
-            fixture("partition-cloneset.yaml"),
-            "--pods".to_owned(),
-            fixture(pods),
-            "--revisions".to_owned(),
-            fixture("partition-revisions.yaml"),
-            "--now".to_owned(),
-            NOW.to_owned(),
-            "-o".to_owned(),
-            output.to_owned(),
-        ]
-    };
-    let run_with = |a: Vec<String>| run(&a.iter().map(String::as_str).collect::<Vec<_>>());
-    let gated = run_with(args("gated-pods.yaml", "json"));
+    let cs = fixture("partition-cloneset.yaml");
+    let run_with = |pods: &str, output: &str| partition_plan(&cs, &fixture(pods), output);
+    let gated = run_with("gated-pods.yaml", "json");
     assert_eq!(gated.status.code(), Some(0), "{}", stderr(&gated));
     let v = json(&gated);
     assert_eq!(
@@ -341,11 +345,11 @@ fn the_readiness_gate_conditions_a_pod_lacks_are_shown_as_writes() {
         }])
     );
     // The same decision as without the missing conditions; none shown there.
-    let plain = json(&run_with(args("partition-pods.yaml", "json")));
+    let plain = json(&run_with("partition-pods.yaml", "json"));
     assert_eq!(v["actions"], plain["actions"]);
     assert_eq!(plain.get("podConditions"), None);
 
-    let table = stdout(&run_with(args("gated-pods.yaml", "table")));
+    let table = stdout(&run_with("gated-pods.yaml", "table"));
     assert!(
         table.contains(
             "  - set InPlaceUpdateReady and KruisePodReady True on pod sample-chvnr \
@@ -353,4 +357,28 @@ fn the_readiness_gate_conditions_a_pod_lacks_are_shown_as_writes() {
         ),
         "{table}"
     );
+}
+
+#[test]
+fn deletes_and_patches_are_shown_with_their_preconditions() {
+    // The partition sample scaled to 4 with one of its pods and a gone one named in
+    // podsToDelete: the named pod is deleted (only with its UID) and the gone name pruned.
+    let dir = tempfile::tempdir().unwrap();
+    let cs = std::fs::read_to_string(fixture("partition-cloneset.yaml"))
+        .unwrap()
+        .replace(
+            "  replicas: 5\n  selector:",
+            "  replicas: 4\n  scaleStrategy:\n    podsToDelete: [sample-chvnr, sample-gone]\n  selector:",
+        )
+        .replace("  generation: 2\n", "  generation: 2\n  resourceVersion: \"901\"\n");
+    let cs_path = dir.path().join("cloneset.yaml");
+    std::fs::write(&cs_path, cs).unwrap();
+    let cs_path = cs_path.display().to_string();
+    let pods = fixture("partition-pods.yaml");
+    let out = partition_plan(&cs_path, &pods, "json");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v = json(&out);
+    insta::assert_json_snapshot!("delete_and_prune_writes_json", v["actionWrites"]);
+    let table = stdout(&partition_plan(&cs_path, &pods, "table"));
+    insta::assert_snapshot!("delete_and_prune_writes_table", table);
 }

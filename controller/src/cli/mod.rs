@@ -200,6 +200,8 @@ pub struct Settings {
 pub struct Report {
     pub plan: Plan,
     pub warnings: Vec<String>,
+    /// The time planned at (the objects a create renders to carry it).
+    pub now: Timestamp,
 }
 
 /// Parses the texts (see [`input`]) and checks that every pod matches the selector.
@@ -356,7 +358,11 @@ pub fn compute(
             "revision {current} is not among the given revisions (--revisions): its template is unknown, so no pod of it can be judged for an in-place update"
         ));
     }
-    Ok(Report { plan, warnings })
+    Ok(Report {
+        plan,
+        warnings,
+        now,
+    })
 }
 
 fn plan_error(file: &str, e: &PlanError) -> InputError {
@@ -369,15 +375,27 @@ fn plan_error(file: &str, e: &PlanError) -> InputError {
 
 /// Renders `report` in `format` (JSON ends with a newline).
 pub fn render(report: &Report, inputs: &Inputs, format: Format) -> String {
+    let shown = || {
+        let mut v = render::json(&report.plan);
+        render::with_created_objects(
+            &mut v,
+            &report.plan,
+            &inputs.cloneset,
+            &inputs.revisions,
+            report.now,
+        );
+        v
+    };
     match format {
         Format::Json => {
-            let mut s = serde_json::to_string_pretty(&render::json(&report.plan))
+            let mut s = serde_json::to_string_pretty(&shown())
                 .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
             s.push('\n');
             s
         }
-        Format::Yaml => serde_saphyr::to_string(&render::json(&report.plan))
-            .unwrap_or_else(|e| format!("error: {e}\n")),
+        Format::Yaml => {
+            serde_saphyr::to_string(&shown()).unwrap_or_else(|e| format!("error: {e}\n"))
+        }
         Format::Table => render::table(&inputs.cloneset, &report.plan, inputs.pods.len()),
     }
 }

@@ -3,14 +3,17 @@
 use std::fmt::Write as _;
 
 use inplace_proto::CloneSet;
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 
+use crate::plan::action_write::{Target, Write, template_of_recipe};
 use crate::plan::{Action, DeleteReason, Plan, UpdateMethod};
 
 /// The JSON object: `resolved`, `diffs`, `revisions`, `actions`, `status`, and
 /// `podConditions` (the readiness-gate conditions written besides the actions),
 /// `lifecycleWrites` (what each lifecycle action writes), `inPlaceWrites` (what each
-/// in-place action writes),
+/// in-place action writes), `actionWrites` (what every other action writes),
 /// `problems` and `requeueAfterSeconds` when there are any.
 pub fn json(plan: &Plan) -> Value {
     let revisions = &plan.revisions;
@@ -39,6 +42,9 @@ pub fn json(plan: &Plan) -> Value {
     }
     if !plan.in_place_writes.is_empty() {
         out["inPlaceWrites"] = json!(plan.in_place_writes);
+    }
+    if !plan.action_writes.is_empty() {
+        out["actionWrites"] = json!(plan.action_writes);
     }
     if !plan.problems.is_empty() {
         out["problems"] = json!(plan.problems);
@@ -271,6 +277,9 @@ pub fn table(cs: &CloneSet, plan: &Plan, pod_count: usize) -> String {
         if let Some(w) = plan.in_place_writes.iter().find(|w| w.action == i) {
             let _ = writeln!(s, "     {}", in_place_write_words(w));
         }
+        if let Some(w) = plan.action_writes.iter().find(|w| w.action == i) {
+            let _ = writeln!(s, "     {}", action_write_words(&w.write));
+        }
     }
     for p in &plan.problems {
         let _ = writeln!(s, "  ! {} {}: {}", p.condition, p.reason, p.message);
@@ -321,6 +330,92 @@ pub fn table(cs: &CloneSet, plan: &Plan, pod_count: usize) -> String {
         );
     }
     s
+}
+
+/// Adds to each create of `out["actionWrites"]` (from [`json`]) the objects its recipe
+/// renders to (the pod as `object`, the PVCs to create as `pvcObjects`), by the function
+/// the applier renders them with; `now` stamps the lifecycle timestamp. A create whose
+/// revision's template is not given is left as its recipe.
+pub fn with_created_objects(
+    out: &mut Value,
+    plan: &Plan,
+    cs: &CloneSet,
+    revisions: &[ControllerRevision],
+    now: Timestamp,
+) {
+    let Some(shown) = out.get_mut("actionWrites").and_then(Value::as_array_mut) else {
+        return;
+    };
+    for (shown, write) in shown.iter_mut().zip(&plan.action_writes) {
+        let Write::Create(recipe) = &write.write else {
+            continue;
+        };
+        let Ok(template) =
+            template_of_recipe(recipe, cs, revisions, &plan.revisions.update_revision)
+        else {
+            continue;
+        };
+        let rendered = recipe.render(cs, &template, now);
+        shown["object"] = rendered.pod;
+        if !rendered.pvcs.is_empty() {
+            shown["pvcObjects"] = Value::Array(rendered.pvcs);
+        }
+    }
+}
+
+/// The precondition of a write, in words.
+fn only_on(resource_version: Option<&str>) -> String {
+    match resource_version {
+        Some(rv) => format!("only on resourceVersion {rv}"),
+        None => "on any version".to_owned(),
+    }
+}
+
+/// What one planned write of [`crate::plan::action_write`] sends, in words (one line).
+fn action_write_words(w: &Write) -> String {
+    match w {
+        Write::Create(r) => {
+            let labels: Vec<String> = r.labels().iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let pvcs = if r.pvcs.is_empty() {
+                String::new()
+            } else {
+                format!("PVC {} first, then ", r.pvcs.join(", "))
+            };
+            format!(
+                "writes: {pvcs}pod {} from the template with labels [{}]",
+                r.pod,
+                labels.join(", ")
+            )
+        }
+        Write::DeletePod { pod, uid, pvcs } => {
+            let mut s = format!("writes: delete pod {pod} only with UID {uid}");
+            for p in pvcs {
+                let _ = write!(s, ", then PVC {} only with UID {}", p.pvc, p.uid);
+            }
+            s
+        }
+        Write::DeletePvc(p) => format!("writes: delete PVC {} only with UID {}", p.pvc, p.uid),
+        Write::Patch(p) => {
+            let target = match p.target {
+                Target::Pod => "pod",
+                Target::PodStatus => "status of pod",
+                Target::Pvc => "PVC",
+                Target::CloneSet => "CloneSet",
+            };
+            let stamp = if p.stamp_conditions {
+                ", conditions stamped with the write time"
+            } else {
+                ""
+            };
+            format!(
+                "writes: patch {target} {} {} ({}{stamp})",
+                p.name,
+                p.patch,
+                only_on(p.resource_version.as_deref())
+            )
+        }
+        Write::Skip { why } => format!("writes: nothing ({why})"),
+    }
 }
 
 /// What an in-place write sends, in words (one line).

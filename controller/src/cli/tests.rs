@@ -341,3 +341,58 @@ fn demo_cloneset(extra: serde_json::Value) -> inplace_proto::CloneSet {
     }
     serde_json::from_value(cs).unwrap()
 }
+
+#[test]
+fn status_patches_and_skipped_writes_are_shown_under_their_action() {
+    use crate::plan::action_write::{ActionWrite, Patch, Target, Write};
+    use crate::plan::{Action, Plan};
+    let cs = demo_cloneset(json!({}));
+    let plan = Plan {
+        actions: vec![
+            Action::CompleteInPlaceUpdate {
+                pod: "demo-a".into(),
+            },
+            Action::CompleteInPlaceUpdate {
+                pod: "demo-b".into(),
+            },
+        ],
+        action_writes: vec![
+            ActionWrite {
+                action: 0,
+                write: Write::Patch(Patch {
+                    target: Target::PodStatus,
+                    name: "demo-a".into(),
+                    resource_version: Some("41".into()),
+                    patch: json!({"status": {"conditions": [{"type": "InPlaceUpdateReady", "status": "True"}]}}),
+                    stamp_conditions: true,
+                }),
+            },
+            ActionWrite {
+                action: 1,
+                write: Write::Skip {
+                    why: "the pod has no InPlaceUpdateReady readiness gate",
+                },
+            },
+        ],
+        ..Plan::default()
+    };
+    let v = render::json(&plan);
+    assert_eq!(v["actionWrites"][0]["target"], "podStatus");
+    assert_eq!(v["actionWrites"][0]["stampConditions"], true);
+    assert_eq!(v["actionWrites"][1]["kind"], "skip");
+    let table = render::table(&cs, &plan, 2);
+    assert!(
+        table.contains(
+            "  1. finish the in-place update of pod demo-a (InPlaceUpdateReady=True)\n     \
+             writes: patch status of pod demo-a \
+             {\"status\":{\"conditions\":[{\"status\":\"True\",\"type\":\"InPlaceUpdateReady\"}]}} \
+             (only on resourceVersion 41, conditions stamped with the write time)\n"
+        ),
+        "{table}"
+    );
+    assert!(
+        table.contains("     writes: nothing (the pod has no InPlaceUpdateReady readiness gate)\n"),
+        "{table}"
+    );
+    assert_eq!(render::json(&Plan::default()).get("actionWrites"), None);
+}

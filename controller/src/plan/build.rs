@@ -22,6 +22,8 @@
 //! namespace, labels = template labels + selector `matchLabels` + instance id, and the
 //! CloneSet's controller reference added.
 
+use std::collections::BTreeMap;
+
 use inplace_proto::{CloneSet, LifecycleState, PodTemplate, keys};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::jiff::Timestamp;
@@ -64,6 +66,33 @@ fn owner_json(cs: &CloneSet) -> Value {
     serde_json::to_value(owner_reference(cs)).unwrap_or(Value::Null)
 }
 
+/// The labels a created pod carries beyond its template's: `controller-revision-hash`
+/// (full revision name, or the short hash with `short_hash_label`), `pod-template-hash`,
+/// the instance id and lifecycle state PreparingNormal.
+pub fn added_labels(
+    revision: &str,
+    instance_id: &str,
+    short_hash_label: bool,
+) -> BTreeMap<String, String> {
+    let hash = short_hash(revision).to_owned();
+    BTreeMap::from([
+        (
+            keys::REVISION_LABEL.to_owned(),
+            if short_hash_label {
+                hash.clone()
+            } else {
+                revision.to_owned()
+            },
+        ),
+        (keys::POD_TEMPLATE_HASH_LABEL.to_owned(), hash),
+        (keys::INSTANCE_ID_LABEL.to_owned(), instance_id.to_owned()),
+        (
+            keys::LIFECYCLE_STATE_LABEL.to_owned(),
+            LifecycleState::PreparingNormal.as_str().to_owned(),
+        ),
+    ])
+}
+
 /// The pod for instance `instance_id` of revision `revision` (whose template is
 /// `template`), as JSON. `now` stamps the lifecycle timestamp annotation.
 pub fn pod_json(
@@ -74,26 +103,24 @@ pub fn pod_json(
     short_hash_label: bool,
     now: Timestamp,
 ) -> Value {
+    let labels = added_labels(revision, instance_id, short_hash_label);
+    pod_json_with_labels(cs, template, instance_id, &labels, now)
+}
+
+/// [`pod_json`] with the labels added over the template's given ([`added_labels`]).
+pub fn pod_json_with_labels(
+    cs: &CloneSet,
+    template: &PodTemplate,
+    instance_id: &str,
+    added: &BTreeMap<String, String>,
+    now: Timestamp,
+) -> Value {
     let cs_name = cloneset_name(cs);
-    let hash = short_hash(revision).to_owned();
     let tpl_meta = template.0.0.get("metadata").and_then(Value::as_object);
     let pick = |key: &str| tpl_meta.and_then(|m| m.get(key)).cloned();
 
     let mut labels = template.labels();
-    labels.insert(
-        keys::REVISION_LABEL.into(),
-        if short_hash_label {
-            hash.clone()
-        } else {
-            revision.to_owned()
-        },
-    );
-    labels.insert(keys::POD_TEMPLATE_HASH_LABEL.into(), hash);
-    labels.insert(keys::INSTANCE_ID_LABEL.into(), instance_id.to_owned());
-    labels.insert(
-        keys::LIFECYCLE_STATE_LABEL.into(),
-        LifecycleState::PreparingNormal.as_str().into(),
-    );
+    labels.extend(added.iter().map(|(k, v)| (k.clone(), v.clone())));
     let mut annotations = template.annotations();
     let stamp = Timestamp::from_second(now.as_second()).unwrap_or(now);
     annotations.insert(

@@ -253,6 +253,12 @@ impl Guard {
     }
 }
 
+/// Whether an in-place update planned from `planned` may be written to `fresh` (the pod as
+/// the API server has it now): the guard of `planned` ([`Guard::holds`]).
+pub fn still_updatable(planned: &Pod, fresh: &Pod, gate_set: bool) -> Result<(), String> {
+    Guard::of_pod(planned).holds(fresh, gate_set)
+}
+
 /// Everything one in-place action writes.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]

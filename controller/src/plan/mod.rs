@@ -16,6 +16,7 @@
 //!    neither runs while the CloneSet is being deleted;
 //! 6. the status to write ([`status::compute`]) and `podsToDelete` pruning.
 
+pub mod action_write;
 pub mod build;
 pub mod container_batches;
 pub mod diffs;
@@ -30,6 +31,7 @@ pub mod lifecycle_write;
 pub mod model;
 pub mod not_ready;
 pub mod order_rules;
+pub mod output;
 pub mod pod_conditions;
 pub mod predownload;
 pub mod protection;
@@ -46,4 +48,5 @@ pub mod validate;
 pub mod victims;
 
 pub use model::*;
+pub use output::Plan;
 pub use run::{PlanError, plan};

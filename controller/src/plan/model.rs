@@ -1,16 +1,14 @@
 //! The planner's input snapshot, its view of each pod, and its output.
 //!
 //! Everything here is plain data: the controller fills a [`Snapshot`] from its caches,
-//! [`super::plan`] turns it into a [`Plan`], and the `act` layer carries the plan out.
+//! [`super::plan`] turns it into a [`super::Plan`] ([`super::output`]), and the applier
+//! carries the plan out.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Duration;
 
 use inplace_proto::keys;
-use inplace_proto::{
-    CloneSet, CloneSetStatus, InPlaceUpdateGrace, InPlaceUpdateState, LifecycleState,
-};
+use inplace_proto::{CloneSet, InPlaceUpdateGrace, InPlaceUpdateState, LifecycleState};
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim};
 use k8s_openapi::jiff::Timestamp;
@@ -492,48 +490,6 @@ pub struct RevisionPlan {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub delete: Vec<String>,
     pub collision_count: i32,
-}
-
-/// The planner's answer for one reconcile.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Plan {
-    pub resolved: Resolved,
-    pub diffs: Diffs,
-    pub revisions: RevisionPlan,
-    /// Ordered actions. One reconcile does a scale step or an update step, never both.
-    pub actions: Vec<Action>,
-    /// Readiness-gate conditions set True on pods that lack them
-    /// ([`super::pod_conditions`]).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub pod_conditions: Vec<super::pod_conditions::InitialConditions>,
-    /// What each [`Action::Lifecycle`] writes ([`super::lifecycle_write`]), in plan order.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub lifecycle_writes: Vec<super::lifecycle_write::LifecycleWrite>,
-    /// What each in-place action (start, held update, next container batch) writes
-    /// ([`super::inplace_write`]), in plan order.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub in_place_writes: Vec<super::inplace_write::InPlaceWrite>,
-    /// The status the controller should write.
-    pub status: CloneSetStatus,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub problems: Vec<PlanProblem>,
-    /// Reconcile again after this long even if nothing changes (minReadySeconds, grace, deadline).
-    #[serde(skip_serializing_if = "Option::is_none", with = "opt_duration_secs")]
-    pub requeue_after: Option<Duration>,
-}
-
-mod opt_duration_secs {
-    use std::time::Duration;
-
-    use serde::Serializer;
-
-    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
-        match d {
-            Some(d) => s.serialize_f64(d.as_secs_f64()),
-            None => s.serialize_none(),
-        }
-    }
 }
 
 /// What every step of one plan shares: the snapshot, the pods' facts and the revisions.

@@ -3,12 +3,13 @@
 
 use std::time::Duration;
 
-use super::model::{Plan, PlanContext, PodFacts, Snapshot};
+use super::model::{PlanContext, PodFacts, Snapshot};
+use super::output::Plan;
 use super::revision::RevisionError;
 use super::selector::{Selector, SelectorError};
 use super::{
-    diffs, housekeeping, inplace_write, lifecycle_write, pod_conditions, revision, scale, status,
-    update,
+    action_write, diffs, housekeeping, inplace_write, lifecycle_write, pod_conditions, revision,
+    scale, status, update,
 };
 
 /// Input the planner cannot work with. Everything else (odd percents, pods in odd states)
@@ -96,6 +97,17 @@ pub fn plan(snapshot: Snapshot<'_>) -> Result<Plan, PlanError> {
         ctx.snapshot.pods,
         &actions,
     );
+    let action_writes = action_write::all(
+        &action_write::ActionInputs {
+            cloneset,
+            pods: ctx.snapshot.pods,
+            pvcs: ctx.snapshot.pvcs,
+            revisions: ctx.snapshot.revisions,
+            update_revision: &revisions.update_revision,
+            short_hash: ctx.options().short_hash,
+        },
+        &actions,
+    );
 
     Ok(Plan {
         resolved,
@@ -105,6 +117,7 @@ pub fn plan(snapshot: Snapshot<'_>) -> Result<Plan, PlanError> {
         pod_conditions,
         lifecycle_writes,
         in_place_writes,
+        action_writes,
         status,
         problems,
         requeue_after: earliest(requeue_after, status_requeue),

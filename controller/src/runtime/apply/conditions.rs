@@ -1,7 +1,7 @@
 //! Pod readiness-gate conditions, written by strategic merge patch on `pods/status`:
 //! `InPlaceUpdateReady` / `KruisePodReady` set True on pods that lack them, False when an
-//! in-place update starts, True when it completes, a stall's reason and message, and our
-//! key in `KruisePodReady`'s message list.
+//! in-place update starts, and our key in `KruisePodReady`'s message list. (Its completion
+//! and a stall's report are planned writes: `writes`.)
 
 use inplace_proto::keys;
 use k8s_openapi::api::core::v1::Pod;
@@ -9,15 +9,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::api::Patch;
 use serde_json::{Value, json};
-use tracing::warn;
 
 use crate::error::Error;
-use crate::events::Note;
 use crate::expectations::Expectation;
 use crate::plan::not_ready::{NOT_READY_USER_AGENT, NotReadyMessage, kruise_pod_ready};
 use crate::plan::pod_conditions::has_gate;
 
-use super::{Actor, Failure, FailureKind, Outcome, bounded, now_time, pod_ref};
+use super::{Actor, Failure, FailureKind, Outcome, bounded, now_time};
 
 impl Actor<'_> {
     /// The plan's readiness-gate conditions for pods that lack them
@@ -91,60 +89,6 @@ impl Actor<'_> {
             resource_version: written.resource_version().unwrap_or_default(),
         });
         Ok(written)
-    }
-
-    pub(super) async fn complete_in_place(&self, name: &str) -> Result<(), Error> {
-        let pod = &self.pod(name)?;
-        if !has_gate(pod, keys::INPLACE_UPDATE_READY_CONDITION) {
-            return Ok(());
-        }
-        let now = now_time();
-        // Reason and message (a stall report) belong to the False condition: removed.
-        let status = json!({"conditions": [
-            {"type": keys::INPLACE_UPDATE_READY_CONDITION, "status": "True", "lastTransitionTime": now,
-             "reason": null, "message": null}
-        ]});
-        match self.patch_pod_status(pod, status, true).await {
-            // Only for the pod version we checked: a newer one is judged again next time.
-            Err(e) if e.is_conflict() => {
-                self.pass_conflict();
-                Ok(())
-            }
-            other => other,
-        }
-    }
-
-    /// Writes what a stalled in-place update waits for on the pod's `InPlaceUpdateReady`
-    /// condition (status stays False; pinned to the pod version judged, so a pod that moved
-    /// on meanwhile is judged again) and records a Warning event on the pod.
-    pub(super) async fn report_in_place_stall(
-        &self,
-        name: &str,
-        reason: &str,
-        message: &str,
-    ) -> Result<(), Error> {
-        let pod = &self.pod(name)?;
-        let status = json!({"conditions": [{
-            "type": keys::INPLACE_UPDATE_READY_CONDITION, "status": "False",
-            "reason": reason, "message": message,
-        }]});
-        match self.patch_pod_status(pod, status, true).await {
-            Err(e) if e.is_conflict() => {
-                self.pass_conflict();
-                return Ok(());
-            }
-            other => other?,
-        }
-        warn!(pod = %name, reason, %message, "in-place update stalled");
-        self.ctx.events.send(Note {
-            regarding: pod_ref(pod),
-            related: Some(self.cs_ref.clone()),
-            warning: true,
-            reason: reason.to_owned(),
-            action: "UpdateInPlace".to_owned(),
-            message: message.to_owned(),
-        });
-        Ok(())
     }
 
     /// Adds or removes our key in the `KruisePodReady` condition's message list (only on

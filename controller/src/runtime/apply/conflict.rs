@@ -7,7 +7,7 @@ use kube::ResourceExt;
 use tracing::debug;
 
 use crate::error::Error;
-use crate::plan::inplace_write::{Guard, InPlaceWrite};
+use crate::plan::inplace_write::InPlaceWrite;
 
 use super::Actor;
 
@@ -91,9 +91,3 @@ impl Actor<'_> {
 /// Immediate retries of an in-place update write that hit a conflict (each after a fresh
 /// read of the pod that still passes the write's guard).
 const CONFLICT_RETRIES: u32 = 3;
-
-/// Whether an in-place update planned from `planned` may be written to `fresh` (the pod as
-/// the API server has it now): the guard of `planned` ([`Guard::holds`]).
-pub fn still_updatable(planned: &Pod, fresh: &Pod, gate_set: bool) -> Result<(), String> {
-    Guard::of_pod(planned).holds(fresh, gate_set)
-}

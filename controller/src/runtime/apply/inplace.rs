@@ -45,13 +45,7 @@ impl Actor<'_> {
             .pods
             .get(name)
             .ok_or_else(|| Error::NotCached(format!("pod {}/{name}", self.ns)))?;
-        let index = self
-            .plan
-            .actions
-            .iter()
-            .position(|a| std::ptr::eq(a, action))
-            .unwrap_or_default();
-        match inplace_write::of(&self.write_inputs(), cached, index, action) {
+        match inplace_write::of(&self.write_inputs(), cached, self.index_of(action), action) {
             Some(write) => Ok(Cow::Owned(write?)),
             None => Err(Error::NotCached(format!("in-place write of pod {name}"))),
         }

@@ -14,8 +14,10 @@
 //! This module runs the phases and holds what every write shares (the APIs, patch helpers,
 //! expectations, events); the writes themselves are in:
 //! - `revisions`: ControllerRevisions;
-//! - `pods`: create, delete, recreate, `pod-template-hash`, `podsToDelete` pruning;
-//! - `pvc`: PVC deletion and hand-over to a pod;
+//! - `writes`: the planned writes of the other actions ([`crate::plan::action_write`])
+//!   sent by one path: `pod-template-hash`, `podsToDelete` pruning, PVC deletion and
+//!   hand-over, `InPlaceUpdateReady` completion and stall reports;
+//! - `pods`: create (from the plan's recipe), delete, recreate, with their events;
 //! - `inplace`: the in-place writes the plan made (start, held update, next batch,
 //!   resize); `conflict`: their guarded retry after a conflict;
 //! - `conditions`: readiness-gate conditions; `lifecycle`: the lifecycle state.
@@ -25,14 +27,13 @@ mod conflict;
 mod inplace;
 mod lifecycle;
 mod pods;
-mod pvc;
 mod revisions;
 #[cfg(test)]
 mod tests;
+mod writes;
 
-pub use crate::plan::inplace_write::spec_from_change;
+pub use crate::plan::inplace_write::{spec_from_change, still_updatable};
 pub use crate::plan::pod_conditions::{gate_conditions_to_set, has_gate};
-pub use conflict::still_updatable;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -53,6 +54,7 @@ use crate::error::Error;
 use crate::events::Note;
 use crate::expectations::Expectation;
 use crate::metrics::CloneSetLabels;
+use crate::plan::action_write::ActionWrite;
 use crate::plan::inplace_write::InPlaceWrite;
 use crate::plan::lifecycle_write::LifecycleWrite;
 use crate::plan::{Action, Plan, UpdateMethod};
@@ -132,6 +134,8 @@ struct Actor<'a> {
     lifecycle_writes: HashMap<usize, &'a LifecycleWrite>,
     /// The plan's write of each of its in-place actions, by the action's address.
     in_place_writes: HashMap<usize, &'a InPlaceWrite>,
+    /// The plan's write of each of its other actions, by the action's address.
+    action_writes: HashMap<usize, &'a ActionWrite>,
 }
 
 /// An action's identity within its plan (its address), to find what the plan says it
@@ -166,6 +170,18 @@ fn in_place_writes_of(plan: &Plan) -> HashMap<usize, &InPlaceWrite> {
                     | Action::ApplyNextContainerBatch { .. }
             );
             (in_place && pod_of(action) == Some(w.pod.as_str())).then(|| (action_key(action), w))
+        })
+        .collect()
+}
+
+/// The plan's writes of its other actions by their actions (each names its action's
+/// index).
+fn action_writes_of(plan: &Plan) -> HashMap<usize, &ActionWrite> {
+    plan.action_writes
+        .iter()
+        .filter_map(|w| {
+            let action = plan.actions.get(w.action)?;
+            crate::plan::action_write::covers(action).then(|| (action_key(action), w))
         })
         .collect()
 }
@@ -312,6 +328,7 @@ pub async fn execute(ctx: &Context, cs: &CloneSet, owned: &Owned, plan: &Plan) -
         left: LeftVersions::default(),
         lifecycle_writes: lifecycle_writes_of(plan),
         in_place_writes: in_place_writes_of(plan),
+        action_writes: action_writes_of(plan),
     };
     actor.run().await
 }
@@ -375,6 +392,15 @@ impl Actor<'_> {
             action: action.to_owned(),
             message,
         });
+    }
+
+    /// The index of `action` (one of the plan's, by address) among the plan's actions.
+    fn index_of(&self, action: &Action) -> usize {
+        self.plan
+            .actions
+            .iter()
+            .position(|a| std::ptr::eq(a, action))
+            .unwrap_or_default()
     }
 
     /// The full pod `name` (built from its cached form) for a write to it.
@@ -505,45 +531,28 @@ impl Actor<'_> {
     async fn act(&self, action: &Action) -> Result<(), Error> {
         debug!(?action, "acting");
         match action {
-            Action::Create {
-                revision,
-                instance_id,
-            } => self.create_pod(revision, instance_id).await,
-            Action::Delete { pod, reason } => self.delete_pod(pod, *reason).await,
-            Action::Update {
-                pod,
-                method: UpdateMethod::Recreate,
-                revision,
-            } => self.recreate(pod, revision).await,
             Action::Update {
                 pod,
                 method: UpdateMethod::InPlace,
                 revision,
             } => self.update_in_place(pod, revision, action).await,
             Action::Lifecycle { pod, .. } => self.lifecycle(pod, action).await,
-            Action::CompleteInPlaceUpdate { pod } => self.complete_in_place(pod).await,
-            Action::ApplyGracedUpdate { pod } => self.apply_planned(pod, action).await,
-            Action::DeletePvc { pvc } => self.delete_pvc(pvc).await,
-            Action::PrunePodsToDelete { names } => self.prune_pods_to_delete(names).await,
-            Action::ReownPvcToPod { pvc, pod } => self.reown_pvc(pvc, pod).await,
-            Action::SetTemplateHash { pod, hash } => self.set_template_hash(pod, hash).await,
-            Action::ApplyNextContainerBatch { pod } => self.apply_planned(pod, action).await,
-            Action::ReportInPlaceStall {
-                pod,
-                reason,
-                message,
-            } => self.report_in_place_stall(pod, reason, message).await,
+            Action::ApplyGracedUpdate { pod } | Action::ApplyNextContainerBatch { pod } => {
+                self.apply_planned(pod, action).await
+            }
+            Action::Create { .. }
+            | Action::Delete { .. }
+            | Action::Update {
+                method: UpdateMethod::Recreate,
+                ..
+            }
+            | Action::CompleteInPlaceUpdate { .. }
+            | Action::ReportInPlaceStall { .. }
+            | Action::DeletePvc { .. }
+            | Action::PrunePodsToDelete { .. }
+            | Action::ReownPvcToPod { .. }
+            | Action::SetTemplateHash { .. } => self.act_planned(action).await,
         }
-    }
-
-    /// Strategic merge patch of `pods/status`. With `pinned`, the patch only applies to the
-    /// pod version we planned from (resourceVersion precondition).
-    async fn patch_pod_status(&self, pod: &Pod, status: Value, pinned: bool) -> Result<(), Error> {
-        let mut body = json!({ "status": status });
-        if pinned {
-            body["metadata"] = json!({"resourceVersion": pod.resource_version()});
-        }
-        self.patch_pod_status_body(pod.name_any(), body).await
     }
 
     /// Strategic merge patch `body` (status and, for a precondition, metadata) of the

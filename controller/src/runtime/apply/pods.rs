@@ -1,30 +1,26 @@
-//! Pod creation (with its PVCs), deletion (UID precondition; its PVCs go with it),
-//! recreation by the specified-delete label, the `pod-template-hash` back-fill, and
-//! pruning `spec.scaleStrategy.podsToDelete`.
-
-use std::collections::BTreeSet;
+//! Pod creation from the plan's recipe (with its PVCs), deletion (UID precondition; its
+//! PVCs go with it) and recreation by the specified-delete label, with their events and
+//! metrics.
 
 use inplace_proto::keys;
 use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{DynamicObject, Patch, PostParams};
-use serde_json::{Value, json};
-use tracing::{debug, info};
+use kube::api::{DynamicObject, PostParams};
+use serde_json::Value;
+use tracing::debug;
 
 use crate::error::{Error, is_already_exists, is_conflict, is_not_found};
 use crate::expectations::Expectation;
 use crate::plan::DeleteReason;
+use crate::plan::action_write::{CreateRecipe, Patch, PvcDelete, template_of_recipe};
 
 use super::{Actor, delete_only_uid, pod_ref};
 
 impl Actor<'_> {
-    pub(super) async fn create_pod(&self, revision: &str, instance_id: &str) -> Result<(), Error> {
-        let cs_name = self.cs.name_any();
-        let pod_name = format!("{cs_name}-{instance_id}");
-        let result = self
-            .create_pod_inner(revision, instance_id, &pod_name)
-            .await;
+    pub(super) async fn create_pod(&self, recipe: &CreateRecipe) -> Result<(), Error> {
+        let pod_name = &recipe.pod;
+        let result = self.create_pod_inner(recipe).await;
         match &result {
             Ok(()) => {
                 self.ctx
@@ -60,41 +56,23 @@ impl Actor<'_> {
         result
     }
 
-    async fn create_pod_inner(
-        &self,
-        revision: &str,
-        instance_id: &str,
-        pod_name: &str,
-    ) -> Result<(), Error> {
-        let template = crate::plan::revision::template_for(
+    async fn create_pod_inner(&self, recipe: &CreateRecipe) -> Result<(), Error> {
+        let pod_name = recipe.pod.as_str();
+        let template = template_of_recipe(
+            recipe,
             self.cs,
             &self.owned.revisions,
             &self.plan.revisions.update_revision,
-            revision,
-        )
-        .ok_or_else(|| Error::NotCached(format!("template of revision {revision}")))?;
-        let short = self.ctx.settings.plan_options.short_hash;
-        let now = Timestamp::now();
+        )?;
         // Raw JSON all the way to the server: template fields unknown to k8s-openapi survive.
-        let pod =
-            crate::plan::build::pod_json(self.cs, &template, revision, instance_id, short, now);
-        let pvcs = crate::plan::build::pvcs_json(self.cs, instance_id);
-        let existing: BTreeSet<&str> = self
-            .owned
-            .pvcs
-            .iter()
-            .filter_map(|p| p.metadata.name.as_deref())
-            .collect();
+        let rendered = recipe.render(self.cs, &template, Timestamp::now());
         let pp = PostParams {
             field_manager: Some(self.ctx.settings.field_manager.clone()),
             ..PostParams::default()
         };
-        for pvc in pvcs {
+        for pvc in rendered.pvcs {
             let pvc = dynamic(pvc, "PVC")?;
             let name = pvc.name_any();
-            if existing.contains(name.as_str()) {
-                continue;
-            }
             match self
                 .dyn_api::<PersistentVolumeClaim>()
                 .create(&pp, &pvc)
@@ -106,6 +84,7 @@ impl Actor<'_> {
             }
             self.expect(Expectation::PvcCreated { name });
         }
+        let pod = rendered.pod;
         match self
             .dyn_api::<Pod>()
             .create(&pp, &dynamic(pod, "pod")?)
@@ -140,15 +119,18 @@ impl Actor<'_> {
         Ok(())
     }
 
-    pub(super) async fn delete_pod(&self, name: &str, reason: DeleteReason) -> Result<(), Error> {
-        let Ok(pod) = self.pod(name) else {
-            debug!(pod = %name, "pod to delete is already gone");
-            return Ok(());
-        };
-        let pod = &pod;
-        let uid = pod.uid().unwrap_or_default();
-        let dp = delete_only_uid(&uid);
-        match self.pod_api().delete(name, &dp).await {
+    /// Deletes pod `name`, only of `uid`, then the PVCs planned to go with it.
+    pub(super) async fn delete_pod(
+        &self,
+        name: &str,
+        uid: &str,
+        pvcs: &[PvcDelete],
+        reason: DeleteReason,
+    ) -> Result<(), Error> {
+        // The full pod only for the events' reference (as every event of a pod has it).
+        let pod = self.pod(name).ok();
+        let related = || pod.as_ref().map(pod_ref);
+        match self.pod_api().delete(name, &delete_only_uid(uid)).await {
             Ok(_) => {}
             Err(e) if is_not_found(&e) || is_conflict(&e) => {
                 debug!(pod = %name, "pod already gone or replaced");
@@ -156,7 +138,7 @@ impl Actor<'_> {
             Err(e) => {
                 let err = Error::kube(format!("delete pod {name}"), e);
                 self.event(
-                    Some(pod_ref(pod)),
+                    related(),
                     true,
                     keys::events::FAILED_DELETE,
                     "Delete",
@@ -167,7 +149,7 @@ impl Actor<'_> {
         }
         self.expect(Expectation::PodDeleted {
             name: name.to_owned(),
-            uid,
+            uid: uid.to_owned(),
         });
         self.ctx
             .metrics
@@ -175,69 +157,28 @@ impl Actor<'_> {
             .get_or_create(&self.labels)
             .inc();
         self.event(
-            Some(pod_ref(pod)),
+            related(),
             false,
             keys::events::SUCCESSFUL_DELETE,
             "Delete",
             format!("succeed to delete pod {name} ({reason:?})"),
         );
-        // The pod's PVCs go with it, unless another live pod of the same instance uses them.
-        if let Some(id) = pod.labels().get(keys::INSTANCE_ID_LABEL) {
-            let reused = self.owned.pods.iter().any(|p| {
-                p.uid() != pod.uid()
-                    && p.metadata.deletion_timestamp.is_none()
-                    && p.label_map().get(keys::INSTANCE_ID_LABEL) == Some(id.as_str())
-            });
-            if !reused {
-                for pvc in self
-                    .owned
-                    .pvcs
-                    .iter()
-                    .filter(|p| p.labels().get(keys::INSTANCE_ID_LABEL) == Some(id))
-                {
-                    self.delete_pvc(&pvc.name_any()).await?;
-                }
-            }
+        for pvc in pvcs {
+            self.delete_pvc(pvc).await?;
         }
         Ok(())
     }
 
-    pub(super) async fn prune_pods_to_delete(&self, names: &[String]) -> Result<(), Error> {
-        let Some(current) = self
-            .cs
-            .spec
-            .scale_strategy
-            .as_ref()
-            .map(|s| s.pods_to_delete.clone())
-        else {
-            return Ok(());
-        };
-        let drop: BTreeSet<&str> = names.iter().map(String::as_str).collect();
-        let kept: Vec<&String> = current
-            .iter()
-            .filter(|n| !drop.contains(n.as_str()))
-            .collect();
-        if kept.len() == current.len() {
-            return Ok(());
-        }
-        // Pinned to the CloneSet version we planned from: a concurrent edit of the list by
-        // the user wins (409 → retry with a fresh cache).
-        let body = json!({
-            "metadata": {"resourceVersion": self.cs.resource_version()},
-            "spec": {"scaleStrategy": {"podsToDelete": kept}},
-        });
-        self.cs_api()
-            .patch(&self.cs.name_any(), &self.pp(), &Patch::Merge(&body))
-            .await
-            .map_err(|e| Error::kube("prune spec.scaleStrategy.podsToDelete", e))?;
-        info!(removed = ?names, "pruned podsToDelete");
-        Ok(())
-    }
-
-    pub(super) async fn recreate(&self, name: &str, revision: &str) -> Result<(), Error> {
+    /// Sends the plan's specified-delete label `patch` of pod `name`, with its events.
+    pub(super) async fn recreate(
+        &self,
+        name: &str,
+        revision: &str,
+        patch: &Patch,
+        what: &str,
+    ) -> Result<(), Error> {
         let pod = &self.pod(name)?;
-        let body = json!({"metadata": {"labels": {keys::SPECIFIED_DELETE_LABEL: "true"}}});
-        match self.patch_pod(pod, body, "mark for recreate", false).await {
+        match self.send_patch(patch, what).await {
             Ok(_) => {
                 self.ctx
                     .metrics
@@ -264,14 +205,6 @@ impl Actor<'_> {
                 Err(err)
             }
         }
-    }
-
-    /// Back-fills `pod-template-hash` on a pod made before the label existed.
-    pub(super) async fn set_template_hash(&self, name: &str, hash: &str) -> Result<(), Error> {
-        let pod = &self.pod(name)?;
-        let body = json!({"metadata": {"labels": {keys::POD_TEMPLATE_HASH_LABEL: hash}}});
-        self.patch_pod(pod, body, "label", false).await?;
-        Ok(())
     }
 }
 

@@ -515,6 +515,19 @@ fn in_place_writes_are_found_by_the_action_they_name() {
     );
 }
 
+/// Serves `app` on a loopback port; a client of it.
+async fn serve(
+    app: axum::Router,
+) -> Result<(kube::Client, tokio::task::JoinHandle<()>), Box<dyn std::error::Error + Send + Sync>> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let client = kube::Client::try_from(kube::Config::new(url.parse()?))?;
+    Ok((client, server))
+}
+
 /// A loopback API server that answers every request `409 Conflict` without changing
 /// anything (what the fault suite's proxy injects), counting the requests.
 async fn conflicting_server() -> Result<
@@ -537,12 +550,7 @@ async fn conflicting_server() -> Result<
             )
         }
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("http://{}", listener.local_addr()?);
-    let server = tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    let client = kube::Client::try_from(kube::Config::new(url.parse()?))?;
+    let (client, server) = serve(app).await?;
     Ok((client, seen, server))
 }
 
@@ -551,31 +559,7 @@ async fn a_completion_answered_409_is_let_pass_and_counted_for_a_quick_recheck()
 -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     use crate::plan::fixtures;
     let (client, seen, server) = conflicting_server().await?;
-    let (clonesets, _) = kube::runtime::reflector::store();
-    let (pods, _) = kube::runtime::reflector::store();
-    let (pvcs, _) = kube::runtime::reflector::store();
-    let (revisions, _) = kube::runtime::reflector::store();
-    let (nodes, _) = kube::runtime::reflector::store();
-    let ctx = Context {
-        client,
-        stores: crate::watch::Stores {
-            clonesets,
-            pods,
-            pvcs,
-            revisions,
-            nodes,
-        },
-        expectations: crate::expectations::Expectations::new(std::time::Duration::from_secs(60)),
-        events: crate::events::EventSink::disabled(),
-        metrics: Arc::new(crate::metrics::Metrics::new()),
-        health: Arc::default(),
-        caps: crate::discovery::ServerCapabilities::default(),
-        settings: crate::runtime::Settings::default(),
-        predownload: None,
-        failures: std::sync::Mutex::default(),
-        status_writes: crate::runtime::last_write::LastWrites::default(),
-        synced: tokio::sync::watch::channel(true).1,
-    };
+    let ctx = test_context(client);
     let cs = fixtures::cloneset(json!({}));
     // A pod updated in place whose containers run the new spec: its InPlaceUpdateReady
     // condition is set True (a pods/status write pinned to the cached version).
@@ -610,5 +594,136 @@ async fn a_completion_answered_409_is_let_pass_and_counted_for_a_quick_recheck()
     assert!(outcome.failures.is_empty(), "{:?}", outcome.failures.len());
     // ...but counted, so the reconcile is requeued soon even if no watch event comes.
     assert_eq!(outcome.conflicts_passed, 1);
+    Ok(())
+}
+
+/// A loopback API server that answers every request with `answer`, recording each
+/// request's method, path and body.
+async fn recording_server(
+    answer: &'static str,
+) -> Result<
+    (
+        kube::Client,
+        Arc<std::sync::Mutex<Vec<(String, String, serde_json::Value)>>>,
+        tokio::task::JoinHandle<()>,
+    ),
+    Box<dyn std::error::Error + Send + Sync>,
+> {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let recorder = seen.clone();
+    let app = axum::Router::new().fallback(
+        move |method: axum::http::Method, uri: axum::http::Uri, body: String| {
+            let recorder = recorder.clone();
+            async move {
+                let body = serde_json::from_str(&body).unwrap_or(serde_json::Value::Null);
+                if let Ok(mut seen) = recorder.lock() {
+                    seen.push((method.to_string(), uri.path().to_owned(), body));
+                }
+                (
+                    axum::http::StatusCode::OK,
+                    [(axum::http::header::CONTENT_TYPE, "application/json")],
+                    answer,
+                )
+            }
+        },
+    );
+    let (client, server) = serve(app).await?;
+    Ok((client, seen, server))
+}
+
+fn test_context(client: kube::Client) -> Context {
+    let (clonesets, _) = kube::runtime::reflector::store();
+    let (pods, _) = kube::runtime::reflector::store();
+    let (pvcs, _) = kube::runtime::reflector::store();
+    let (revisions, _) = kube::runtime::reflector::store();
+    let (nodes, _) = kube::runtime::reflector::store();
+    Context {
+        client,
+        stores: crate::watch::Stores {
+            clonesets,
+            pods,
+            pvcs,
+            revisions,
+            nodes,
+        },
+        expectations: crate::expectations::Expectations::new(std::time::Duration::from_secs(60)),
+        events: crate::events::EventSink::disabled(),
+        metrics: Arc::new(crate::metrics::Metrics::new()),
+        health: Arc::default(),
+        caps: crate::discovery::ServerCapabilities::default(),
+        settings: crate::runtime::Settings::default(),
+        predownload: None,
+        failures: std::sync::Mutex::default(),
+        status_writes: crate::runtime::last_write::LastWrites::default(),
+        synced: tokio::sync::watch::channel(true).1,
+    }
+}
+
+#[tokio::test]
+async fn the_applier_sends_the_write_the_plan_holds_and_derives_one_only_without_it()
+-> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    use crate::plan::action_write::{self, ActionInputs, Write};
+    use crate::plan::fixtures;
+    let (client, seen, server) = recording_server(
+        r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"demo-a","namespace":"default","uid":"uid-demo-a","resourceVersion":"9"}}"#,
+    )
+    .await?;
+    let ctx = test_context(client);
+    let cs = fixtures::cloneset(json!({}));
+    let mut pod = fixtures::pod("demo-a", "demo-2").build();
+    pod.metadata.namespace = Some("default".into());
+    let owned = Owned {
+        pods: vec![fixtures::cached(&pod)],
+        ..Owned::default()
+    };
+    let action = Action::SetTemplateHash {
+        pod: "demo-a".into(),
+        hash: "from-action".into(),
+    };
+    let mut plan = Plan {
+        actions: vec![action],
+        ..Plan::default()
+    };
+    // The plan's write, changed after planning: what is sent is the plan's, not one
+    // derived again from the action.
+    let mut writes = action_write::all(
+        &ActionInputs {
+            cloneset: &cs,
+            pods: &owned.pods,
+            pvcs: &[],
+            revisions: &[],
+            update_revision: "demo-2",
+            short_hash: false,
+        },
+        &plan.actions,
+    );
+    if let Some(Write::Patch(p)) = writes.first_mut().map(|w| &mut w.write) {
+        p.patch = json!({"metadata": {"labels": {keys::POD_TEMPLATE_HASH_LABEL: "from-plan"}}});
+    }
+    plan.action_writes = writes;
+    let outcome = execute(&ctx, &cs, &owned, &plan).await;
+    assert!(outcome.failures.is_empty(), "{:?}", outcome.failures);
+    // Without the write in the plan, the applier plans it the same way from the action.
+    plan.action_writes.clear();
+    let outcome = execute(&ctx, &cs, &owned, &plan).await;
+    assert!(outcome.failures.is_empty(), "{:?}", outcome.failures);
+    server.abort();
+    let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
+    let label = |hash: &str| json!({"metadata": {"labels": {keys::POD_TEMPLATE_HASH_LABEL: hash}}});
+    assert_eq!(
+        seen,
+        vec![
+            (
+                "PATCH".to_owned(),
+                "/api/v1/namespaces/default/pods/demo-a".to_owned(),
+                label("from-plan")
+            ),
+            (
+                "PATCH".to_owned(),
+                "/api/v1/namespaces/default/pods/demo-a".to_owned(),
+                label("from-action")
+            ),
+        ]
+    );
     Ok(())
 }

@@ -1,0 +1,204 @@
+//! The writes the plan made for its other actions ([`crate::plan::action_write`]): one
+//! path that sends a planned patch or PVC delete and records what it expects to see; the
+//! per-action code around it (creates, pod deletes, recreate and stall events) is in
+//! `pods` and here.
+
+use std::borrow::Cow;
+
+use kube::ResourceExt;
+use kube::api::Patch as KubePatch;
+use tracing::{debug, info, warn};
+
+use crate::error::{Error, is_conflict, is_not_found};
+use crate::events::Note;
+use crate::expectations::Expectation;
+use crate::plan::action_write::{self, ActionInputs, Patch, PvcDelete, Target, Write};
+use crate::plan::{Action, UpdateMethod};
+
+use super::{Actor, action_key, delete_only_uid, now_time, pod_ref};
+
+/// What a failed write of `action` was doing (the error's text).
+fn what(action: &Action, patch: &Patch) -> String {
+    let name = &patch.name;
+    match (action, patch.target) {
+        (Action::ReownPvcToPod { pvc, pod }, _) => format!("hand PVC {pvc} to pod {pod}"),
+        (Action::PrunePodsToDelete { .. }, _) => "prune spec.scaleStrategy.podsToDelete".into(),
+        (Action::SetTemplateHash { .. }, _) => format!("label pod {name}"),
+        (Action::Update { .. }, _) => format!("mark for recreate pod {name}"),
+        (_, Target::PodStatus) => format!("patch status of pod {name}"),
+        (_, target) => format!("patch {target:?} {name}"),
+    }
+}
+
+impl Actor<'_> {
+    /// What the plan's other writes are planned from here (for a plan made without them).
+    fn action_inputs(&self) -> ActionInputs<'_> {
+        ActionInputs {
+            cloneset: self.cs,
+            pods: &self.owned.pods,
+            pvcs: &self.owned.pvcs,
+            revisions: &self.owned.revisions,
+            update_revision: &self.plan.revisions.update_revision,
+            short_hash: self.ctx.settings.plan_options.short_hash,
+        }
+    }
+
+    /// The plan's write of `action`; a plan made without its writes (by hand) has it
+    /// planned here, by the same function, from the cache.
+    pub(super) fn action_write(&self, action: &Action) -> Result<Cow<'_, Write>, Error> {
+        if let Some(w) = self.action_writes.get(&action_key(action)) {
+            return Ok(Cow::Borrowed(&w.write));
+        }
+        let pod = match action {
+            Action::Delete { pod, .. }
+            | Action::Update { pod, .. }
+            | Action::SetTemplateHash { pod, .. }
+            | Action::CompleteInPlaceUpdate { pod }
+            | Action::ReportInPlaceStall { pod, .. }
+            | Action::ReownPvcToPod { pod, .. } => self.pods.get(pod.as_str()).copied(),
+            _ => None,
+        };
+        match action_write::of(&self.action_inputs(), pod, self.index_of(action), action) {
+            Some(write) => Ok(Cow::Owned(write?.write)),
+            None => Err(Error::NotCached(format!("write of {action:?}"))),
+        }
+    }
+
+    /// The actions whose write is the planned write alone, plus what each does around it.
+    pub(super) async fn act_planned(&self, action: &Action) -> Result<(), Error> {
+        let write = self.action_write(action)?;
+        match (action, write.as_ref()) {
+            (_, Write::Skip { why }) => {
+                debug!(?action, why, "nothing to write");
+                Ok(())
+            }
+            (Action::Create { .. }, Write::Create(recipe)) => self.create_pod(recipe).await,
+            (Action::Delete { reason, .. }, Write::DeletePod { pod, uid, pvcs }) => {
+                self.delete_pod(pod, uid, pvcs, *reason).await
+            }
+            (_, Write::DeletePvc(delete)) => self.delete_pvc(delete).await,
+            (
+                Action::Update {
+                    pod,
+                    method: UpdateMethod::Recreate,
+                    revision,
+                },
+                Write::Patch(patch),
+            ) => {
+                self.recreate(pod, revision, patch, &what(action, patch))
+                    .await
+            }
+            (Action::CompleteInPlaceUpdate { .. }, Write::Patch(patch)) => {
+                // Only for the pod version we checked: a newer one is judged again next time.
+                self.send_patch_passing_conflict(patch, &what(action, patch))
+                    .await
+                    .map(|_| ())
+            }
+            (
+                Action::ReportInPlaceStall {
+                    pod,
+                    reason,
+                    message,
+                },
+                Write::Patch(patch),
+            ) => {
+                if !self
+                    .send_patch_passing_conflict(patch, &what(action, patch))
+                    .await?
+                {
+                    return Ok(());
+                }
+                warn!(pod = %pod, reason, %message, "in-place update stalled");
+                let pod = self.pod(pod)?;
+                self.ctx.events.send(Note {
+                    regarding: pod_ref(&pod),
+                    related: Some(self.cs_ref.clone()),
+                    warning: true,
+                    reason: reason.clone(),
+                    action: "UpdateInPlace".to_owned(),
+                    message: message.clone(),
+                });
+                Ok(())
+            }
+            (_, Write::Patch(patch)) => {
+                self.send_patch(patch, &what(action, patch)).await?;
+                if let Action::PrunePodsToDelete { names } = action {
+                    info!(removed = ?names, "pruned podsToDelete");
+                }
+                Ok(())
+            }
+            (_, other) => Err(Error::NotCached(format!(
+                "a write of {action:?} (the plan has {other:?})"
+            ))),
+        }
+    }
+
+    /// [`Self::send_patch`] pinned to the version judged: a 409 is no failure (the object
+    /// is judged again from its newer version). Whether the patch was written.
+    async fn send_patch_passing_conflict(&self, patch: &Patch, what: &str) -> Result<bool, Error> {
+        match self.send_patch(patch, what).await {
+            Ok(()) => Ok(true),
+            Err(e) if e.is_conflict() => {
+                self.pass_conflict();
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Sends a planned patch (with its precondition and write time); a pod written is
+    /// expected at the version the server answered.
+    pub(super) async fn send_patch(&self, patch: &Patch, what: &str) -> Result<(), Error> {
+        let body = patch.body(&now_time());
+        let name = &patch.name;
+        let pp = self.pp();
+        let kube_err = |e| Error::kube(what, e);
+        let written = match patch.target {
+            Target::Pod => self
+                .pod_api()
+                .patch(name, &pp, &KubePatch::Strategic(body))
+                .await
+                .map_err(kube_err)?,
+            Target::PodStatus => self
+                .pod_api()
+                .patch_status(name, &pp, &KubePatch::Strategic(body))
+                .await
+                .map_err(kube_err)?,
+            Target::Pvc => {
+                self.pvc_api()
+                    .patch(name, &pp, &KubePatch::Merge(&body))
+                    .await
+                    .map_err(kube_err)?;
+                return Ok(());
+            }
+            Target::CloneSet => {
+                self.cs_api()
+                    .patch(name, &pp, &KubePatch::Merge(&body))
+                    .await
+                    .map_err(kube_err)?;
+                return Ok(());
+            }
+        };
+        self.expect(Expectation::PodUpdated {
+            name: name.clone(),
+            uid: written.uid().unwrap_or_default(),
+            resource_version: written.resource_version().unwrap_or_default(),
+        });
+        Ok(())
+    }
+
+    /// Deletes a PVC, only of the planned UID; gone or replaced is no failure.
+    pub(super) async fn delete_pvc(&self, delete: &PvcDelete) -> Result<(), Error> {
+        let PvcDelete { pvc, uid } = delete;
+        match self.pvc_api().delete(pvc, &delete_only_uid(uid)).await {
+            Ok(_) => debug!(pvc = %pvc, "deleted PVC"),
+            Err(e) if is_not_found(&e) || is_conflict(&e) => {}
+            Err(e) => return Err(Error::kube(format!("delete PVC {pvc}"), e)),
+        }
+        self.expect(Expectation::PvcDeleted {
+            name: pvc.clone(),
+            uid: uid.clone(),
+        });
+        Ok(())
+    }
+}
