@@ -17,6 +17,7 @@
 //! 6. the status to write ([`status::compute`]) and `podsToDelete` pruning.
 
 pub mod build;
+pub mod completion_write;
 pub mod container_batches;
 pub mod diffs;
 #[cfg(test)]

@@ -510,6 +510,10 @@ pub struct Plan {
     /// What each [`Action::Lifecycle`] writes ([`super::lifecycle_write`]), in plan order.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub lifecycle_writes: Vec<super::lifecycle_write::LifecycleWrite>,
+    /// What each [`Action::CompleteInPlaceUpdate`] writes ([`super::completion_write`]):
+    /// `InPlaceUpdateReady` True, with the pod's lifecycle labels where they can go along.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub completion_writes: Vec<super::completion_write::CompletionWrite>,
     /// What each in-place action (start, held update, next container batch) writes
     /// ([`super::inplace_write`]), in plan order.
     #[serde(skip_serializing_if = "Vec::is_empty")]

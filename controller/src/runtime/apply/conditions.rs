@@ -1,7 +1,10 @@
 //! Pod readiness-gate conditions, written by strategic merge patch on `pods/status`:
 //! `InPlaceUpdateReady` / `KruisePodReady` set True on pods that lack them, False when an
-//! in-place update starts, True when it completes, a stall's reason and message, and our
-//! key in `KruisePodReady`'s message list.
+//! in-place update starts, True when it completes (with the lifecycle labels the plan put
+//! in that write), a stall's reason and message, and our key in `KruisePodReady`'s message
+//! list.
+
+use std::borrow::Cow;
 
 use inplace_proto::keys;
 use k8s_openapi::api::core::v1::Pod;
@@ -14,10 +17,11 @@ use tracing::warn;
 use crate::error::Error;
 use crate::events::Note;
 use crate::expectations::Expectation;
+use crate::plan::completion_write;
 use crate::plan::not_ready::{NOT_READY_USER_AGENT, NotReadyMessage, kruise_pod_ready};
 use crate::plan::pod_conditions::has_gate;
 
-use super::{Actor, Failure, FailureKind, Outcome, bounded, now_time, pod_ref};
+use super::{Actor, Failure, FailureKind, Outcome, bounded, now_rfc3339, now_time, pod_ref};
 
 impl Actor<'_> {
     /// The plan's readiness-gate conditions for pods that lack them
@@ -93,18 +97,27 @@ impl Actor<'_> {
         Ok(written)
     }
 
+    /// The plan's completion write of pod `name` ([`crate::plan::completion_write`]):
+    /// `InPlaceUpdateReady` True, with the lifecycle labels the plan put in it, pinned to
+    /// the pod version judged complete.
     pub(super) async fn complete_in_place(&self, name: &str) -> Result<(), Error> {
-        let pod = &self.pod(name)?;
-        if !has_gate(pod, keys::INPLACE_UPDATE_READY_CONDITION) {
-            return Ok(());
-        }
-        let now = now_time();
-        // Reason and message (a stall report) belong to the False condition: removed.
-        let status = json!({"conditions": [
-            {"type": keys::INPLACE_UPDATE_READY_CONDITION, "status": "True", "lastTransitionTime": now,
-             "reason": null, "message": null}
-        ]});
-        match self.patch_pod_status(pod, status, true).await {
+        // A plan made without its writes (by hand) has it derived from the cached pod,
+        // without the lifecycle labels (its lifecycle write then goes on its own).
+        let write = match self.plan.completion_writes.iter().find(|w| w.pod == name) {
+            Some(w) => Cow::Borrowed(w),
+            None => {
+                let pod = self
+                    .pods
+                    .get(name)
+                    .ok_or_else(|| Error::NotCached(format!("pod {}/{name}", self.ns)))?;
+                match completion_write::of(pod, None) {
+                    Some(w) => Cow::Owned(w),
+                    None => return Ok(()),
+                }
+            }
+        };
+        let body = write.patch(&now_time(), &now_rfc3339());
+        match self.patch_pod_status_body(name.to_owned(), body).await {
             // Only for the pod version we checked: a newer one is judged again next time.
             Err(e) if e.is_conflict() => {
                 self.pass_conflict();
