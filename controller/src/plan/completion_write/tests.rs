@@ -4,9 +4,8 @@ use inplace_proto::{CloneSet, LifecycleState};
 use serde_json::json;
 
 use super::*;
-use crate::plan::fixtures::{PodBuilder, cloneset, pod, t};
+use crate::plan::fixtures::{Fixture, PodBuilder, cloneset, pod, t};
 use crate::plan::lifecycle_write::NotReadyKey;
-use crate::plan::model::{PlanOptions, Snapshot};
 use crate::plan::{Plan, lifecycle_write, plan, revision};
 
 const IUR: &str = keys::INPLACE_UPDATE_READY_CONDITION;
@@ -240,18 +239,8 @@ fn plan_of(spec: serde_json::Value, pod_of: impl Fn(&str) -> PodBuilder) -> Plan
         update_revision: Some(rev.clone()),
         ..Default::default()
     });
-    let pods = vec![pod_of(&rev).cached()];
-    let options = PlanOptions::default();
-    plan(Snapshot {
-        cloneset: &cs,
-        pods: &pods,
-        pvcs: &[],
-        revisions: &[],
-        nodes: &[],
-        now: t(1000),
-        options: &options,
-    })
-    .unwrap()
+    let pod = pod_of(&rev);
+    plan(Fixture::new(cs, vec![pod]).snapshot()).unwrap()
 }
 
 /// `demo-a` on revision `rev`, gated, its containers running `nginx:2` after an update
