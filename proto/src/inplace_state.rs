@@ -65,6 +65,21 @@ pub struct InPlaceUpdateState {
     /// next batch until that container was restarted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub daemon_env_checked: Option<EnvChecked>,
+    /// The lifecycle state (`lifecycle.apps.kruise.io/state`) the pod takes when this
+    /// update completes, written by the controller at the start only when it is certain
+    /// then (no inPlaceUpdate hook, so Updating goes to Normal and no `markPodNotReady`
+    /// key is to be cleared). Our node daemon's completion write (`InPlaceUpdateReady`
+    /// True, on `pods/status`) then moves the label from Updating to it in the same
+    /// patch, which saves the controller a separate lifecycle write. Not in the
+    /// reference. Absent: the controller writes the lifecycle state itself. A string, not
+    /// [`crate::LifecycleState`], so that a value this version does not know leaves the
+    /// state readable (it is ignored, see [`Self::lifecycle_on_completion`]).
+    #[serde(
+        default,
+        rename = "lifecycleStateOnCompletion",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub lifecycle_state_on_completion: Option<String>,
     /// Keys written by other versions, preserved verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -151,6 +166,14 @@ impl InPlaceUpdateState {
             || !self.next_container_restarts.is_empty()
     }
 
+    /// [`Self::lifecycle_state_on_completion`] as a state: `None` when absent or not a
+    /// state this version knows (then the completion leaves the label to the controller).
+    pub fn lifecycle_on_completion(&self) -> Option<crate::LifecycleState> {
+        self.lifecycle_state_on_completion
+            .as_deref()
+            .and_then(crate::LifecycleState::parse)
+    }
+
     /// Reads the state from pod annotations (new key first, then the legacy one).
     pub fn from_annotations(
         annotations: &BTreeMap<String, String>,
@@ -179,6 +202,35 @@ mod tests {
         let back: Value = serde_json::to_value(&state)?;
         let orig: Value = serde_json::from_str(raw)?;
         assert_eq!(back, orig);
+        Ok(())
+    }
+
+    #[test]
+    fn the_lifecycle_state_on_completion_is_read_only_when_known() -> Result<(), serde_json::Error>
+    {
+        // (the field's JSON, the state read)
+        let cases = [
+            (r#""Normal""#, Some(crate::LifecycleState::Normal)),
+            (r#""Updated""#, Some(crate::LifecycleState::Updated)),
+            // a value a later version may write: the state stays readable, the field unused
+            (r#""SomethingNew""#, None),
+        ];
+        for (field, want) in cases {
+            let raw = format!(
+                r#"{{"revision":"r","lastContainerStatuses":{{}},"lifecycleStateOnCompletion":{field}}}"#
+            );
+            let state: InPlaceUpdateState = serde_json::from_str(&raw)?;
+            assert_eq!(state.lifecycle_on_completion(), want, "{field}");
+            // written back as it was read
+            assert_eq!(
+                serde_json::to_value(&state)?,
+                serde_json::from_str::<Value>(&raw)?
+            );
+        }
+        // absent (a state written by the reference or an older version)
+        let state: InPlaceUpdateState = serde_json::from_str(r#"{"revision":"r"}"#)?;
+        assert_eq!(state.lifecycle_on_completion(), None);
+        assert!(!serde_json::to_string(&state)?.contains("lifecycleStateOnCompletion"));
         Ok(())
     }
 }

@@ -12,8 +12,9 @@ use crate::plan::{Action, DeleteReason, Plan, UpdateMethod};
 
 /// The JSON object: `resolved`, `diffs`, `revisions`, `actions`, `status`, and
 /// `podConditions` (the readiness-gate conditions written besides the actions),
-/// `lifecycleWrites` (what each lifecycle action writes), `inPlaceWrites` (what each
-/// in-place action writes), `actionWrites` (what every other action writes),
+/// `lifecycleWrites` (what each lifecycle action writes), `completionWrites` (what each
+/// completion of an in-place update writes), `inPlaceWrites` (what each in-place action
+/// writes), `actionWrites` (what every other action writes),
 /// `problems` and `requeueAfterSeconds` when there are any.
 pub fn json(plan: &Plan) -> Value {
     let revisions = &plan.revisions;
@@ -39,6 +40,9 @@ pub fn json(plan: &Plan) -> Value {
     }
     if !plan.lifecycle_writes.is_empty() {
         out["lifecycleWrites"] = json!(plan.lifecycle_writes);
+    }
+    if !plan.completion_writes.is_empty() {
+        out["completionWrites"] = json!(plan.completion_writes);
     }
     if !plan.in_place_writes.is_empty() {
         out["inPlaceWrites"] = json!(plan.in_place_writes);
@@ -272,6 +276,20 @@ pub fn table(cs: &CloneSet, plan: &Plan, pod_count: usize) -> String {
                 "     putting the inPlaceUpdate hook back: labels [{}], finalizers [{}]",
                 labels.join(", "),
                 w.finalizers.join(", ")
+            );
+        }
+        if let Action::CompleteInPlaceUpdate { pod } = action
+            && let Some(w) = plan.completion_writes.iter().find(|w| &w.pod == pod)
+        {
+            let lifecycle = w
+                .lifecycle_labels
+                .get(inplace_proto::keys::LIFECYCLE_STATE_LABEL)
+                .map(|state| format!(", with lifecycle state {state} in the same patch"))
+                .unwrap_or_default();
+            let _ = writeln!(
+                s,
+                "     writes: patch status of pod {pod}: InPlaceUpdateReady True{lifecycle} ({})",
+                only_on(Some(&w.resource_version))
             );
         }
         if let Some(w) = plan.in_place_writes.iter().find(|w| w.action == i) {

@@ -276,6 +276,55 @@ fn a_lifecycle_action_shows_what_it_writes() {
 }
 
 #[test]
+fn a_completion_carrying_the_lifecycle_shows_it_in_json_and_under_its_action() {
+    use crate::plan::completion_write::CompletionWrite;
+    use crate::plan::{Action, Plan, lifecycle_write};
+    use inplace_proto::LifecycleState;
+
+    let cs = demo_cloneset(json!({}));
+    let complete = Action::CompleteInPlaceUpdate {
+        pod: "demo-a".into(),
+    };
+    let lifecycle = Action::Lifecycle {
+        pod: "demo-a".into(),
+        from: Some(LifecycleState::Updating),
+        to: LifecycleState::Normal,
+        mark_not_ready: None,
+    };
+    let mut lifecycle_writes = lifecycle_write::all(&cs, std::slice::from_ref(&lifecycle));
+    lifecycle_writes[0].with_completion = true;
+    let plan = Plan {
+        lifecycle_writes,
+        completion_writes: vec![CompletionWrite {
+            pod: "demo-a".into(),
+            resource_version: "7".into(),
+            lifecycle_labels: [(
+                "lifecycle.apps.kruise.io/state".to_owned(),
+                "Normal".to_owned(),
+            )]
+            .into(),
+        }],
+        actions: vec![complete, lifecycle],
+        ..Plan::default()
+    };
+    let v = render::json(&plan);
+    assert_eq!(
+        v["completionWrites"],
+        json!([{"pod": "demo-a", "resourceVersion": "7",
+                "lifecycleLabels": {"lifecycle.apps.kruise.io/state": "Normal"}}])
+    );
+    assert_eq!(v["lifecycleWrites"][0]["withCompletion"], true);
+    let table = render::table(&cs, &plan, 1);
+    assert!(
+        table.contains(
+            "     writes: patch status of pod demo-a: InPlaceUpdateReady True, with lifecycle state Normal in the same patch (only on resourceVersion 7)"
+        ),
+        "{table}"
+    );
+    assert_eq!(render::json(&Plan::default()).get("completionWrites"), None);
+}
+
+#[test]
 fn in_place_writes_are_shown_in_json_and_under_their_action() {
     use crate::plan::inplace_write::{Guard, InPlaceWrite, InPlaceWriteKind, Resize, ResizeVia};
     let cs = demo_cloneset(json!({}));

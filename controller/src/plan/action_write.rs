@@ -19,12 +19,13 @@
 //! - Recreate ([`Action::Update`] with [`UpdateMethod::Recreate`]) and
 //!   [`Action::SetTemplateHash`]: a strategic merge patch of the pod's labels, without
 //!   precondition (the label is right whatever the version).
-//! - [`Action::CompleteInPlaceUpdate`] and [`Action::ReportInPlaceStall`]: a strategic
-//!   merge patch of `pods/status` (`InPlaceUpdateReady`) on the pod version judged; the
-//!   completion's transition time is the write time.
+//! - [`Action::ReportInPlaceStall`]: a strategic merge patch of `pods/status`
+//!   (`InPlaceUpdateReady` False with its reason and message) on the pod version judged.
+//!   The completion ([`Action::CompleteInPlaceUpdate`]) is [`super::completion_write`]'s:
+//!   its patch may carry the lifecycle labels of the same plan.
 //!
-//! An action that needs no write (its pod or PVC is already gone, a completion on a pod
-//! without the gate, nothing left to prune) gets [`Write::Skip`] saying why.
+//! An action that needs no write (its pod or PVC is already gone, nothing left to prune)
+//! gets [`Write::Skip`] saying why.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -248,7 +249,6 @@ fn pod_named(action: &Action) -> Option<&str> {
             ..
         }
         | Action::SetTemplateHash { pod, .. }
-        | Action::CompleteInPlaceUpdate { pod }
         | Action::ReportInPlaceStall { pod, .. }
         | Action::ReownPvcToPod { pod, .. } => Some(pod),
         _ => None,
@@ -338,23 +338,6 @@ pub fn of(
             .and_then(|_| planned(label_patch(name, keys::SPECIFIED_DELETE_LABEL, "true"))),
         Action::SetTemplateHash { pod: name, hash } => pod_or_err(name)
             .and_then(|_| planned(label_patch(name, keys::POD_TEMPLATE_HASH_LABEL, hash))),
-        Action::CompleteInPlaceUpdate { pod: name } => pod_or_err(name).and_then(|pod| {
-            if !pod
-                .readiness_gates()
-                .any(|g| g == keys::INPLACE_UPDATE_READY_CONDITION)
-            {
-                return Ok(skip(
-                    index,
-                    "the pod has no InPlaceUpdateReady readiness gate",
-                ));
-            }
-            // Reason and message (a stall report) belong to the False condition: removed.
-            let status = json!({"conditions": [{
-                "type": keys::INPLACE_UPDATE_READY_CONDITION, "status": "True",
-                "reason": null, "message": null,
-            }]});
-            planned(status_patch(pod, name, status, true))
-        }),
         Action::ReportInPlaceStall {
             pod: name,
             reason,

@@ -278,6 +278,19 @@ impl Fixture {
         }
     }
 
+    /// The planner's input: the CloneSet, pods, revisions and options, at `now`.
+    pub fn snapshot(&self) -> Snapshot<'_> {
+        Snapshot {
+            cloneset: &self.cloneset,
+            pods: &self.pods,
+            pvcs: &[],
+            revisions: &self.revisions,
+            nodes: &[],
+            now: self.now,
+            options: &self.options,
+        }
+    }
+
     pub fn ctx(&self) -> PlanContext<'_> {
         let pods_to_delete: BTreeSet<&str> = self
             .cloneset
@@ -287,15 +300,7 @@ impl Fixture {
             .flat_map(|s| s.pods_to_delete.iter().map(String::as_str))
             .collect();
         PlanContext {
-            snapshot: Snapshot {
-                cloneset: &self.cloneset,
-                pods: &self.pods,
-                pvcs: &[],
-                revisions: &self.revisions,
-                nodes: &[],
-                now: self.now,
-                options: &self.options,
-            },
+            snapshot: self.snapshot(),
             pods: self
                 .pods
                 .iter()

@@ -410,6 +410,12 @@ pub fn start(
         update_env_from_metadata: spec.update_env_from_metadata,
         update_images: !spec.container_images.is_empty(),
         update_resources: !spec.container_resources.is_empty(),
+        // For the daemon's completion write (see the field); a held update keeps it in
+        // the state written with the grace annotation.
+        lifecycle_state_on_completion: super::lifecycle::state_on_completion_known_at_start(
+            inputs.cloneset.spec.lifecycle.as_ref(),
+        )
+        .map(|s| s.as_str().to_owned()),
         ..InPlaceUpdateState::default()
     };
     let hash = super::revision::short_hash(revision);

@@ -99,6 +99,21 @@ pub fn state_after_in_place(lifecycle: Option<&Lifecycle>, pod: &PodFacts) -> Li
     }
 }
 
+/// The state a pod that starts an in-place update now will take when the update
+/// completes, if that is certain already: Normal when the CloneSet has no inPlaceUpdate
+/// hook ([`state_after_in_place`] then never says Updated, and no `markPodNotReady` key is
+/// to be cleared). With a hook it depends on what the user's controller does meanwhile:
+/// `None`, and the controller writes the state itself once the update completed.
+///
+/// Written into the in-place state (`lifecycleStateOnCompletion`), it lets our node
+/// daemon's completion write move the label too (one write instead of two).
+pub fn state_on_completion_known_at_start(lifecycle: Option<&Lifecycle>) -> Option<LifecycleState> {
+    let to = LifecycleState::Normal;
+    let certain = in_place_hook(lifecycle).is_none()
+        && mark_not_ready(lifecycle, Some(LifecycleState::Updating), to).is_none();
+    certain.then_some(to)
+}
+
 /// Updated → Normal is due: no inPlaceUpdate hook, or all its labels/finalizers are back
 /// (docs: "When user controller add label/finalizer into Pod and it matched inPlaceUpdate
 /// hook, CloneSet will finally update it to Normal state").

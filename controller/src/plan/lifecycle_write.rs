@@ -41,24 +41,41 @@ pub struct LifecycleWrite {
     /// Finalizers put back by the patch.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub finalizers: Vec<String>,
+    /// The labels go in the `pods/status` patch that completes the pod's in-place update
+    /// ([`super::completion_write`]): no pod patch of its own.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub with_completion: bool,
 }
 
 impl LifecycleWrite {
     /// The pod patch (strategic merge), the state timestamp `now`; `None` when there is
-    /// nothing to patch.
+    /// nothing to patch, or when the completion's patch carries the labels.
     pub fn patch(&self, now: &str) -> Option<Value> {
-        if self.labels.is_empty() {
+        if self.labels.is_empty() || self.with_completion {
             return None;
         }
-        let mut body = json!({"metadata": {
-            "labels": self.labels,
-            "annotations": {keys::LIFECYCLE_TIMESTAMP_ANNOTATION: now},
-        }});
+        let mut body = json!({"metadata": metadata(&self.labels, now)});
         if !self.finalizers.is_empty() {
             body["metadata"]["finalizers"] = json!(self.finalizers);
         }
         Some(body)
     }
+
+    /// Whether the write is the lifecycle labels alone, which the completion's
+    /// `pods/status` patch may carry: no finalizers (put back only on Updated →
+    /// PreparingUpdate, never next to a completion) and no `KruisePodReady` key change
+    /// (a write of its own, decided again from a re-read pod on a conflict).
+    pub fn labels_only(&self) -> bool {
+        !self.labels.is_empty() && self.finalizers.is_empty() && self.not_ready.is_none()
+    }
+}
+
+/// The metadata of a lifecycle write: `labels`, and the state timestamp `now`.
+pub fn metadata(labels: &BTreeMap<String, String>, now: &str) -> Value {
+    json!({
+        "labels": labels,
+        "annotations": {keys::LIFECYCLE_TIMESTAMP_ANNOTATION: now},
+    })
 }
 
 /// The write of `action` if it is a lifecycle transition of `cs`'s pod.
@@ -107,6 +124,7 @@ pub fn of(cs: &CloneSet, action: &Action) -> Option<LifecycleWrite> {
         not_ready,
         labels,
         finalizers,
+        with_completion: false,
     })
 }
 

@@ -18,6 +18,7 @@
 
 pub mod action_write;
 pub mod build;
+pub mod completion_write;
 pub mod container_batches;
 pub mod diffs;
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //!
 //! Apart from [`super::model`] (the input and the actions) so that the modules that plan
 //! each action's write ([`super::action_write`], [`super::inplace_write`],
-//! [`super::lifecycle_write`], [`super::pod_conditions`]) read the actions without the
+//! [`super::lifecycle_write`], [`super::completion_write`], [`super::pod_conditions`]) read the actions without the
 //! actions' module reading them back (no import circle).
 
 use std::time::Duration;
@@ -28,12 +28,16 @@ pub struct Plan {
     /// What each [`Action::Lifecycle`] writes ([`super::lifecycle_write`]), in plan order.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub lifecycle_writes: Vec<super::lifecycle_write::LifecycleWrite>,
+    /// What each [`Action::CompleteInPlaceUpdate`] writes ([`super::completion_write`]):
+    /// `InPlaceUpdateReady` True, with the pod's lifecycle labels where they can go along.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub completion_writes: Vec<super::completion_write::CompletionWrite>,
     /// What each in-place action (start, held update, next container batch) writes
     /// ([`super::inplace_write`]), in plan order.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub in_place_writes: Vec<super::inplace_write::InPlaceWrite>,
-    /// What every other action (create, delete, PVC, label and `InPlaceUpdateReady`
-    /// writes, `podsToDelete` pruning) writes ([`super::action_write`]), in plan order.
+    /// What every other action (create, delete, PVC, label writes, a stall's report on
+    /// `InPlaceUpdateReady`, `podsToDelete` pruning) writes ([`super::action_write`]), in plan order.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub action_writes: Vec<super::action_write::ActionWrite>,
     /// The status the controller should write.

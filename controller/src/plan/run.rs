@@ -8,8 +8,8 @@ use super::output::Plan;
 use super::revision::RevisionError;
 use super::selector::{Selector, SelectorError};
 use super::{
-    action_write, diffs, housekeeping, inplace_write, lifecycle_write, pod_conditions, revision,
-    scale, status, update,
+    action_write, completion_write, diffs, housekeeping, inplace_write, lifecycle_write,
+    pod_conditions, revision, scale, status, update,
 };
 
 /// Input the planner cannot work with. Everything else (odd percents, pods in odd states)
@@ -85,7 +85,9 @@ pub fn plan(snapshot: Snapshot<'_>) -> Result<Plan, PlanError> {
     actions.extend(housekeeping::prune_pods_to_delete(&ctx));
     actions.extend(housekeeping::backfill_template_hash(&ctx));
     let pod_conditions = pod_conditions::initial(ctx.snapshot.pods, &actions);
-    let lifecycle_writes = lifecycle_write::all(cloneset, &actions);
+    let mut lifecycle_writes = lifecycle_write::all(cloneset, &actions);
+    let completion_writes =
+        completion_write::all(ctx.snapshot.pods, &actions, &mut lifecycle_writes);
     let in_place_writes = inplace_write::all(
         &inplace_write::WriteInputs {
             cloneset,
@@ -116,6 +118,7 @@ pub fn plan(snapshot: Snapshot<'_>) -> Result<Plan, PlanError> {
         actions,
         pod_conditions,
         lifecycle_writes,
+        completion_writes,
         in_place_writes,
         action_writes,
         status,

@@ -35,5 +35,6 @@ mod inplace_containers;
 mod install;
 mod parity;
 mod plugin;
+mod pod_writes;
 mod predownload;
 mod rollout;

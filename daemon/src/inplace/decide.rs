@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use inplace_proto::InPlaceUpdateState;
 use inplace_proto::keys;
+use inplace_proto::{InPlaceUpdateState, LifecycleState};
 use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::jiff::Timestamp;
 
@@ -521,9 +521,34 @@ pub fn state_patch(pod: &Pod, state: String) -> serde_json::Value {
     })
 }
 
-/// The one strategic merge patch of `pods/status` that completes an update of `pod`:
-/// `InPlaceUpdateReady` True, the container ids (`ids`, name → `<runtime>://<id>`) into the
-/// state annotation unless recorded already, pinned to the resourceVersion judged.
+/// The lifecycle state the completion of `pod`'s update moves its label to: the one the
+/// controller named in the state when it started the update (`lifecycleStateOnCompletion`,
+/// written only when it was certain then), and only while the pod's label still says
+/// Updating. Any other label was written after the start (by the controller or a user) and
+/// is not ours to overwrite. `None` (a state without the field: written by the reference
+/// or an older controller) leaves the label to the controller, as before.
+pub fn lifecycle_on_completion(pod: &Pod, state: &InPlaceUpdateState) -> Option<LifecycleState> {
+    let label = pod
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(keys::LIFECYCLE_STATE_LABEL))?;
+    (LifecycleState::parse(label) == Some(LifecycleState::Updating))
+        .then(|| state.lifecycle_on_completion())
+        .flatten()
+}
+
+/// The one strategic merge patch of `pods/status` that completes an update of `pod`,
+/// pinned to the resourceVersion judged:
+/// - `InPlaceUpdateReady` True;
+/// - the container ids (`ids`, name → `<runtime>://<id>`) into the state annotation
+///   unless recorded already;
+/// - the lifecycle label (and its timestamp annotation) Updating → the state the
+///   controller named ([`lifecycle_on_completion`]), which saves the controller its own
+///   lifecycle write. A `pods/status` patch may write labels (the server's status strategy
+///   resets only the spec, deletion timestamp and owner references); a server that
+///   dropped them would leave the label Updating with the condition True, and the
+///   controller then writes the label itself, as it did before.
 pub fn completion_patch(
     pod: &Pod,
     ids: &BTreeMap<String, String>,
@@ -532,11 +557,19 @@ pub fn completion_patch(
     let mut patch = ready_patch(now);
     patch["metadata"] = serde_json::json!({ "resourceVersion": pod.metadata.resource_version });
     let annotations = pod.metadata.annotations.clone().unwrap_or_default();
-    if let Some(Ok(state)) = InPlaceUpdateState::from_annotations(&annotations)
-        && state.extra.get(STATE_CONTAINER_IDS_KEY) != Some(&serde_json::to_value(ids)?)
-    {
-        patch["metadata"]["annotations"] =
-            serde_json::json!({ state_key(pod): state_with_container_ids(&state, ids)? });
+    let Some(Ok(state)) = InPlaceUpdateState::from_annotations(&annotations) else {
+        return Ok(patch);
+    };
+    if state.extra.get(STATE_CONTAINER_IDS_KEY) != Some(&serde_json::to_value(ids)?) {
+        patch["metadata"]["annotations"][state_key(pod)] =
+            serde_json::json!(state_with_container_ids(&state, ids)?);
+    }
+    if let Some(to) = lifecycle_on_completion(pod, &state) {
+        patch["metadata"]["labels"] =
+            serde_json::json!({ keys::LIFECYCLE_STATE_LABEL: to.as_str() });
+        // The controller's format for this annotation (seconds, UTC).
+        patch["metadata"]["annotations"][keys::LIFECYCLE_TIMESTAMP_ANNOTATION] =
+            serde_json::json!(now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string());
     }
     Ok(patch)
 }

@@ -245,26 +245,6 @@ fn each_covered_action_gets_its_write() {
             }),
         ),
         (
-            Action::CompleteInPlaceUpdate {
-                pod: "demo-b".into(),
-            },
-            status_patch(
-                "demo-b",
-                "8",
-                json!({"status": {"conditions": [{"type": "InPlaceUpdateReady",
-                    "status": "True", "reason": null, "message": null}]}}),
-                true,
-            ),
-        ),
-        (
-            Action::CompleteInPlaceUpdate {
-                pod: "demo-a".into(),
-            },
-            Write::Skip {
-                why: "the pod has no InPlaceUpdateReady readiness gate",
-            },
-        ),
-        (
             Action::ReportInPlaceStall {
                 pod: "demo-a".into(),
                 reason: "ImagePullFailed".into(),

@@ -128,6 +128,8 @@ fn image_change_of_one_container_is_one_pinned_patch() {
             "lastContainerStatuses": {"main": {"imageID": "sha-1", "containerID": "containerd://main-1"}},
             "updateImages": true,
             "containerBatchesRecord": [{"timestamp": NOW, "containers": ["main"]}],
+            // no inPlaceUpdate hook: the daemon's completion may move the label to Normal
+            "lifecycleStateOnCompletion": "Normal",
         })
     );
     // The guard is what the conflict re-read checks.
@@ -271,7 +273,7 @@ fn a_grace_period_holds_the_spec_in_the_grace_annotation() {
     assert_eq!(
         state_in(&write.patch),
         json!({"revision": "demo-new", "updateTimestamp": NOW, "lastContainerStatuses": {},
-               "updateImages": true})
+               "updateImages": true, "lifecycleStateOnCompletion": "Normal"})
     );
 
     // The grace period over: the held spec is written (the state kept, the batch added).
@@ -294,6 +296,8 @@ fn a_grace_period_holds_the_spec_in_the_grace_annotation() {
     );
     let state = state_in(&write.patch);
     assert_eq!(state["updateTimestamp"], NOW);
+    // kept from the state written at the start
+    assert_eq!(state["lifecycleStateOnCompletion"], "Normal");
     assert_eq!(
         state["containerBatchesRecord"],
         json!([{"timestamp": NOW, "containers": ["main"]}])
@@ -499,4 +503,42 @@ fn the_guard_holds_for_status_noise_and_not_for_a_changed_pod() {
     assert!(guard.holds(&other, false).is_err());
     // With the gate set, InPlaceUpdateReady must still be False (here absent).
     assert!(guard.holds(&fresh, true).is_err());
+}
+
+#[test]
+fn the_state_names_the_lifecycle_state_on_completion_only_without_an_in_place_update_hook() {
+    // (the CloneSet's lifecycle, the field written)
+    let cases = [
+        (json!(null), Some("Normal")),
+        (
+            json!({"preDelete": {"labelsHandler": {"example.com/hook": "true"}}}),
+            Some("Normal"),
+        ),
+        // with an inPlaceUpdate hook the state depends on the user's controller: the
+        // controller writes it once the update completed
+        (
+            json!({"inPlaceUpdate": {"labelsHandler": {"example.com/hook": "true"}}}),
+            None,
+        ),
+        (
+            json!({"inPlaceUpdate": {"finalizersHandler": ["example.com/f"], "markPodNotReady": true}}),
+            None,
+        ),
+    ];
+    for (lifecycle, want) in cases {
+        let mut w = World::new(
+            template(json!([{"name": "main", "image": "nginx:1"}])),
+            template(json!([{"name": "main", "image": "nginx:2"}])),
+        );
+        w.cs.spec.lifecycle = serde_json::from_value(lifecycle.clone()).unwrap();
+        let write = w.start(pod("demo-a", "demo-old"));
+        let state = state_in(&write.patch);
+        assert_eq!(
+            state
+                .get("lifecycleStateOnCompletion")
+                .and_then(Value::as_str),
+            want,
+            "{lifecycle}"
+        );
+    }
 }

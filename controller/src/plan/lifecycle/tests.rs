@@ -730,3 +730,40 @@ fn an_unreadable_state_on_a_pod_waiting_for_its_update_is_reported() {
         keys::INPLACE_UPDATE_STATE_UNREADABLE_REASON
     );
 }
+
+#[test]
+fn the_state_after_the_update_is_known_at_its_start_only_without_an_in_place_update_hook() {
+    let in_place = |mark: bool| Lifecycle {
+        in_place_update: Some(hook(&[("example.com/hook", "true")], &[], mark)),
+        ..Lifecycle::default()
+    };
+    let pre_delete = Lifecycle {
+        pre_delete: Some(hook(&[("example.com/hook", "true")], &[], true)),
+        ..Lifecycle::default()
+    };
+    // (lifecycle, known at the start)
+    let cases = [
+        (None, Some(LifecycleState::Normal)),
+        (Some(Lifecycle::default()), Some(LifecycleState::Normal)),
+        (Some(pre_delete), Some(LifecycleState::Normal)),
+        (Some(in_place(false)), None),
+        (Some(in_place(true)), None),
+    ];
+    for (lifecycle, want) in cases {
+        assert_eq!(
+            state_on_completion_known_at_start(lifecycle.as_ref()),
+            want,
+            "{lifecycle:?}"
+        );
+        // What it names is what the refresh moves a completed pod to (the pod carrying
+        // none of a hook's labels: the user's controller removed them).
+        if let Some(state) = want {
+            let p = pod("p", "demo-new").lifecycle("Updating").facts();
+            assert_eq!(state_after_in_place(lifecycle.as_ref(), &p), state);
+            assert_eq!(
+                mark_not_ready(lifecycle.as_ref(), Some(LifecycleState::Updating), state),
+                None
+            );
+        }
+    }
+}

@@ -124,6 +124,7 @@ fn each_transition_writes_its_state_hook_and_not_ready_key() {
             not_ready,
             labels,
             finalizers,
+            with_completion: false,
         };
         assert_eq!(of(&cs, &action), Some(want), "{case}");
     }

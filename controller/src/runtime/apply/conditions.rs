@@ -1,7 +1,10 @@
 //! Pod readiness-gate conditions, written by strategic merge patch on `pods/status`:
 //! `InPlaceUpdateReady` / `KruisePodReady` set True on pods that lack them, False when an
-//! in-place update starts, and our key in `KruisePodReady`'s message list. (Its completion
-//! and a stall's report are planned writes: `writes`.)
+//! in-place update starts, True when it completes (with the lifecycle labels the plan put
+//! in that write), and our key in `KruisePodReady`'s message list. (A stall's report is a
+//! planned write: `writes`.)
+
+use std::borrow::Cow;
 
 use inplace_proto::keys;
 use k8s_openapi::api::core::v1::Pod;
@@ -12,10 +15,11 @@ use serde_json::{Value, json};
 
 use crate::error::Error;
 use crate::expectations::Expectation;
+use crate::plan::completion_write;
 use crate::plan::not_ready::{NOT_READY_USER_AGENT, NotReadyMessage, kruise_pod_ready};
 use crate::plan::pod_conditions::has_gate;
 
-use super::{Actor, Failure, FailureKind, Outcome, bounded, now_time};
+use super::{Actor, Failure, FailureKind, Outcome, bounded, now_rfc3339, now_time};
 
 impl Actor<'_> {
     /// The plan's readiness-gate conditions for pods that lack them
@@ -89,6 +93,36 @@ impl Actor<'_> {
             resource_version: written.resource_version().unwrap_or_default(),
         });
         Ok(written)
+    }
+
+    /// The plan's completion write of pod `name` ([`crate::plan::completion_write`]):
+    /// `InPlaceUpdateReady` True, with the lifecycle labels the plan put in it, pinned to
+    /// the pod version judged complete.
+    pub(super) async fn complete_in_place(&self, name: &str) -> Result<(), Error> {
+        // A plan made without its writes (by hand) has it derived from the cached pod,
+        // without the lifecycle labels (its lifecycle write then goes on its own).
+        let write = match self.plan.completion_writes.iter().find(|w| w.pod == name) {
+            Some(w) => Cow::Borrowed(w),
+            None => {
+                let pod = self
+                    .pods
+                    .get(name)
+                    .ok_or_else(|| Error::NotCached(format!("pod {}/{name}", self.ns)))?;
+                match completion_write::of(pod, None) {
+                    Some(w) => Cow::Owned(w),
+                    None => return Ok(()),
+                }
+            }
+        };
+        let body = write.patch(&now_time(), &now_rfc3339());
+        match self.patch_pod_status_body(name.to_owned(), body).await {
+            // Only for the pod version we checked: a newer one is judged again next time.
+            Err(e) if e.is_conflict() => {
+                self.pass_conflict();
+                Ok(())
+            }
+            other => other,
+        }
     }
 
     /// Adds or removes our key in the `KruisePodReady` condition's message list (only on

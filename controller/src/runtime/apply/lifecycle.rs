@@ -26,6 +26,8 @@ impl Actor<'_> {
         if let Some(nr) = write.not_ready {
             self.set_not_ready_key(pod, nr.key, nr.add).await?;
         }
+        // Nothing to patch, or the completion's `pods/status` patch (earlier in this pod's
+        // chain) carried the labels (`with_completion`).
         let Some(body) = write.patch(&now_rfc3339()) else {
             return Ok(());
         };

@@ -537,6 +537,7 @@ impl Actor<'_> {
                 revision,
             } => self.update_in_place(pod, revision, action).await,
             Action::Lifecycle { pod, .. } => self.lifecycle(pod, action).await,
+            Action::CompleteInPlaceUpdate { pod } => self.complete_in_place(pod).await,
             Action::ApplyGracedUpdate { pod } | Action::ApplyNextContainerBatch { pod } => {
                 self.apply_planned(pod, action).await
             }
@@ -546,7 +547,6 @@ impl Actor<'_> {
                 method: UpdateMethod::Recreate,
                 ..
             }
-            | Action::CompleteInPlaceUpdate { .. }
             | Action::ReportInPlaceStall { .. }
             | Action::DeletePvc { .. }
             | Action::PrunePodsToDelete { .. }

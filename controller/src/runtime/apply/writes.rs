@@ -53,7 +53,6 @@ impl Actor<'_> {
             Action::Delete { pod, .. }
             | Action::Update { pod, .. }
             | Action::SetTemplateHash { pod, .. }
-            | Action::CompleteInPlaceUpdate { pod }
             | Action::ReportInPlaceStall { pod, .. }
             | Action::ReownPvcToPod { pod, .. } => self.pods.get(pod.as_str()).copied(),
             _ => None,
@@ -87,12 +86,6 @@ impl Actor<'_> {
             ) => {
                 self.recreate(pod, revision, patch, &what(action, patch))
                     .await
-            }
-            (Action::CompleteInPlaceUpdate { .. }, Write::Patch(patch)) => {
-                // Only for the pod version we checked: a newer one is judged again next time.
-                self.send_patch_passing_conflict(patch, &what(action, patch))
-                    .await
-                    .map(|_| ())
             }
             (
                 Action::ReportInPlaceStall {

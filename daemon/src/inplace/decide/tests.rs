@@ -731,3 +731,107 @@ fn the_env_stop_record_is_added_once_and_keeps_the_state() {
     let s2: InPlaceUpdateState = serde_json::from_str(&second).unwrap_or_default();
     assert_eq!(env_stopped_ids(&s2)["side"], "s2");
 }
+
+/// The completion moves the lifecycle label only when the controller named the state at
+/// the start, and only while the pod is still Updating; the rest of the write is as before.
+#[test]
+fn completion_moves_the_lifecycle_label_only_as_the_controller_said()
+-> Result<(), serde_json::Error> {
+    let ids = BTreeMap::from([("main".to_owned(), "containerd://a1".to_owned())]);
+    let key = "apps.kruise.io/inplace-update-state";
+    let named = |state: &str| {
+        format!(
+            r#"{{"revision":"cs-2","lifecycleStateOnCompletion":"{state}","daemonContainerIDs":{{"main":"containerd://a1"}}}}"#
+        )
+    };
+    let unnamed = r#"{"revision":"cs-2","daemonContainerIDs":{"main":"containerd://a1"}}"#;
+    // (case, state annotation, pod's lifecycle label, label the patch writes)
+    let cases = [
+        (
+            "named Normal, pod Updating",
+            named("Normal"),
+            Some("Updating"),
+            Some("Normal"),
+        ),
+        (
+            "named Updated, pod Updating",
+            named("Updated"),
+            Some("Updating"),
+            Some("Updated"),
+        ),
+        // an old state (the reference's, or an older controller's): as before
+        ("no field", unnamed.to_owned(), Some("Updating"), None),
+        (
+            "a state this version does not know",
+            named("Later"),
+            Some("Updating"),
+            None,
+        ),
+        // someone moved the label after the start: not ours to overwrite
+        ("pod already Normal", named("Normal"), Some("Normal"), None),
+        (
+            "pod PreparingDelete",
+            named("Normal"),
+            Some("PreparingDelete"),
+            None,
+        ),
+        ("pod without a lifecycle label", named("Normal"), None, None),
+    ];
+    for (case, state, label, want) in cases {
+        let mut p = pod(json!({}));
+        p.metadata.annotations = Some(BTreeMap::from([(key.to_owned(), state.clone())]));
+        if let (Some(labels), Some(label)) = (p.metadata.labels.as_mut(), label) {
+            labels.insert(
+                "lifecycle.apps.kruise.io/state".to_owned(),
+                label.to_owned(),
+            );
+        }
+        p.metadata.resource_version = Some("42".into());
+        let now = Timestamp::from_second(1_767_225_610).unwrap_or(Timestamp::UNIX_EPOCH);
+        let patch = completion_patch(&p, &ids, now)?;
+        assert_eq!(patch["metadata"]["resourceVersion"], "42", "{case}");
+        assert_eq!(patch["status"], ready_patch(now)["status"], "{case}");
+        let meta = &patch["metadata"];
+        match want {
+            Some(to) => {
+                assert_eq!(
+                    meta["labels"],
+                    json!({"lifecycle.apps.kruise.io/state": to}),
+                    "{case}"
+                );
+                assert_eq!(
+                    meta["annotations"],
+                    json!({"lifecycle.apps.kruise.io/timestamp": "2026-01-01T00:00:10Z"}),
+                    "{case}: the ids were recorded already, so only the timestamp"
+                );
+            }
+            None => {
+                assert!(meta.get("labels").is_none(), "{case}");
+                assert!(meta.get("annotations").is_none(), "{case}");
+            }
+        }
+    }
+    // The ids and the label in the same patch.
+    let mut p =
+        pod(json!({"metadata": {"labels": {"lifecycle.apps.kruise.io/state": "Updating"}}}));
+    p.metadata.annotations = Some(BTreeMap::from([(
+        key.to_owned(),
+        r#"{"revision":"cs-2","lifecycleStateOnCompletion":"Normal"}"#.to_owned(),
+    )]));
+    let patch = completion_patch(&p, &ids, Timestamp::UNIX_EPOCH)?;
+    assert_eq!(
+        patch["metadata"]["labels"]["lifecycle.apps.kruise.io/state"],
+        "Normal"
+    );
+    let annotations = patch["metadata"]["annotations"]
+        .as_object()
+        .map(|m| m.keys().cloned().collect::<Vec<_>>());
+    assert_eq!(
+        annotations,
+        Some(vec![
+            key.to_owned(),
+            "lifecycle.apps.kruise.io/timestamp".to_owned()
+        ])
+    );
+    Ok(())
+}
