@@ -17,7 +17,7 @@ use crate::error::Error;
 use crate::expectations::Expectation;
 use crate::plan::completion_write;
 use crate::plan::not_ready::{NOT_READY_USER_AGENT, NotReadyMessage, kruise_pod_ready};
-use crate::plan::pod_conditions::has_gate;
+use crate::plan::pod_conditions::{InitialConditions, has_gate};
 
 use super::{Actor, Failure, FailureKind, Outcome, bounded, now_rfc3339, now_time};
 
@@ -34,7 +34,7 @@ impl Actor<'_> {
             .plan
             .pod_conditions
             .iter()
-            .map(|w| self.patch_pod_status_body(w.pod.clone(), w.patch(&now)))
+            .map(|w| self.init_pod_condition(w, &now))
             .collect();
         let results = bounded(futs, self.ctx.settings.api_parallelism).await;
         for r in results {
@@ -48,6 +48,16 @@ impl Actor<'_> {
                 }),
             }
         }
+    }
+
+    /// One write of [`Actor::init_pod_conditions`]: its body is built and its request
+    /// state allocated only when [`bounded`] starts it (see [`Actor::act_boxed`]).
+    pub(super) async fn init_pod_condition(
+        &self,
+        write: &InitialConditions,
+        now: &Time,
+    ) -> Result<(), Error> {
+        Box::pin(self.patch_pod_status_body(write.pod.clone(), write.patch(now))).await
     }
 
     /// Sets `InPlaceUpdateReady` (and `Ready`) False on pod `name`, pinned to
