@@ -12,9 +12,10 @@
 //!
 //! Why a `pods/status` patch may carry labels: the API server's status strategy for pods
 //! (`podStatusStrategy.PrepareForUpdate`) resets the spec, the deletion timestamp and the
-//! owner references from the stored pod, not the labels or annotations; so the kubelet's
-//! and our daemon's status patches can write metadata (the daemon writes the in-place
-//! state annotation that way). Should a server drop the metadata part all the same, the
+//! owner references from the stored pod, not the labels or annotations (v1.20, and still
+//! in recent releases, whose `GetResetFields` for pods/status names the same three); so
+//! our daemon's status patches can write metadata (it writes the in-place state
+//! annotation that way). Should a server drop the metadata part all the same, the
 //! pod ends with the condition True and the label still Updating; the next plan then
 //! sees an Updating pod whose update is complete and no completion left to do, and plans
 //! the ordinary lifecycle write (a pod patch): at worst the two writes of before, never a
