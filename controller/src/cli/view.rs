@@ -18,7 +18,7 @@ use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;
 
-use crate::plan::lifecycle::container_updated;
+use crate::plan::inplace_progress::container_updated;
 use crate::plan::model::revision_matches;
 
 /// The whole view.

@@ -25,6 +25,7 @@ pub mod diffs;
 pub(crate) mod fixtures;
 pub mod housekeeping;
 pub mod inplace;
+pub mod inplace_progress;
 pub mod inplace_write;
 pub mod instance_ids;
 pub mod lifecycle;

@@ -21,7 +21,7 @@ use inplace_proto::{InPlaceUpdateState, keys};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::container_batches::{NextBatch, env_restarts_awaited, next_batch};
-use super::lifecycle::{InPlaceProgress, containers_pending, waiting_reason};
+use super::inplace_progress::{InPlaceProgress, containers_pending, waiting_reason};
 use super::model::PodFacts;
 
 /// How long an in-place update may take when the CloneSet sets no

@@ -4,7 +4,7 @@ use serde_json::json;
 
 use super::*;
 use crate::plan::fixtures::{pod, t};
-use crate::plan::lifecycle::in_place_progress;
+use crate::plan::inplace_progress::in_place_progress;
 
 const DEADLINE: Duration = Duration::from_secs(60);
 
