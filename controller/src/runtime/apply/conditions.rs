@@ -125,14 +125,9 @@ impl Actor<'_> {
             }
         };
         let body = write.patch(&now_time(), &now_rfc3339());
-        match self.patch_pod_status_body(name.to_owned(), body).await {
-            // Only for the pod version we checked: a newer one is judged again next time.
-            Err(e) if e.is_conflict() => {
-                self.pass_conflict();
-                Ok(())
-            }
-            other => other,
-        }
+        // Only for the pod version we checked: a newer one is judged again next time.
+        self.written_or_passed(self.patch_pod_status_body(name.to_owned(), body).await)
+            .map(|_| ())
     }
 
     /// Adds or removes our key in the `KruisePodReady` condition's message list (only on

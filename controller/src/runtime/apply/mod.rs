@@ -491,6 +491,19 @@ impl Actor<'_> {
         self.conflicts_passed.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// The result of a write pinned to the version judged: a 409 is no failure (the object
+    /// is judged again from its newer version) and is let pass. Whether it was written.
+    fn written_or_passed(&self, result: Result<(), Error>) -> Result<bool, Error> {
+        match result {
+            Ok(()) => Ok(true),
+            Err(e) if e.is_conflict() => {
+                self.pass_conflict();
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Creates in batches of 1, 2, 4, … and stops after the first batch with a failure.
     async fn run_slow_start<'b>(
         &self,

@@ -126,17 +126,10 @@ impl Actor<'_> {
         }
     }
 
-    /// [`Self::send_patch`] pinned to the version judged: a 409 is no failure (the object
-    /// is judged again from its newer version). Whether the patch was written.
+    /// [`Self::send_patch`] pinned to the version judged: a 409 is let pass
+    /// ([`Self::written_or_passed`]). Whether the patch was written.
     async fn send_patch_passing_conflict(&self, patch: &Patch, what: &str) -> Result<bool, Error> {
-        match self.send_patch(patch, what).await {
-            Ok(()) => Ok(true),
-            Err(e) if e.is_conflict() => {
-                self.pass_conflict();
-                Ok(false)
-            }
-            Err(e) => Err(e),
-        }
+        self.written_or_passed(self.send_patch(patch, what).await)
     }
 
     /// Sends a planned patch (with its precondition and write time); a pod written is
@@ -152,11 +145,8 @@ impl Actor<'_> {
                 .patch(name, &pp, &KubePatch::Strategic(body))
                 .await
                 .map_err(kube_err)?,
-            Target::PodStatus => self
-                .pod_api()
-                .patch_status(name, &pp, &KubePatch::Strategic(body))
-                .await
-                .map_err(kube_err)?,
+            // The pod-status writes' one path (its error names the pod the same way).
+            Target::PodStatus => return self.patch_pod_status_body(name.clone(), body).await,
             Target::Pvc => {
                 self.pvc_api()
                     .patch(name, &pp, &KubePatch::Merge(&body))
