@@ -254,6 +254,14 @@ pub enum LifecycleState {
 }
 
 impl LifecycleState {
+    /// The value of [`crate::keys::LIFECYCLE_TIMESTAMP_ANNOTATION`] for a state change at
+    /// `at`: RFC 3339 in UTC, whole seconds (the reference's format). One format for every
+    /// writer of the annotation (the controller's lifecycle and in-place writes, the
+    /// daemon's completion).
+    pub fn timestamp(at: k8s_openapi::jiff::Timestamp) -> String {
+        at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+    }
+
     pub const ALL: [Self; 6] = [
         Self::PreparingNormal,
         Self::Normal,

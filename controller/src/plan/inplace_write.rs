@@ -358,10 +358,6 @@ fn encode<T: Serialize>(value: &T, what: &'static str) -> Result<String, InPlace
     serde_json::to_string(value).map_err(|source| InPlaceWriteError::Encode { what, source })
 }
 
-fn rfc3339(now: Timestamp) -> String {
-    now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
-}
-
 /// The write starting the in-place update of `pod` to `revision`.
 pub fn start(
     inputs: &WriteInputs,
@@ -431,7 +427,7 @@ pub fn start(
             keys::LIFECYCLE_STATE_LABEL: LifecycleState::Updating.as_str(),
         },
         "annotations": {
-            keys::LIFECYCLE_TIMESTAMP_ANNOTATION: rfc3339(inputs.now),
+            keys::LIFECYCLE_TIMESTAMP_ANNOTATION: LifecycleState::timestamp(inputs.now),
             keys::INPLACE_UPDATE_STATE_ANNOTATION_LEGACY: Value::Null,
         },
     }});

@@ -567,9 +567,8 @@ pub fn completion_patch(
     if let Some(to) = lifecycle_on_completion(pod, &state) {
         patch["metadata"]["labels"] =
             serde_json::json!({ keys::LIFECYCLE_STATE_LABEL: to.as_str() });
-        // The controller's format for this annotation (seconds, UTC).
         patch["metadata"]["annotations"][keys::LIFECYCLE_TIMESTAMP_ANNOTATION] =
-            serde_json::json!(now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string());
+            serde_json::json!(LifecycleState::timestamp(now));
     }
     Ok(patch)
 }

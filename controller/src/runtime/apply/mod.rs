@@ -228,7 +228,7 @@ fn now_time() -> Time {
 }
 
 fn now_rfc3339() -> String {
-    Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+    inplace_proto::LifecycleState::timestamp(Timestamp::now())
 }
 
 fn pod_ref(pod: &Pod) -> ObjectReference {
