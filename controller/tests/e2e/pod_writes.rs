@@ -92,7 +92,7 @@ async fn an_image_update_in_place_without_hooks_is_at_most_three_writes_by_contr
     // The container before the update, by its runtime id: the new one is any other id.
     // (Not by the image name in the status: the runtime reports one of the image's tags,
     // and another test's retag of the same image may be the one it reports.)
-    let old_container_id = pod_json(&pod)["status"]["containerStatuses"][0]["containerID"].clone();
+    let old_container_id = pod["status"]["containerStatuses"][0]["containerID"].clone();
     assert!(
         old_container_id.is_string(),
         "the pod's container has an id: {old_container_id}"
