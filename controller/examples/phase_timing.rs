@@ -16,7 +16,8 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use inplace_controller::plan::{
-    PlanContext, PodFacts, diffs, housekeeping, plan, revision, scale, status, update,
+    PlanContext, PodFacts, action_write, completion_write, diffs, housekeeping, inplace_write,
+    lifecycle_write, plan, pod_conditions, revision, scale, status, update,
 };
 
 fn main() {
@@ -24,7 +25,7 @@ fn main() {
     let n: usize = args.next().map_or(10_000, |a| a.parse().unwrap());
     let iterations: u32 = args.next().map_or(50, |a| a.parse().unwrap());
     let input = support::input(n);
-    let mut phases = [Duration::ZERO; 7];
+    let mut phases = [Duration::ZERO; 11];
     let names = [
         "facts",
         "revisions",
@@ -32,8 +33,15 @@ fn main() {
         "scale+update",
         "status",
         "housekeeping",
+        "gate conds",
+        "lifecycle",
+        "in-place wr",
+        "other writes",
         "whole plan",
     ];
+    // Actions, initial gate conditions, lifecycle and completion writes, in-place writes,
+    // other writes: of the last plan.
+    let mut counts = [0usize; 5];
     for _ in 0..iterations {
         let snapshot = support::snapshot(&input);
         let t0 = Instant::now();
@@ -50,19 +58,57 @@ fn main() {
         };
         let d = diffs::calculate(&ctx, false);
         let t3 = Instant::now();
-        let _ = black_box(housekeeping::pvc_cleanup(&ctx));
+        let mut actions = housekeeping::pvc_cleanup(&ctx);
         let scaled = scale::plan_scale(&ctx, &d);
         if scaled.is_empty() {
-            black_box(update::plan_update(&ctx, &d));
+            actions.extend(update::plan_update(&ctx, &d).actions);
+        } else {
+            actions.extend(scaled);
         }
         let t4 = Instant::now();
         black_box(status::compute(&ctx, &revisions));
         let t5 = Instant::now();
-        black_box(housekeeping::prune_pods_to_delete(&ctx));
-        black_box(housekeeping::backfill_template_hash(&ctx));
+        actions.extend(housekeeping::prune_pods_to_delete(&ctx));
+        actions.extend(housekeeping::backfill_template_hash(&ctx));
         let t6 = Instant::now();
-        black_box(plan(black_box(support::snapshot(&input))).unwrap());
+        let conditions = pod_conditions::initial(ctx.snapshot.pods, &ctx.pods, &actions);
         let t7 = Instant::now();
+        let mut lifecycle = lifecycle_write::all(ctx.snapshot.cloneset, &actions);
+        let completions = completion_write::all(ctx.snapshot.pods, &actions, &mut lifecycle);
+        let t8 = Instant::now();
+        let in_place = inplace_write::all(
+            &inplace_write::WriteInputs {
+                cloneset: ctx.snapshot.cloneset,
+                revisions: ctx.snapshot.revisions,
+                update_revision: &revisions.update_revision,
+                options: ctx.options(),
+                now: ctx.now(),
+            },
+            ctx.snapshot.pods,
+            &actions,
+        );
+        let t9 = Instant::now();
+        let others = action_write::all(
+            &action_write::ActionInputs {
+                cloneset: ctx.snapshot.cloneset,
+                pods: ctx.snapshot.pods,
+                pvcs: ctx.snapshot.pvcs,
+                revisions: ctx.snapshot.revisions,
+                update_revision: &revisions.update_revision,
+                short_hash: ctx.options().short_hash,
+            },
+            &actions,
+        );
+        let t10 = Instant::now();
+        black_box(plan(black_box(support::snapshot(&input))).unwrap());
+        let t11 = Instant::now();
+        counts = [
+            actions.len(),
+            conditions.len(),
+            lifecycle.len() + completions.len(),
+            in_place.len(),
+            others.len(),
+        ];
         let spans = [
             (t0, t1),
             (t1, t2),
@@ -71,6 +117,10 @@ fn main() {
             (t4, t5),
             (t5, t6),
             (t6, t7),
+            (t7, t8),
+            (t8, t9),
+            (t9, t10),
+            (t10, t11),
         ];
         for (i, (a, b)) in spans.into_iter().enumerate() {
             phases[i] += b - a;
@@ -79,6 +129,10 @@ fn main() {
     println!(
         "{n} pods, {iterations} iterations, mean per plan ({} bytes of facts per pod):",
         std::mem::size_of::<PodFacts>()
+    );
+    println!(
+        "  (last plan: {} actions, {} initial gate-condition writes, {} lifecycle and completion writes, {} in-place writes, {} other writes)",
+        counts[0], counts[1], counts[2], counts[3], counts[4]
     );
     for (name, total) in names.iter().zip(phases) {
         println!(

@@ -356,22 +356,16 @@ pub fn of(
 /// The writes of the actions among `actions` this module covers, in plan order. An action
 /// whose write cannot be planned has none: the applier meets the same error.
 pub fn all(inputs: &ActionInputs, actions: &[Action]) -> Vec<ActionWrite> {
-    let mut by_name: Option<BTreeMap<&str, &CachedPod>> = None;
+    let by_name = super::pod_lookup::pods_named(
+        inputs.pods,
+        actions.iter().filter(|a| covers(a)).filter_map(pod_named),
+    );
     let mut out = Vec::new();
     for (index, action) in actions.iter().enumerate() {
         if !covers(action) {
             continue;
         }
-        let pod = pod_named(action).and_then(|name| {
-            let by_name = by_name.get_or_insert_with(|| {
-                inputs
-                    .pods
-                    .iter()
-                    .filter_map(|p| p.metadata.name.as_deref().map(|n| (n, &**p)))
-                    .collect()
-            });
-            by_name.get(name).copied()
-        });
+        let pod = pod_named(action).and_then(|name| by_name.get(name).copied());
         if let Some(Ok(write)) = of(inputs, pod, index, action) {
             out.push(write);
         }

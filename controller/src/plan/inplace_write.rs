@@ -323,31 +323,83 @@ pub fn of(
 /// The writes of the in-place actions among `actions` for `pods`, in plan order. An
 /// action whose write cannot be planned has none: the applier meets the same error.
 pub fn all(inputs: &WriteInputs, pods: &[Arc<CachedPod>], actions: &[Action]) -> Vec<InPlaceWrite> {
-    let mut by_name: Option<BTreeMap<&str, &CachedPod>> = None;
+    let by_name = super::pod_lookup::pods_named(pods, actions.iter().filter_map(pod_of));
+    // The in-place decision depends on the pod's revision label and the target only, and
+    // a plan's pods carry a few revisions: decided once per pair, not once per pod (each
+    // decision reads and compares two templates); the launch priorities likewise.
+    let mut decisions: Vec<Decided> = Vec::new();
     let mut out = Vec::new();
     for (index, action) in actions.iter().enumerate() {
-        let name = match action {
-            Action::Update {
-                pod,
-                method: UpdateMethod::InPlace,
-                ..
-            }
-            | Action::ApplyGracedUpdate { pod }
-            | Action::ApplyNextContainerBatch { pod } => pod.as_str(),
-            _ => continue,
+        let Some(pod) = pod_of(action).and_then(|name| by_name.get(name)) else {
+            continue;
         };
-        let by_name = by_name.get_or_insert_with(|| {
-            pods.iter()
-                .filter_map(|p| p.metadata.name.as_deref().map(|n| (n, &**p)))
-                .collect()
-        });
-        if let Some(pod) = by_name.get(name)
-            && let Some(Ok(write)) = of(inputs, pod, index, action)
-        {
+        let write = match action {
+            Action::Update {
+                method: UpdateMethod::InPlace,
+                revision,
+                ..
+            } => {
+                let label = pod.label_map().get(keys::REVISION_LABEL);
+                let known = decisions
+                    .iter()
+                    .position(|d| d.label == label && d.target == revision.as_str());
+                let at = known.unwrap_or_else(|| {
+                    decisions.push(Decided {
+                        label,
+                        target: revision,
+                        decision: decide(inputs, label, revision),
+                        priorities: launch_priorities(inputs, revision),
+                    });
+                    decisions.len() - 1
+                });
+                let d = &decisions[at];
+                start_decided(inputs, pod, index, revision, &d.decision, &d.priorities)
+            }
+            _ => match of(inputs, pod, index, action) {
+                Some(write) => write,
+                None => continue,
+            },
+        };
+        if let Ok(write) = write {
             out.push(write);
         }
     }
     out
+}
+
+/// What starting an in-place update from revision label `label` to `target` reads, made
+/// once per pair in a plan.
+struct Decided<'a> {
+    label: Option<&'a str>,
+    target: &'a str,
+    decision: InPlaceDecision,
+    priorities: Vec<(String, Option<i64>)>,
+}
+
+/// The pod of an in-place action.
+fn pod_of(action: &Action) -> Option<&str> {
+    match action {
+        Action::Update {
+            pod,
+            method: UpdateMethod::InPlace,
+            ..
+        }
+        | Action::ApplyGracedUpdate { pod }
+        | Action::ApplyNextContainerBatch { pod } => Some(pod),
+        _ => None,
+    }
+}
+
+/// The in-place decision for a pod whose revision label is `label`, to `revision`.
+fn decide(inputs: &WriteInputs, label: Option<&str>, revision: &str) -> InPlaceDecision {
+    decide_for_revisions(
+        inputs.cloneset,
+        inputs.revisions,
+        inputs.update_revision,
+        label,
+        revision,
+        inputs.options,
+    )
 }
 
 fn name_of(pod: &CachedPod) -> String {
@@ -365,21 +417,28 @@ pub fn start(
     index: usize,
     revision: &str,
 ) -> Result<InPlaceWrite, InPlaceWriteError> {
-    let labels = pod.label_map();
-    let decision = decide_for_revisions(
-        inputs.cloneset,
-        inputs.revisions,
-        inputs.update_revision,
-        labels.get(keys::REVISION_LABEL),
-        revision,
-        inputs.options,
-    );
+    let label = pod.label_map().get(keys::REVISION_LABEL);
+    let decision = decide(inputs, label, revision);
+    let priorities = launch_priorities(inputs, revision);
+    start_decided(inputs, pod, index, revision, &decision, &priorities)
+}
+
+/// [`start`] with the in-place decision for the pod's revision and `revision` made, and
+/// the launch priorities of `revision`'s containers read.
+fn start_decided(
+    inputs: &WriteInputs,
+    pod: &CachedPod,
+    index: usize,
+    revision: &str,
+    decision: &InPlaceDecision,
+    priorities: &[(String, Option<i64>)],
+) -> Result<InPlaceWrite, InPlaceWriteError> {
     let change = match decision {
         InPlaceDecision::InPlace(change) => change,
         InPlaceDecision::Recreate { reason } | InPlaceDecision::Refused { reason } => {
             return Err(InPlaceWriteError::Refused {
                 pod: name_of(pod),
-                reason,
+                reason: reason.clone(),
             });
         }
     };
@@ -391,7 +450,7 @@ pub fn start(
         .and_then(|s| s.in_place_update_strategy.as_ref())
         .and_then(|s| s.grace_period_seconds)
         .unwrap_or(0);
-    let spec = spec_from_change(&change, revision, grace)?;
+    let spec = spec_from_change(change, revision, grace)?;
     let resources_only = spec.container_images.is_empty()
         && spec.meta_data_patch.is_empty()
         && spec.restart_containers.is_empty()
@@ -439,7 +498,7 @@ pub fn start(
             json!(encode(&spec, "in-place grace")?);
         None
     } else {
-        patch_spec(inputs, pod, &spec, state, &mut patch)?;
+        patch_spec(inputs, pod, &spec, priorities, state, &mut patch)?;
         resize_of(inputs.options, &spec)
     };
     Ok(InPlaceWrite {
@@ -493,7 +552,8 @@ pub fn apply_held(
                 update_env_from_metadata: spec.update_env_from_metadata,
                 ..InPlaceUpdateState::default()
             });
-        patch_spec(inputs, pod, &spec, state, &mut patch)?;
+        let priorities = launch_priorities(inputs, &spec.revision);
+        patch_spec(inputs, pod, &spec, &priorities, state, &mut patch)?;
         resize_of(inputs.options, &spec)
     } else {
         // The pod moved to another revision meanwhile: drop the held update.
@@ -534,7 +594,8 @@ pub fn next_batch(
         })?;
     let spec = container_batches::remaining(&state);
     let mut patch = json!({"metadata": {"labels": {}, "annotations": {}}});
-    patch_spec(inputs, pod, &spec, state, &mut patch)?;
+    let priorities = launch_priorities(inputs, &spec.revision);
+    patch_spec(inputs, pod, &spec, &priorities, state, &mut patch)?;
     Ok(InPlaceWrite {
         action: index,
         kind: InPlaceWriteKind::NextBatch,
@@ -581,6 +642,19 @@ fn resize_of(options: &PlanOptions, spec: &InPlaceUpdateGrace) -> Option<Resize>
     })
 }
 
+/// The container launch priorities of the template of `revision` (none when it has no
+/// template): what [`patch_spec`] splits the containers into batches by.
+pub fn launch_priorities(inputs: &WriteInputs, revision: &str) -> Vec<(String, Option<i64>)> {
+    super::revision::template_for(
+        inputs.cloneset,
+        inputs.revisions,
+        inputs.update_revision,
+        revision,
+    )
+    .map(|t| container_batches::launch_priorities(&t.0.0))
+    .unwrap_or_default()
+}
+
 /// Adds `spec` to the pod `patch` (the reference's `PatchSpecToPod`): the batch due now of
 /// container images (and resources), metadata, `lastContainerStatuses`, the state
 /// annotation; removes the grace annotations.
@@ -588,20 +662,13 @@ pub fn patch_spec(
     inputs: &WriteInputs,
     pod: &CachedPod,
     spec: &InPlaceUpdateGrace,
+    priorities: &[(String, Option<i64>)],
     mut state: InPlaceUpdateState,
     patch: &mut Value,
 ) -> Result<(), InPlaceWriteError> {
     let statuses = pod.container_statuses();
     // Container launch priority: only the first batch now, the rest in the state.
-    let priorities = super::revision::template_for(
-        inputs.cloneset,
-        inputs.revisions,
-        inputs.update_revision,
-        &spec.revision,
-    )
-    .map(|t| container_batches::launch_priorities(&t.0.0))
-    .unwrap_or_default();
-    let split = container_batches::split(spec, &priorities);
+    let split = container_batches::split(spec, priorities);
     split.record_in(&mut state);
     let spec = &split.now;
     let changed: BTreeSet<&String> = split.containers.iter().collect();

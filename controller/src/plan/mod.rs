@@ -35,6 +35,7 @@ pub mod not_ready;
 pub mod order_rules;
 pub mod output;
 pub mod pod_conditions;
+pub mod pod_lookup;
 pub mod predownload;
 pub mod protection;
 pub mod quantity;

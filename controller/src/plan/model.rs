@@ -129,10 +129,24 @@ pub struct PodFacts<'a> {
     pub container_specs: &'a [CachedContainer],
     /// `status.containerStatuses`.
     pub container_statuses: &'a [CachedContainerStatus],
+    /// The pod's readiness gates of ours and whether it has the `KruisePodReady`
+    /// condition: what [`super::pod_conditions`] judges every pod of every plan by.
+    pub gates: GateFacts,
     /// The priority and scatter inputs of this pod, computed while its labels were at hand
     /// ([`PodFacts::extract_all`]); None when extracted alone ([`PodFacts::from_pod`]), and
     /// then [`super::update_order`] reads the labels itself.
     pub order_labels: Option<PrecomputedOrder<'a>>,
+}
+
+/// The readiness gates of ours on a pod, and whether it has the `KruisePodReady` condition.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GateFacts {
+    /// `spec.readinessGates` has `InPlaceUpdateReady`.
+    pub in_place_update_ready: bool,
+    /// `spec.readinessGates` has `KruisePodReady`.
+    pub kruise_pod_ready: bool,
+    /// `status.conditions` has a `KruisePodReady` condition (any status).
+    pub kruise_pod_ready_condition: bool,
 }
 
 /// Most distinct revision labels [`PodFacts::extract_all`] shares (see there).
@@ -177,8 +191,27 @@ impl<'a> PodFacts<'a> {
         let annotations = pod.annotations();
         let name = meta.name.as_deref().unwrap_or_default();
         let phase = PodPhase::parse(pod.phase());
-        let ready_condition = pod.condition("Ready").filter(|c| &*c.status == "True");
-        let in_place_condition = pod.condition(keys::INPLACE_UPDATE_READY_CONDITION);
+        // One pass over the conditions and the gates (each lookup would walk them again).
+        let (mut ready_condition, mut in_place_condition) = (None, None);
+        let mut gates = GateFacts::default();
+        for c in pod.conditions() {
+            match &*c.type_ {
+                "Ready" => ready_condition = ready_condition.or(Some(c)),
+                keys::INPLACE_UPDATE_READY_CONDITION => {
+                    in_place_condition = in_place_condition.or(Some(c));
+                }
+                keys::KRUISE_POD_READY_CONDITION => gates.kruise_pod_ready_condition = true,
+                _ => {}
+            }
+        }
+        let ready_condition = ready_condition.filter(|c| &*c.status == "True");
+        for gate in pod.readiness_gates() {
+            match gate {
+                keys::INPLACE_UPDATE_READY_CONDITION => gates.in_place_update_ready = true,
+                keys::KRUISE_POD_READY_CONDITION => gates.kruise_pod_ready = true,
+                _ => {}
+            }
+        }
         let in_place_ready = in_place_condition.is_none_or(|c| &*c.status == "True");
         let ready = phase == PodPhase::Running && ready_condition.is_some() && in_place_ready;
         let container_statuses = pod.container_statuses();
@@ -261,6 +294,7 @@ impl<'a> PodFacts<'a> {
             container_specs: pod.containers(),
             container_statuses,
             name,
+            gates,
             order_labels: None,
         }
     }

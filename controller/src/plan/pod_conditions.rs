@@ -10,7 +10,7 @@
 //! decided from (the write's precondition) and the conditions set True; the applier only
 //! adds the write time.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
 use inplace_proto::keys;
@@ -19,7 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::model::Action;
+use super::model::{Action, PodFacts};
 use crate::watch::CachedPod;
 
 /// One `pods/status` write: set `conditions` True on `pod`, only on the pod version
@@ -47,34 +47,47 @@ impl InitialConditions {
     }
 }
 
-/// The initial-condition writes for `pods` next to `actions` (the plan's): every pod not
-/// being deleted, whose in-place update the plan neither starts, applies nor completes,
-/// that lacks a gate condition ([`gate_conditions_to_set`]). Read from the cached pods:
-/// it runs for every pod of every reconcile.
-pub fn initial(pods: &[Arc<CachedPod>], actions: &[Action]) -> Vec<InitialConditions> {
-    let mut left_to_actions: BTreeSet<&str> = BTreeSet::new();
-    for action in actions {
-        match action {
-            Action::CompleteInPlaceUpdate { pod }
-            | Action::Update { pod, .. }
-            | Action::ApplyGracedUpdate { pod } => {
-                left_to_actions.insert(pod.as_str());
-            }
-            _ => {}
+/// The initial-condition writes next to `actions` (the plan's), for the pods of a plan
+/// (`pods` and their `facts`, in the same order): every pod not being deleted, whose
+/// in-place update the plan neither starts, applies nor completes, that lacks a gate
+/// condition ([`gate_conditions_of`]). Judged from the facts: it runs for every pod of
+/// every reconcile, and the facts are already at hand (the pods' own memory is not).
+pub fn initial(
+    pods: &[Arc<CachedPod>],
+    facts: &[PodFacts<'_>],
+    actions: &[Action],
+) -> Vec<InitialConditions> {
+    let mut left_to_actions: Option<HashSet<&str>> = None;
+    let mut out = Vec::new();
+    for (pod, f) in pods.iter().zip(facts) {
+        if f.terminating {
+            continue;
         }
+        let conditions = gate_conditions_of(f, false);
+        if conditions.is_empty() {
+            continue;
+        }
+        let left = left_to_actions.get_or_insert_with(|| {
+            actions
+                .iter()
+                .filter_map(|action| match action {
+                    Action::CompleteInPlaceUpdate { pod }
+                    | Action::Update { pod, .. }
+                    | Action::ApplyGracedUpdate { pod } => Some(pod.as_str()),
+                    _ => None,
+                })
+                .collect()
+        });
+        if left.contains(f.name) {
+            continue;
+        }
+        out.push(InitialConditions {
+            pod: f.name.to_owned(),
+            resource_version: pod.metadata.resource_version.clone().unwrap_or_default(),
+            conditions,
+        });
     }
-    pods.iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter(|p| !left_to_actions.contains(p.metadata.name.as_deref().unwrap_or_default()))
-        .filter_map(|p| {
-            let conditions = gate_conditions_to_set(p, false);
-            (!conditions.is_empty()).then(|| InitialConditions {
-                pod: p.metadata.name.clone().unwrap_or_default(),
-                resource_version: p.metadata.resource_version.clone().unwrap_or_default(),
-                conditions,
-            })
-        })
-        .collect()
+    out
 }
 
 /// Whether the pod has a readiness gate of this condition type.
@@ -85,27 +98,24 @@ pub fn has_gate(pod: &Pod, condition: &str) -> bool {
         .is_some_and(|g| g.iter().any(|g| g.condition_type == condition))
 }
 
-/// Readiness-gate conditions to set True on `pod`:
-/// - `KruisePodReady` when absent;
-/// - `InPlaceUpdateReady` when no in-place update is held or running on the pod and the
-///   condition is absent, or False from an update of ours whose spec patch never landed
-///   (reason `StartInPlaceUpdate`, no state annotation) and `updating` is false (no
-///   update of the pod is planned now).
+/// Readiness-gate conditions to set True on `pod`: [`gate_conditions_of`] its facts.
 pub fn gate_conditions_to_set(pod: &CachedPod, updating: bool) -> Vec<&'static str> {
-    let find = |t: &str| pod.condition(t);
-    let has_gate = |t: &str| pod.readiness_gates().any(|g| g == t);
-    let annotations = pod.annotations();
-    let in_progress = [
-        keys::INPLACE_UPDATE_STATE_ANNOTATION,
-        keys::INPLACE_UPDATE_STATE_ANNOTATION_LEGACY,
-        keys::INPLACE_UPDATE_GRACE_ANNOTATION,
-        keys::INPLACE_UPDATE_GRACE_ANNOTATION_LEGACY,
-    ]
-    .iter()
-    .any(|k| annotations.contains_key(k));
+    gate_conditions_of(&PodFacts::from_pod(pod, &BTreeSet::new()), updating)
+}
+
+/// Readiness-gate conditions to set True on the pod of `facts`:
+/// - `KruisePodReady` when absent;
+/// - `InPlaceUpdateReady` when no in-place update is held or running on the pod (no state
+///   or grace annotation, new or legacy key) and the condition is absent, or False from
+///   an update of ours whose spec patch never landed (reason `StartInPlaceUpdate`, no
+///   state annotation) and `updating` is false (no update of the pod is planned now).
+pub fn gate_conditions_of(facts: &PodFacts<'_>, updating: bool) -> Vec<&'static str> {
+    let in_progress = facts.in_place_state.is_some()
+        || facts.in_place_state_unreadable
+        || facts.in_place_grace_pending;
     let mut out = Vec::new();
-    if has_gate(keys::INPLACE_UPDATE_READY_CONDITION) && !in_progress {
-        let set = match find(keys::INPLACE_UPDATE_READY_CONDITION) {
+    if facts.gates.in_place_update_ready && !in_progress {
+        let set = match facts.in_place_condition {
             None => true,
             Some(c) => {
                 &*c.status != "True"
@@ -117,9 +127,7 @@ pub fn gate_conditions_to_set(pod: &CachedPod, updating: bool) -> Vec<&'static s
             out.push(keys::INPLACE_UPDATE_READY_CONDITION);
         }
     }
-    if has_gate(keys::KRUISE_POD_READY_CONDITION)
-        && find(keys::KRUISE_POD_READY_CONDITION).is_none()
-    {
+    if facts.gates.kruise_pod_ready && !facts.gates.kruise_pod_ready_condition {
         out.push(keys::KRUISE_POD_READY_CONDITION);
     }
     out

@@ -491,6 +491,49 @@ fn all_plans_one_write_per_in_place_action_naming_its_index() {
 }
 
 #[test]
+fn all_writes_what_start_writes_for_each_pod_with_one_decision_per_revision_pair() {
+    // Two containers with launch priorities (the batches come from the target's template),
+    // pods on the old revision, on the update revision (a restart of the same spec is no
+    // in-place change: refused), and on another old one with a different image.
+    let prioritised = |image: &str| {
+        let mut t = template(json!([
+            {"name": "main", "image": image},
+            {"name": "side", "image": "side:1"},
+        ]));
+        t["metadata"]["annotations"] =
+            json!({"apps.kruise.io/container-launch-priority": "Ordered"});
+        t
+    };
+    let mut w = World::new(prioritised("nginx:1"), prioritised("nginx:2"));
+    w.revisions
+        .push(revision("demo-older", prioritised("nginx:0")));
+    let pods = vec![
+        pod("demo-a", "demo-old").cached(),
+        pod("demo-b", "demo-older").cached(),
+        pod("demo-c", "demo-old").cached(),
+        pod("demo-d", "demo-older").cached(),
+    ];
+    let actions: Vec<Action> = pods
+        .iter()
+        .map(|p| Action::Update {
+            pod: p.metadata.name.clone().unwrap(),
+            method: UpdateMethod::InPlace,
+            revision: "demo-new".into(),
+        })
+        .collect();
+    let writes = all(&w.inputs(), &pods, &actions);
+    let one_by_one: Vec<InPlaceWrite> = pods
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| start(&w.inputs(), p, i, "demo-new").ok())
+        .collect();
+    assert_eq!(writes.len(), 4);
+    assert_eq!(writes, one_by_one);
+    // The older pods' patch differs from the old ones' only by what the pod holds.
+    assert_eq!(writes[1].patch["spec"], writes[0].patch["spec"]);
+}
+
+#[test]
 fn the_guard_holds_for_status_noise_and_not_for_a_changed_pod() {
     let p = pod("demo-a", "demo-old").build();
     let guard = Guard::of_pod(&p);

@@ -20,9 +20,16 @@ fn gated(name: &str, gates: &[&str]) -> PodBuilder {
     })
 }
 
+/// The facts of `pods`, as the planner extracts them.
+fn facts_of(pods: &[Arc<CachedPod>]) -> Vec<PodFacts<'_>> {
+    pods.iter()
+        .map(|p| PodFacts::from_pod(p, &BTreeSet::new()))
+        .collect()
+}
+
 fn writes(pods: Vec<PodBuilder>, actions: &[Action]) -> Vec<(String, String, Vec<&'static str>)> {
     let pods: Vec<_> = pods.into_iter().map(PodBuilder::cached).collect();
-    initial(&pods, actions)
+    initial(&pods, &facts_of(&pods), actions)
         .into_iter()
         .map(|w| (w.pod, w.resource_version, w.conditions))
         .collect()
@@ -136,7 +143,7 @@ fn a_condition_left_false_by_an_update_that_never_landed_is_set_again() {
 #[test]
 fn the_write_is_pinned_to_the_version_decided_from() {
     let pods = vec![gated("p", &[IUR, KPR]).cached()];
-    let planned = initial(&pods, &[]);
+    let planned = initial(&pods, &facts_of(&pods), &[]);
     let now = Time(Timestamp::UNIX_EPOCH);
     assert_eq!(
         planned[0].patch(&now),
