@@ -524,6 +524,16 @@ fn spawn_pod_tracker(api: Api<Pod>, tracker: Arc<Mutex<Tracker>>) -> tokio::task
     })
 }
 
+/// CPU seconds the bed's kube-apiserver has used so far (user + system), from its pid file
+/// under `$INPLACE_TESTBED_DIR` (default `/var/tmp/inplace-testbed`); None when unreadable.
+fn apiserver_cpu_s() -> Option<f64> {
+    let dir =
+        std::env::var("INPLACE_TESTBED_DIR").unwrap_or_else(|_| "/var/tmp/inplace-testbed".into());
+    let pid = std::fs::read_to_string(format!("{dir}/pids/kube-apiserver.pid")).ok()?;
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).ok()?;
+    benchcalc::cpu_seconds(&stat)
+}
+
 /// The machine's load averages (1, 5, 15 min), printed with the resource figures: the
 /// machine is shared, so a figure counts only next to the load it was measured under.
 fn load_avg() -> String {
@@ -634,6 +644,7 @@ async fn rollout_in(
 
     let mu = benchcalc::max_unavailable(p, &args.max_unavailable).map_err(anyhow::Error::msg)?;
     let cpu0 = ctrl.usage().map_or(0.0, |u| u.cpu_s);
+    let apiserver_cpu0 = apiserver_cpu_s();
     if let Ok(mut t) = tracker.lock() {
         t.counting = true;
         t.count();
@@ -685,6 +696,7 @@ async fn rollout_in(
     let both_done = t0.elapsed();
     let total = status_done.unwrap_or(both_done);
     let cpu = ctrl.usage().map_or(0.0, |u| u.cpu_s) - cpu0;
+    let apiserver_cpu = apiserver_cpu0.zip(apiserver_cpu_s()).map(|(a, b)| b - a);
     task.abort();
 
     let (recs, max_unav_seen, deleted) = {
@@ -793,6 +805,19 @@ async fn rollout_in(
     report.add(format!(
         "rollout: max unavailable seen {max_unav_seen} (budget {mu}); pods deleted during the rollout {deleted}; controller CPU {cpu:.2}s, RSS peak {rss_peak:.1} MiB"
     ));
+    match apiserver_cpu {
+        Some(a) => report.add(format!(
+            "rollout: kube-apiserver CPU {a:.2}s over the rollout's {:.2}s ({:.0}% of a core; {} cores); load avg {}",
+            secs(both_done),
+            100.0 * benchcalc::cpu_share(a, both_done),
+            std::thread::available_parallelism().map_or(0, usize::from),
+            load_avg()
+        )),
+        None => report.add(
+            "rollout: kube-apiserver CPU unknown (no readable $INPLACE_TESTBED_DIR/pids/kube-apiserver.pid)"
+                .to_owned(),
+        ),
+    }
     for l in ctrl.problems(5) {
         report.add(format!("rollout: controller log: {l}"));
     }
