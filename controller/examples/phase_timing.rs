@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use inplace_controller::plan::{
     PlanContext, PodFacts, action_write, completion_write, diffs, housekeeping, inplace_write,
-    lifecycle_write, plan, pod_conditions, revision, scale, status, update,
+    lifecycle_write, plan, pod_conditions, revision, scale, status, update, write_inputs,
 };
 
 fn main() {
@@ -76,29 +76,10 @@ fn main() {
         let mut lifecycle = lifecycle_write::all(ctx.snapshot.cloneset, &actions);
         let completions = completion_write::all(ctx.snapshot.pods, &actions, &mut lifecycle);
         let t8 = Instant::now();
-        let in_place = inplace_write::all(
-            &inplace_write::WriteInputs {
-                cloneset: ctx.snapshot.cloneset,
-                revisions: ctx.snapshot.revisions,
-                update_revision: &revisions.update_revision,
-                options: ctx.options(),
-                now: ctx.now(),
-            },
-            ctx.snapshot.pods,
-            &actions,
-        );
+        let (in_place_inputs, action_inputs) = write_inputs(&ctx);
+        let in_place = inplace_write::all(&in_place_inputs, ctx.snapshot.pods, &actions);
         let t9 = Instant::now();
-        let others = action_write::all(
-            &action_write::ActionInputs {
-                cloneset: ctx.snapshot.cloneset,
-                pods: ctx.snapshot.pods,
-                pvcs: ctx.snapshot.pvcs,
-                revisions: ctx.snapshot.revisions,
-                update_revision: &revisions.update_revision,
-                short_hash: ctx.options().short_hash,
-            },
-            &actions,
-        );
+        let others = action_write::all(&action_inputs, &actions);
         let t10 = Instant::now();
         black_box(plan(black_box(support::snapshot(&input))).unwrap());
         let t11 = Instant::now();

@@ -52,4 +52,4 @@ pub mod victims;
 
 pub use model::*;
 pub use output::Plan;
-pub use run::{PlanError, plan};
+pub use run::{PlanError, plan, write_inputs};

@@ -34,6 +34,34 @@ fn earliest(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
     }
 }
 
+/// What the in-place writes ([`inplace_write::all`]) and the other actions' writes
+/// ([`action_write::all`]) of a plan over `ctx` are planned from.
+pub fn write_inputs<'c>(
+    ctx: &'c PlanContext<'_>,
+) -> (
+    inplace_write::WriteInputs<'c>,
+    action_write::ActionInputs<'c>,
+) {
+    let snapshot = &ctx.snapshot;
+    (
+        inplace_write::WriteInputs {
+            cloneset: snapshot.cloneset,
+            revisions: snapshot.revisions,
+            update_revision: &ctx.update_revision,
+            options: snapshot.options,
+            now: snapshot.now,
+        },
+        action_write::ActionInputs {
+            cloneset: snapshot.cloneset,
+            pods: snapshot.pods,
+            pvcs: snapshot.pvcs,
+            revisions: snapshot.revisions,
+            update_revision: &ctx.update_revision,
+            short_hash: snapshot.options.short_hash,
+        },
+    )
+}
+
 /// Plans the next reconcile step of `snapshot.cloneset`.
 pub fn plan(snapshot: Snapshot<'_>) -> Result<Plan, PlanError> {
     let cloneset = snapshot.cloneset;
@@ -88,28 +116,9 @@ pub fn plan(snapshot: Snapshot<'_>) -> Result<Plan, PlanError> {
     let mut lifecycle_writes = lifecycle_write::all(cloneset, &actions);
     let completion_writes =
         completion_write::all(ctx.snapshot.pods, &actions, &mut lifecycle_writes);
-    let in_place_writes = inplace_write::all(
-        &inplace_write::WriteInputs {
-            cloneset,
-            revisions: ctx.snapshot.revisions,
-            update_revision: &revisions.update_revision,
-            options: ctx.options(),
-            now: ctx.now(),
-        },
-        ctx.snapshot.pods,
-        &actions,
-    );
-    let action_writes = action_write::all(
-        &action_write::ActionInputs {
-            cloneset,
-            pods: ctx.snapshot.pods,
-            pvcs: ctx.snapshot.pvcs,
-            revisions: ctx.snapshot.revisions,
-            update_revision: &revisions.update_revision,
-            short_hash: ctx.options().short_hash,
-        },
-        &actions,
-    );
+    let (in_place_inputs, action_inputs) = write_inputs(&ctx);
+    let in_place_writes = inplace_write::all(&in_place_inputs, ctx.snapshot.pods, &actions);
+    let action_writes = action_write::all(&action_inputs, &actions);
 
     Ok(Plan {
         resolved,
