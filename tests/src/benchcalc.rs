@@ -174,6 +174,31 @@ impl Usage {
     }
 }
 
+/// The targets of a fleet of cached pods (issue 15 item 6).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FleetTargets {
+    /// Controller RSS, steady and peak, MiB.
+    pub rss_mib: f64,
+    /// Restart to the first action, seconds.
+    pub startup_s: f64,
+}
+
+/// Up to 10,000 pods: RSS ≤ 64 MiB and restart to first action ≤ 5 s; above, toward
+/// 100,000 pods, the reference's memory limit (512 MiB) and 10 s.
+pub fn fleet_targets(pods: u32) -> FleetTargets {
+    if pods <= 10_000 {
+        FleetTargets {
+            rss_mib: 64.0,
+            startup_s: 5.0,
+        }
+    } else {
+        FleetTargets {
+            rss_mib: 512.0,
+            startup_s: 10.0,
+        }
+    }
+}
+
 /// CPU share (1.0 = one core) of `cpu_s` CPU seconds spent over `wall`.
 pub fn cpu_share(cpu_s: f64, wall: Duration) -> f64 {
     if wall.is_zero() {
@@ -464,6 +489,14 @@ impl PodWrites {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fleet_targets_are_the_10k_ones_up_to_10k_pods_then_the_references() {
+        assert_eq!(fleet_targets(10_000).rss_mib, 64.0);
+        assert_eq!(fleet_targets(10_000).startup_s, 5.0);
+        assert_eq!(fleet_targets(10_001).rss_mib, 512.0);
+        assert_eq!(fleet_targets(100_000).startup_s, 10.0);
+    }
 
     #[test]
     fn medians_and_lists_of_times() {

@@ -74,8 +74,6 @@ use serde_json::json;
 mod predownload;
 
 const TARGET_RATIO: f64 = 1.2;
-const TARGET_RSS_MIB: f64 = 64.0;
-const TARGET_STARTUP_S: f64 = 5.0;
 const IMAGE_OLD: &str = "bench.invalid/inplace/app:v1";
 const IMAGE_NEW: &str = "bench.invalid/inplace/app:v2";
 const REVISION_LABEL: &str = "controller-revision-hash";
@@ -1308,6 +1306,7 @@ async fn fleet_in(
     report: &mut Report,
 ) -> Result<()> {
     let n = args.fleet_pods;
+    let goal = benchcalc::fleet_targets(n);
     sim.wait_nodes_ready(client, Duration::from_secs(300))
         .await?;
     namespace(client, ns).await?;
@@ -1384,11 +1383,12 @@ async fn fleet_in(
             100.0 * benchcalc::cpu_share(cpu_idle, wall)
         ));
         report.add(format!(
-            "memory: RSS {:.1} MiB, target <= {TARGET_RSS_MIB} MiB: {} (peak VmHWM {:.1} MiB: {}); load avg {}",
+            "memory: RSS {:.1} MiB, target <= {} MiB: {} (peak VmHWM {:.1} MiB: {}); load avg {}",
             end.rss_mib(),
-            benchcalc::verdict(end.rss_mib(), TARGET_RSS_MIB),
+            goal.rss_mib,
+            benchcalc::verdict(end.rss_mib(), goal.rss_mib),
             end.hwm_mib(),
-            benchcalc::verdict(end.hwm_mib(), TARGET_RSS_MIB),
+            benchcalc::verdict(end.hwm_mib(), goal.rss_mib),
             load_avg()
         ));
     }
@@ -1483,6 +1483,7 @@ async fn startup(
     report: &mut Report,
 ) -> Result<()> {
     let n = args.fleet_pods;
+    let goal = benchcalc::fleet_targets(n);
     let api: Api<CloneSet> = Api::namespaced(client.clone(), ns);
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let Some((target, r)) = names.first().cloned() else {
@@ -1543,13 +1544,15 @@ async fn startup(
     ));
     match first {
         Some(t) => report.add(format!(
-            "startup: first action {t:.2}s after the process started, target <= {TARGET_STARTUP_S} s: {}; load avg {}",
-            benchcalc::verdict(t, TARGET_STARTUP_S),
+            "startup: first action {t:.2}s after the process started, target <= {} s: {}; load avg {}",
+            goal.startup_s,
+            benchcalc::verdict(t, goal.startup_s),
             load_avg()
         )),
         None => report.add(format!(
-            "startup: no write seen within {}s, target <= {TARGET_STARTUP_S} s: NOT met\ncontroller log tail:\n{}",
+            "startup: no write seen within {}s, target <= {} s: NOT met\ncontroller log tail:\n{}",
             wait.as_secs(),
+            goal.startup_s,
             ctrl.tail(30)
         )),
     }
