@@ -10,7 +10,7 @@
 //! decided from (the write's precondition) and the conditions set True; the applier only
 //! adds the write time.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use inplace_proto::keys;
@@ -96,11 +96,6 @@ pub fn has_gate(pod: &Pod, condition: &str) -> bool {
         .as_ref()
         .and_then(|s| s.readiness_gates.as_ref())
         .is_some_and(|g| g.iter().any(|g| g.condition_type == condition))
-}
-
-/// Readiness-gate conditions to set True on `pod`: [`gate_conditions_of`] its facts.
-pub fn gate_conditions_to_set(pod: &CachedPod, updating: bool) -> Vec<&'static str> {
-    gate_conditions_of(&PodFacts::from_pod(pod, &BTreeSet::new()), updating)
 }
 
 /// Readiness-gate conditions to set True on the pod of `facts`:

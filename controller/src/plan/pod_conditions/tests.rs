@@ -1,5 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::collections::BTreeSet;
+
 use inplace_proto::keys;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::json;

@@ -33,7 +33,7 @@ mod tests;
 mod writes;
 
 pub use crate::plan::inplace_write::{spec_from_change, still_updatable};
-pub use crate::plan::pod_conditions::{gate_conditions_to_set, has_gate};
+pub use crate::plan::pod_conditions::has_gate;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;

@@ -5,6 +5,14 @@ use k8s_openapi::api::core::v1::{PodCondition, PodReadinessGate, PodSpec, PodSta
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::sync::Arc;
 
+/// The gate conditions to set on a cached pod: the plan's rule over its facts.
+fn gate_conditions_to_set(pod: &CachedPod, updating: bool) -> Vec<&'static str> {
+    crate::plan::pod_conditions::gate_conditions_of(
+        &crate::plan::PodFacts::from_pod(pod, &std::collections::BTreeSet::new()),
+        updating,
+    )
+}
+
 #[allow(clippy::expect_used)]
 /// `p` as the watch caches it (the form the act layer reads for every pod).
 fn cached(p: &Pod) -> CachedPod {
