@@ -26,6 +26,14 @@ use criterion::{BenchmarkId, Criterion};
 use inplace_controller::plan::plan;
 use support::{input, snapshot};
 
+/// The controller binary's allocator (jemalloc, with the options compiled in from
+/// `.cargo/config.toml`): a plan allocates megabytes (the facts of every pod), and under
+/// glibc's malloc, which the bench would otherwise run on, those come from freshly mapped
+/// pages on some plans and not on others (a page fault per 4 KiB: the same plan took
+/// 2 ms or 6 ms by the luck of the heap's layout). Measured here is what the product runs.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// The pod counts planned.
 const SIZES: [usize; 3] = [1_000, 10_000, 100_000];
 /// Criterion's samples per size: its measurement calls the routine this many times, after

@@ -20,6 +20,14 @@ use inplace_controller::plan::{
     lifecycle_write, plan, pod_conditions, revision, scale, status, update, write_inputs,
 };
 
+/// The controller binary's allocator (jemalloc, with the options compiled in from
+/// `.cargo/config.toml`): a plan allocates megabytes (the facts of every pod), and under
+/// glibc's malloc, which the bench would otherwise run on, those come from freshly mapped
+/// pages on some plans and not on others (a page fault per 4 KiB: the same plan took
+/// 2 ms or 6 ms by the luck of the heap's layout). Measured here is what the product runs.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let n: usize = args.next().map_or(10_000, |a| a.parse().unwrap());

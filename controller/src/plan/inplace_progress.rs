@@ -73,11 +73,11 @@ pub fn image_with_default_tag(image: &str) -> String {
 /// The first container of `state` that does not run the updated spec yet, and why.
 pub(super) fn containers_pending(pod: &PodFacts, state: &InPlaceUpdateState) -> Option<String> {
     for (name, before) in &state.last_container_statuses {
-        let Some(status) = pod.container_statuses.iter().find(|s| *s.name == **name) else {
+        let Some(status) = pod.container_statuses().iter().find(|s| *s.name == **name) else {
             return Some(format!("container {name} to appear in the pod status"));
         };
         let spec_image = pod
-            .container_specs
+            .container_specs()
             .iter()
             .find(|c| *c.name == **name)
             .and_then(|c| c.image.as_deref());
@@ -168,8 +168,11 @@ fn same_resources(
 }
 
 fn resources_pending(pod: &PodFacts) -> Option<String> {
-    for spec in pod.container_specs {
-        let status = pod.container_statuses.iter().find(|s| s.name == spec.name);
+    for spec in pod.container_specs() {
+        let status = pod
+            .container_statuses()
+            .iter()
+            .find(|s| s.name == spec.name);
         let Some(status) = status else {
             return Some(format!(
                 "container {} to appear in the pod status",

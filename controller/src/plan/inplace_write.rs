@@ -147,7 +147,9 @@ pub struct Guard {
 }
 
 impl Guard {
-    /// The guard of a cached pod.
+    /// The guard of a cached pod. (The cached strings are `Arc<str>`, copied with
+    /// `String::from`: their `to_string` would go through the formatter, for every write
+    /// of a plan.)
     pub fn of_cached(pod: &CachedPod) -> Self {
         let labels = pod.label_map();
         Self {
@@ -157,13 +159,13 @@ impl Guard {
             image_ids: pod
                 .container_statuses()
                 .iter()
-                .map(|c| (c.name.to_string(), c.image_id.to_string()))
+                .map(|c| (String::from(&*c.name), String::from(&*c.image_id)))
                 .collect(),
             images: pod
                 .containers()
                 .iter()
                 .map(|c| SpecImage {
-                    name: c.name.to_string(),
+                    name: String::from(&*c.name),
                     image: c.image.as_deref().map(str::to_owned),
                 })
                 .collect(),
@@ -324,10 +326,11 @@ pub fn of(
 /// action whose write cannot be planned has none: the applier meets the same error.
 pub fn all(inputs: &WriteInputs, pods: &[Arc<CachedPod>], actions: &[Action]) -> Vec<InPlaceWrite> {
     let by_name = super::pod_lookup::pods_named(pods, actions.iter().filter_map(pod_of));
-    // The in-place decision depends on the pod's revision label and the target only, and
-    // a plan's pods carry a few revisions: decided once per pair, not once per pod (each
-    // decision reads and compares two templates); the launch priorities likewise.
-    let mut decisions: Vec<Decided> = Vec::new();
+    // Starting an update depends on the pod's revision label and the target but for a
+    // few per-pod parts ([`Prepared`]), and a plan's pods carry a few revisions: the
+    // decision (which reads and compares two templates), the split into container
+    // batches, the patch and the state are made once per pair, not once per pod.
+    let mut prepared: Vec<Pair> = Vec::new();
     let mut out = Vec::new();
     for (index, action) in actions.iter().enumerate() {
         let Some(pod) = pod_of(action).and_then(|name| by_name.get(name)) else {
@@ -340,20 +343,22 @@ pub fn all(inputs: &WriteInputs, pods: &[Arc<CachedPod>], actions: &[Action]) ->
                 ..
             } => {
                 let label = pod.label_map().get(keys::REVISION_LABEL);
-                let known = decisions
+                let known = prepared
                     .iter()
                     .position(|d| d.label == label && d.target == revision.as_str());
                 let at = known.unwrap_or_else(|| {
-                    decisions.push(Decided {
+                    prepared.push(Pair {
                         label,
                         target: revision,
-                        decision: decide(inputs, label, revision),
-                        priorities: launch_priorities(inputs, revision),
+                        start: prepare_start(inputs, label, revision).map(Prepared::shared),
                     });
-                    decisions.len() - 1
+                    prepared.len() - 1
                 });
-                let d = &decisions[at];
-                start_decided(inputs, pod, index, revision, &d.decision, &d.priorities)
+                match &prepared[at].start {
+                    Ok(start) => start.write_for(pod, index),
+                    // The same for every pod of the pair; the applier meets it again.
+                    Err(_) => continue,
+                }
             }
             _ => match of(inputs, pod, index, action) {
                 Some(write) => write,
@@ -367,13 +372,12 @@ pub fn all(inputs: &WriteInputs, pods: &[Arc<CachedPod>], actions: &[Action]) ->
     out
 }
 
-/// What starting an in-place update from revision label `label` to `target` reads, made
-/// once per pair in a plan.
-struct Decided<'a> {
+/// Starting in-place updates from revision label `label` to `target`, prepared once per
+/// pair in a plan.
+struct Pair<'a> {
     label: Option<&'a str>,
     target: &'a str,
-    decision: InPlaceDecision,
-    priorities: Vec<(String, Option<i64>)>,
+    start: Result<Prepared, Unprepared>,
 }
 
 /// The pod of an in-place action.
@@ -418,28 +422,57 @@ pub fn start(
     revision: &str,
 ) -> Result<InPlaceWrite, InPlaceWriteError> {
     let label = pod.label_map().get(keys::REVISION_LABEL);
-    let decision = decide(inputs, label, revision);
-    let priorities = launch_priorities(inputs, revision);
-    start_decided(inputs, pod, index, revision, &decision, &priorities)
+    match prepare_start(inputs, label, revision) {
+        Ok(prepared) => prepared.write_for(pod, index),
+        Err(Unprepared::Refused(reason)) => Err(InPlaceWriteError::Refused {
+            pod: name_of(pod),
+            reason,
+        }),
+        Err(Unprepared::Failed(e)) => Err(e),
+    }
 }
 
-/// [`start`] with the in-place decision for the pod's revision and `revision` made, and
-/// the launch priorities of `revision`'s containers read.
-fn start_decided(
+/// The write starting an in-place update from one revision label to one target, but for
+/// what differs by pod: made once for all the pods of the pair ([`all`]), then completed
+/// for each ([`Self::write_for`]).
+struct Prepared {
+    revision: String,
+    /// Not a change of resources alone: the containers restart, so a pod with the
+    /// `InPlaceUpdateReady` readiness gate goes not ready first.
+    restarts: bool,
+    /// The patch but for the state annotation of a spec written now (`state`).
+    patch: Value,
+    /// The state of a spec written now, but for the pod's container statuses; `None`
+    /// while a grace period holds the spec back (the patch is whole: nothing of the pod
+    /// goes into the held spec or its state).
+    state: Option<PendingState>,
+    resize: Option<Resize>,
+}
+
+/// Why a revision pair has no start write, for whichever of its pods.
+enum Unprepared {
+    /// The change cannot go in place: the reason.
+    Refused(String),
+    Failed(InPlaceWriteError),
+}
+
+impl From<InPlaceWriteError> for Unprepared {
+    fn from(e: InPlaceWriteError) -> Self {
+        Self::Failed(e)
+    }
+}
+
+/// [`start`] but for the pod: what the pods on revision label `label` moving to
+/// `revision` share.
+fn prepare_start(
     inputs: &WriteInputs,
-    pod: &CachedPod,
-    index: usize,
+    label: Option<&str>,
     revision: &str,
-    decision: &InPlaceDecision,
-    priorities: &[(String, Option<i64>)],
-) -> Result<InPlaceWrite, InPlaceWriteError> {
-    let change = match decision {
+) -> Result<Prepared, Unprepared> {
+    let change = match decide(inputs, label, revision) {
         InPlaceDecision::InPlace(change) => change,
         InPlaceDecision::Recreate { reason } | InPlaceDecision::Refused { reason } => {
-            return Err(InPlaceWriteError::Refused {
-                pod: name_of(pod),
-                reason: reason.clone(),
-            });
+            return Err(Unprepared::Refused(reason));
         }
     };
     let grace = inputs
@@ -450,15 +483,11 @@ fn start_decided(
         .and_then(|s| s.in_place_update_strategy.as_ref())
         .and_then(|s| s.grace_period_seconds)
         .unwrap_or(0);
-    let spec = spec_from_change(change, revision, grace)?;
+    let spec = spec_from_change(&change, revision, grace)?;
     let resources_only = spec.container_images.is_empty()
         && spec.meta_data_patch.is_empty()
         && spec.restart_containers.is_empty()
         && !spec.container_resources.is_empty();
-    let gated = pod
-        .readiness_gates()
-        .any(|g| g == keys::INPLACE_UPDATE_READY_CONDITION)
-        && !resources_only;
     let state = InPlaceUpdateState {
         revision: revision.to_owned(),
         update_timestamp: Some(Time(inputs.now)),
@@ -490,28 +519,59 @@ fn start_decided(
             keys::INPLACE_UPDATE_STATE_ANNOTATION_LEGACY: Value::Null,
         },
     }});
-    let resize = if spec.grace_seconds > 0 {
+    let (state, resize) = if spec.grace_seconds > 0 {
         let annotations = &mut patch["metadata"]["annotations"];
         annotations[keys::INPLACE_UPDATE_STATE_ANNOTATION] =
             json!(encode(&state, "in-place state")?);
         annotations[keys::INPLACE_UPDATE_GRACE_ANNOTATION] =
             json!(encode(&spec, "in-place grace")?);
-        None
+        (None, None)
     } else {
-        patch_spec(inputs, pod, &spec, priorities, state, &mut patch)?;
-        resize_of(inputs.options, &spec)
+        let priorities = launch_priorities(inputs, revision);
+        let pending = spec_patch(inputs, &spec, &priorities, state, &mut patch)?;
+        (Some(pending), resize_of(inputs.options, &spec))
     };
-    Ok(InPlaceWrite {
-        action: index,
-        kind: InPlaceWriteKind::Start,
-        pod: name_of(pod),
-        resource_version: pod.metadata.resource_version.clone().unwrap_or_default(),
+    Ok(Prepared {
         revision: revision.to_owned(),
-        not_ready_first: gated,
+        restarts: !resources_only,
         patch,
+        state,
         resize,
-        guard: Guard::of_cached(pod),
     })
+}
+
+impl Prepared {
+    /// Made ready to be written for many pods ([`PendingState::split_text`]).
+    fn shared(mut self) -> Self {
+        if let Some(state) = &mut self.state {
+            state.split_text();
+        }
+        self
+    }
+
+    /// The write for `pod` (at index `index` of its plan): the pod's name, version,
+    /// readiness gate, container statuses and guard added.
+    fn write_for(&self, pod: &CachedPod, index: usize) -> Result<InPlaceWrite, InPlaceWriteError> {
+        let gated = self.restarts
+            && pod
+                .readiness_gates()
+                .any(|g| g == keys::INPLACE_UPDATE_READY_CONDITION);
+        let mut patch = self.patch.clone();
+        if let Some(state) = &self.state {
+            set_state(&mut patch, state.text_for(pod)?);
+        }
+        Ok(InPlaceWrite {
+            action: index,
+            kind: InPlaceWriteKind::Start,
+            pod: name_of(pod),
+            resource_version: pod.metadata.resource_version.clone().unwrap_or_default(),
+            revision: self.revision.clone(),
+            not_ready_first: gated,
+            patch,
+            resize: self.resize.clone(),
+            guard: Guard::of_cached(pod),
+        })
+    }
 }
 
 /// The write of the update held on `pod` during its grace period.
@@ -663,10 +723,114 @@ pub fn patch_spec(
     pod: &CachedPod,
     spec: &InPlaceUpdateGrace,
     priorities: &[(String, Option<i64>)],
-    mut state: InPlaceUpdateState,
+    state: InPlaceUpdateState,
     patch: &mut Value,
 ) -> Result<(), InPlaceWriteError> {
-    let statuses = pod.container_statuses();
+    let pending = spec_patch(inputs, spec, priorities, state, patch)?;
+    set_state(patch, pending.text_for(pod)?);
+    Ok(())
+}
+
+/// The state of a spec written onto a pod, but for the statuses of the pod's containers
+/// (`lastContainerStatuses`): those make the only part of [`patch_spec`] that differs
+/// between pods moving between the same two revisions.
+struct PendingState {
+    /// The state, its `lastContainerStatuses` without the pod's containers yet.
+    state: InPlaceUpdateState,
+    /// The containers whose status goes into `lastContainerStatuses`, each with whether
+    /// it restarts (then the id of the container running now goes with it).
+    recorded: Vec<(String, bool)>,
+    /// The state's text before and after the value of `lastContainerStatuses`, when the
+    /// state is written for many pods ([`Self::split_text`]); else the state is encoded
+    /// whole.
+    text: Option<(String, String)>,
+}
+
+impl PendingState {
+    /// Prepares the state to be written for many pods: the per-pod text is then the
+    /// state's text around the pod's `lastContainerStatuses`, instead of the whole state
+    /// (its timestamps above all) encoded again for each pod.
+    ///
+    /// The state serialises its fields in order, `revision`, `updateTimestamp`,
+    /// `lastContainerStatuses` first; the text before the statuses is checked to be that
+    /// (with compact JSON, the text of a value does not depend on what is around it). A
+    /// state that does not split so is encoded whole for each pod.
+    fn split_text(&mut self) {
+        // Without its statuses: `text_for` encodes them with the pod's.
+        let state = InPlaceUpdateState {
+            last_container_statuses: BTreeMap::new(),
+            ..self.state.clone()
+        };
+        let first = InPlaceUpdateState {
+            revision: state.revision.clone(),
+            update_timestamp: state.update_timestamp.clone(),
+            ..InPlaceUpdateState::default()
+        };
+        let (Ok(whole), Ok(first)) = (serde_json::to_string(&state), serde_json::to_string(&first))
+        else {
+            return;
+        };
+        // `first` is `{"revision":…,"updateTimestamp":…,"lastContainerStatuses":{}}`.
+        let split = first.strip_suffix("{}}").and_then(|head| {
+            let tail = whole.strip_prefix(head)?.strip_prefix("{}")?;
+            Some((head.to_owned(), tail.to_owned()))
+        });
+        self.text = split;
+    }
+
+    /// The state annotation for `pod`.
+    fn text_for(&self, pod: &CachedPod) -> Result<String, InPlaceWriteError> {
+        let statuses = pod.container_statuses();
+        let mut last = self.state.last_container_statuses.clone();
+        for (name, restarted) in &self.recorded {
+            let status = statuses.iter().find(|s| &*s.name == name.as_str());
+            let container_id = status
+                .and_then(|s| s.container_id.as_deref())
+                .filter(|_| *restarted)
+                .unwrap_or_default()
+                .to_owned();
+            last.insert(
+                name.clone(),
+                InPlaceUpdateContainerStatus {
+                    image_id: status
+                        .map(|s| String::from(&*s.image_id))
+                        .unwrap_or_default(),
+                    container_id,
+                    resources: None,
+                },
+            );
+        }
+        match &self.text {
+            Some((head, tail)) => {
+                let last = encode(&last, "in-place state")?;
+                Ok([head.as_str(), &last, tail].concat())
+            }
+            None => encode(
+                &InPlaceUpdateState {
+                    last_container_statuses: last,
+                    ..self.state.clone()
+                },
+                "in-place state",
+            ),
+        }
+    }
+}
+
+/// Writes the state annotation `text` into `patch`, over any template annotation of the
+/// same key (as every bookkeeping key written after the template metadata).
+fn set_state(patch: &mut Value, text: String) {
+    patch["metadata"]["annotations"][keys::INPLACE_UPDATE_STATE_ANNOTATION] = Value::String(text);
+}
+
+/// [`patch_spec`] but for the pod: everything but the state annotation goes into
+/// `patch`; the state waits for the pod's container statuses.
+fn spec_patch(
+    inputs: &WriteInputs,
+    spec: &InPlaceUpdateGrace,
+    priorities: &[(String, Option<i64>)],
+    mut state: InPlaceUpdateState,
+    patch: &mut Value,
+) -> Result<PendingState, InPlaceWriteError> {
     // Container launch priority: only the first batch now, the rest in the state.
     let split = container_batches::split(spec, priorities);
     split.record_in(&mut state);
@@ -676,27 +840,15 @@ pub fn patch_spec(
     // restarts it (`updateEnvFromMetadata`). A container restarted with an unchanged spec
     // (`restartContainers`) is recorded like an image change: the daemon stops the
     // container running now, and the update is done once another one runs.
-    for name in &changed {
-        let restarted = spec.container_images.contains_key(*name)
-            || spec.restart_containers.iter().any(|r| r == *name);
-        if !restarted && !spec.container_resources.contains_key(*name) {
-            continue;
-        }
-        let status = statuses.iter().find(|s| &*s.name == name.as_str());
-        let container_id = status
-            .and_then(|s| s.container_id.as_deref())
-            .filter(|_| restarted)
-            .unwrap_or_default()
-            .to_owned();
-        state.last_container_statuses.insert(
-            (*name).clone(),
-            InPlaceUpdateContainerStatus {
-                image_id: status.map(|s| s.image_id.to_string()).unwrap_or_default(),
-                container_id,
-                resources: None,
-            },
-        );
-    }
+    let recorded = changed
+        .iter()
+        .filter_map(|name| {
+            let restarted = spec.container_images.contains_key(*name)
+                || spec.restart_containers.iter().any(|r| r == *name);
+            (restarted || spec.container_resources.contains_key(*name))
+                .then(|| ((*name).clone(), restarted))
+        })
+        .collect();
     for name in &spec.restart_containers {
         if !state.restart_containers.contains(name) {
             state.restart_containers.push(name.clone());
@@ -757,10 +909,13 @@ pub fn patch_spec(
         }
     }
     let annotations = &mut patch["metadata"]["annotations"];
-    annotations[keys::INPLACE_UPDATE_STATE_ANNOTATION] = json!(encode(&state, "in-place state")?);
     annotations[keys::INPLACE_UPDATE_GRACE_ANNOTATION] = Value::Null;
     annotations[keys::INPLACE_UPDATE_GRACE_ANNOTATION_LEGACY] = Value::Null;
-    Ok(())
+    Ok(PendingState {
+        state,
+        recorded,
+        text: None,
+    })
 }
 
 /// The reference's `UpdateSpec` for a planner [`InPlaceChange`]: images and resources by

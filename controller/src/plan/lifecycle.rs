@@ -40,7 +40,7 @@ pub fn hook_matches(hook: Option<&LifecycleHook>, pod: &PodFacts) -> bool {
     };
     hook.finalizers_handler
         .iter()
-        .any(|f| pod.finalizers.contains(f))
+        .any(|f| pod.finalizers().contains(f))
         || hook
             .labels_handler
             .iter()
@@ -56,7 +56,7 @@ pub fn hook_all_present(hook: Option<&LifecycleHook>, pod: &PodFacts) -> bool {
     };
     hook.finalizers_handler
         .iter()
-        .all(|f| pod.finalizers.contains(f))
+        .all(|f| pod.finalizers().contains(f))
         && hook
             .labels_handler
             .iter()
@@ -289,7 +289,7 @@ fn report_stall(
     out: &mut Refresh,
     stalled: &mut Vec<(&'static str, String)>,
 ) {
-    let reported = pod.in_place_condition.is_some_and(|c| {
+    let reported = pod.in_place_condition().is_some_and(|c| {
         c.reason.as_deref() == Some(reason) && c.message.as_deref() == Some(message.as_str())
     });
     if pod.in_place_update_ready == Some(false) && !reported {
@@ -372,8 +372,8 @@ fn refresh_pod(
         && progress == InPlaceProgress::NextBatchPending
         && let Some(state) = pod.in_place_state.as_deref()
         && containers_pending(pod, state).is_none()
-        && next_batch(state, pod.container_statuses) == NextBatch::Due
-        && env_restarts_awaited(state, pod.container_statuses).is_empty()
+        && next_batch(state, pod.container_statuses()) == NextBatch::Due
+        && env_restarts_awaited(state, pod.container_statuses()).is_empty()
     {
         out.actions.push(Action::ApplyNextContainerBatch {
             pod: pod.name.to_owned(),

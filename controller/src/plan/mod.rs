@@ -36,6 +36,7 @@ pub mod order_rules;
 pub mod output;
 pub mod pod_conditions;
 pub mod pod_lookup;
+pub mod pod_summary;
 pub mod predownload;
 pub mod protection;
 pub mod quantity;

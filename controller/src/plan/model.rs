@@ -15,6 +15,7 @@ use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
 use super::order_rules::{OrderRules, PrecomputedOrder};
+pub use super::pod_summary::{GateFacts, PodPhase};
 use crate::watch::cached::{
     CachedCondition, CachedContainer, CachedContainerStatus, CachedPod, StrMap,
 };
@@ -69,13 +70,19 @@ pub struct Snapshot<'a> {
 
 /// What the planner knows about one pod, extracted once per plan.
 ///
-/// The facts borrow from the snapshot's [`CachedPod`] (names, labels, finalizers,
-/// containers) instead of copying them: extraction allocates nothing for a pod without in-place
-/// annotations, which keeps a plan over 100k pods within milliseconds.
+/// The facts borrow from the snapshot's [`CachedPod`] (names, labels) instead of copying
+/// them, and take what the pod's status, annotations and readiness gates say from its
+/// summary ([`crate::plan::pod_summary`], worked out when the pod was cached): extraction
+/// reads one block of the pod and its labels, and allocates nothing for a pod without
+/// in-place annotations. What few steps read (the conditions, the container statuses,
+/// the lifecycle timestamp, the uid, finalizers and containers) is read from the pod
+/// when asked: every step writes or re-reads the facts of every pod, so their size is
+/// the plan's speed.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PodFacts<'a> {
+    /// The pod the facts are of.
+    pub pod: &'a CachedPod,
     pub name: &'a str,
-    pub uid: &'a str,
     /// Value of the `controller-revision-hash` label.
     pub revision: Option<&'a str>,
     pub instance_id: Option<&'a str>,
@@ -106,7 +113,6 @@ pub struct PodFacts<'a> {
     /// which at 100k pods is no longer in the cache.
     pub has_template_hash: bool,
     pub labels: StrMap<'a>,
-    pub finalizers: &'a [String],
     /// Parsed `apps.kruise.io/inplace-update-state`, if present and valid. Boxed, like the
     /// grace below: few pods carry one, and inline they would triple the size of the facts
     /// (a plan over 100k pods writes and re-reads every byte of them).
@@ -119,16 +125,6 @@ pub struct PodFacts<'a> {
     pub in_place_grace: Option<Box<InPlaceUpdateGrace>>,
     /// Status of the `InPlaceUpdateReady` condition: None when the pod has no such condition.
     pub in_place_update_ready: Option<bool>,
-    /// The `InPlaceUpdateReady` condition itself (a stalled update is reported in its
-    /// reason and message once, not on every plan). A pointer, not the two strings: every
-    /// step of a plan re-reads the facts of every pod, so their size is its speed.
-    pub in_place_condition: Option<&'a CachedCondition>,
-    /// Raw `lifecycle.apps.kruise.io/timestamp`; see [`PodFacts::lifecycle_since`].
-    pub lifecycle_timestamp: Option<&'a str>,
-    /// `spec.containers`.
-    pub container_specs: &'a [CachedContainer],
-    /// `status.containerStatuses`.
-    pub container_statuses: &'a [CachedContainerStatus],
     /// The pod's readiness gates of ours and whether it has the `KruisePodReady`
     /// condition: what [`super::pod_conditions`] judges every pod of every plan by.
     pub gates: GateFacts,
@@ -138,41 +134,8 @@ pub struct PodFacts<'a> {
     pub order_labels: Option<PrecomputedOrder<'a>>,
 }
 
-/// The readiness gates of ours on a pod, and whether it has the `KruisePodReady` condition.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct GateFacts {
-    /// `spec.readinessGates` has `InPlaceUpdateReady`.
-    pub in_place_update_ready: bool,
-    /// `spec.readinessGates` has `KruisePodReady`.
-    pub kruise_pod_ready: bool,
-    /// `status.conditions` has a `KruisePodReady` condition (any status).
-    pub kruise_pod_ready_condition: bool,
-}
-
 /// Most distinct revision labels [`PodFacts::extract_all`] shares (see there).
 const MAX_SHARED_REVISIONS: usize = 16;
-
-/// The pod phase, ordered as the reference sorts it (Pending < Unknown < Running).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-pub enum PodPhase {
-    Pending,
-    Unknown,
-    Running,
-    Succeeded,
-    Failed,
-}
-
-impl PodPhase {
-    pub fn parse(phase: Option<&str>) -> Self {
-        match phase {
-            Some("Running") => Self::Running,
-            Some("Succeeded") => Self::Succeeded,
-            Some("Failed") => Self::Failed,
-            Some("Unknown") => Self::Unknown,
-            _ => Self::Pending,
-        }
-    }
-}
 
 impl<'a> PodFacts<'a> {
     /// Extracts the facts of `pod`. `pods_to_delete` is `spec.scaleStrategy.podsToDelete`.
@@ -187,62 +150,13 @@ impl<'a> PodFacts<'a> {
         mut on_label: impl FnMut(&'a str, &'a str),
     ) -> Self {
         let meta = &pod.metadata;
+        let summary = pod.summary();
         let labels = pod.label_map();
-        let annotations = pod.annotations();
         let name = meta.name.as_deref().unwrap_or_default();
-        let phase = PodPhase::parse(pod.phase());
-        // One pass over the conditions and the gates (each lookup would walk them again).
-        let (mut ready_condition, mut in_place_condition) = (None, None);
-        let mut gates = GateFacts::default();
-        for c in pod.conditions() {
-            match &*c.type_ {
-                "Ready" => ready_condition = ready_condition.or(Some(c)),
-                keys::INPLACE_UPDATE_READY_CONDITION => {
-                    in_place_condition = in_place_condition.or(Some(c));
-                }
-                keys::KRUISE_POD_READY_CONDITION => gates.kruise_pod_ready_condition = true,
-                _ => {}
-            }
-        }
-        let ready_condition = ready_condition.filter(|c| &*c.status == "True");
-        for gate in pod.readiness_gates() {
-            match gate {
-                keys::INPLACE_UPDATE_READY_CONDITION => gates.in_place_update_ready = true,
-                keys::KRUISE_POD_READY_CONDITION => gates.kruise_pod_ready = true,
-                _ => {}
-            }
-        }
-        let in_place_ready = in_place_condition.is_none_or(|c| &*c.status == "True");
-        let ready = phase == PodPhase::Running && ready_condition.is_some() && in_place_ready;
-        let container_statuses = pod.container_statuses();
-        let restarts = container_statuses.iter().map(|c| c.restart_count).sum();
-        // One pass over the annotations too (see the labels below).
-        let (mut cost_raw, mut lifecycle_timestamp) = (None, None);
-        let (mut grace_new, mut grace_legacy) = (None, None);
-        let (mut state_new, mut state_legacy) = (None, None);
-        for (key, value) in annotations.iter() {
-            let value = Some(value);
-            match key {
-                keys::POD_DELETION_COST_ANNOTATION => cost_raw = value,
-                keys::LIFECYCLE_TIMESTAMP_ANNOTATION => lifecycle_timestamp = value,
-                keys::INPLACE_UPDATE_GRACE_ANNOTATION => grace_new = value,
-                keys::INPLACE_UPDATE_GRACE_ANNOTATION_LEGACY => grace_legacy = value,
-                keys::INPLACE_UPDATE_STATE_ANNOTATION => state_new = value,
-                keys::INPLACE_UPDATE_STATE_ANNOTATION_LEGACY => state_legacy = value,
-                _ => {}
-            }
-        }
-        // The new keys win over the legacy ones (as `InPlaceUpdateState::from_annotations`).
-        let grace_raw = grace_new.or(grace_legacy);
-        let state_raw = state_new.or(state_legacy);
-        let deletion_cost = cost_raw
-            // Like Kubernetes: "+10" and "008" are invalid (no sign, no leading zero).
-            .filter(|v| {
-                v.starts_with(['-', '1', '2', '3', '4', '5', '6', '7', '8', '9']) || *v == "0"
-            })
-            .and_then(|v| v.parse::<i64>().ok())
-            .filter(|v| (-2_147_483_647..=2_147_483_647).contains(v))
-            .unwrap_or(0);
+        let phase = summary.phase;
+        let ready = phase == PodPhase::Running
+            && summary.ready_condition
+            && summary.in_place_update_ready != Some(false);
         // One pass over the labels instead of a map lookup per key: each lookup compares
         // strings down the tree, and this runs for every pod of every plan.
         let (mut revision, mut instance_id, mut lifecycle_label) = (None, None, None);
@@ -258,11 +172,37 @@ impl<'a> PodFacts<'a> {
                 _ => {}
             }
         }
-        let specified_delete = specified_label || pods_to_delete.contains(name);
+        let specified_delete =
+            specified_label || (!pods_to_delete.is_empty() && pods_to_delete.contains(name));
+        // The annotations are read only by the pods that carry an in-place update (the
+        // summary says which); the new keys win over the legacy ones (as
+        // `InPlaceUpdateState::from_annotations`).
+        let annotation = |new: &str, legacy: &str| {
+            let annotations = pod.annotations();
+            annotations.get(new).or_else(|| annotations.get(legacy))
+        };
+        let state_raw = summary
+            .has_in_place_state
+            .then(|| {
+                annotation(
+                    keys::INPLACE_UPDATE_STATE_ANNOTATION,
+                    keys::INPLACE_UPDATE_STATE_ANNOTATION_LEGACY,
+                )
+            })
+            .flatten();
+        let grace_raw = summary
+            .has_in_place_grace
+            .then(|| {
+                annotation(
+                    keys::INPLACE_UPDATE_GRACE_ANNOTATION,
+                    keys::INPLACE_UPDATE_GRACE_ANNOTATION_LEGACY,
+                )
+            })
+            .flatten();
         let in_place_state =
             state_raw.and_then(|raw| serde_json::from_str::<InPlaceUpdateState>(raw).ok());
         PodFacts {
-            uid: meta.uid.as_deref().unwrap_or_default(),
+            pod,
             revision,
             instance_id,
             node_name: pod.node_name(),
@@ -271,30 +211,23 @@ impl<'a> PodFacts<'a> {
             terminating: meta.deletion_timestamp.is_some(),
             finished: matches!(phase, PodPhase::Succeeded | PodPhase::Failed),
             ready,
-            ready_condition: ready_condition.is_some(),
-            ready_since: ready_condition
-                .and_then(|c| c.last_transition_time.as_ref())
-                .map(|t| t.0),
+            ready_condition: summary.ready_condition,
+            ready_since: summary.ready_since,
             creation: meta.creation_timestamp.as_ref().map(|t| t.0),
-            restarts,
-            deletion_cost,
+            restarts: summary.restarts,
+            deletion_cost: i64::from(summary.deletion_cost),
             specified_delete,
             has_template_hash,
             labels,
-            finalizers: meta.finalizers.as_deref().unwrap_or(&[]),
             in_place_state_unreadable: state_raw.is_some() && in_place_state.is_none(),
             in_place_state: in_place_state.map(Box::new),
             in_place_grace_pending: grace_raw.is_some(),
             in_place_grace: grace_raw
                 .and_then(|raw| serde_json::from_str(raw).ok())
                 .map(Box::new),
-            in_place_update_ready: in_place_condition.map(|c| &*c.status == "True"),
-            in_place_condition,
-            lifecycle_timestamp,
-            container_specs: pod.containers(),
-            container_statuses,
+            in_place_update_ready: summary.in_place_update_ready,
             name,
-            gates,
+            gates: summary.gates,
             order_labels: None,
         }
     }
@@ -346,10 +279,44 @@ impl<'a> PodFacts<'a> {
         out
     }
 
+    /// Raw `lifecycle.apps.kruise.io/timestamp`; see [`PodFacts::lifecycle_since`].
+    pub fn lifecycle_timestamp(&self) -> Option<&'a str> {
+        self.pod
+            .annotations()
+            .get(keys::LIFECYCLE_TIMESTAMP_ANNOTATION)
+    }
+
     /// When the lifecycle state last changed (`lifecycle.apps.kruise.io/timestamp`),
     /// parsed on demand: only held in-place updates need it.
     pub fn lifecycle_since(&self) -> Option<Timestamp> {
-        self.lifecycle_timestamp.and_then(|v| v.parse().ok())
+        self.lifecycle_timestamp().and_then(|v| v.parse().ok())
+    }
+
+    /// The `InPlaceUpdateReady` condition itself (a stalled update is reported in its
+    /// reason and message once, not on every plan); read from the pod when asked, as few
+    /// pods need it.
+    pub fn in_place_condition(&self) -> Option<&'a CachedCondition> {
+        self.pod.condition(keys::INPLACE_UPDATE_READY_CONDITION)
+    }
+
+    /// `metadata.uid` (empty when unset).
+    pub fn uid(&self) -> &'a str {
+        self.pod.metadata.uid.as_deref().unwrap_or_default()
+    }
+
+    /// `metadata.finalizers`.
+    pub fn finalizers(&self) -> &'a [String] {
+        self.pod.metadata.finalizers.as_deref().unwrap_or(&[])
+    }
+
+    /// `spec.containers`.
+    pub fn container_specs(&self) -> &'a [CachedContainer] {
+        self.pod.containers()
+    }
+
+    /// `status.containerStatuses`, read from the pod when asked.
+    pub fn container_statuses(&self) -> &'a [CachedContainerStatus] {
+        self.pod.container_statuses()
     }
 
     /// Neither terminating nor finished.

@@ -110,12 +110,15 @@ pub fn gate_conditions_of(facts: &PodFacts<'_>, updating: bool) -> Vec<&'static 
         || facts.in_place_grace_pending;
     let mut out = Vec::new();
     if facts.gates.in_place_update_ready && !in_progress {
-        let set = match facts.in_place_condition {
+        // The condition itself is read only when it is not True (few pods).
+        let set = match facts.in_place_update_ready {
             None => true,
-            Some(c) => {
-                &*c.status != "True"
-                    && c.reason.as_deref() == Some(keys::START_INPLACE_UPDATE_REASON)
-                    && !updating
+            Some(true) => false,
+            Some(false) => {
+                !updating
+                    && facts.in_place_condition().is_some_and(|c| {
+                        c.reason.as_deref() == Some(keys::START_INPLACE_UPDATE_REASON)
+                    })
             }
         };
         if set {

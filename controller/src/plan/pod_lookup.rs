@@ -2,9 +2,11 @@
 //!
 //! A plan's writes name a few hundred pods of up to 100,000, and every plan looks them
 //! up: a map of every pod (built per plan) costs more than the writes it serves, so only
-//! the names wanted go into a set, and every pod's name is hashed once against it, with
-//! FNV-1a (several times cheaper than the default SipHash on short keys; the keys are pod
-//! names of the snapshot, no input an attacker chooses to collide).
+//! the names wanted go into a set. Each pod is matched by the hash of its name worked out
+//! when it was cached ([`crate::plan::pod_summary::PodSummary::name_hash`]), so the names
+//! of the pods not wanted are never read; the hash is FNV-1a (several times cheaper than
+//! the default SipHash on short keys; the keys are pod names of the snapshot, no input an
+//! attacker chooses to collide).
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -12,21 +14,75 @@ use std::sync::Arc;
 
 use crate::watch::CachedPod;
 
+/// A map or set keyed by FNV-1a.
+type FnvBuild = BuildHasherDefault<Fnv1a>;
+
 /// The pods of `pods` named in `names`, by name (a name of no pod is left out).
 pub fn pods_named<'p, 'n>(
     pods: &'p [Arc<CachedPod>],
     names: impl IntoIterator<Item = &'n str>,
-) -> HashMap<&'p str, &'p CachedPod, BuildHasherDefault<Fnv1a>> {
-    let wanted: HashSet<&str, BuildHasherDefault<Fnv1a>> = names.into_iter().collect();
+) -> HashMap<&'p str, &'p CachedPod, FnvBuild> {
+    let wanted: HashSet<&str, FnvBuild> = names.into_iter().collect();
     if wanted.is_empty() {
         return HashMap::default();
     }
-    pods.iter()
-        .filter_map(|p| {
-            let name = p.metadata.name.as_deref()?;
-            wanted.contains(name).then_some((name, &**p))
-        })
-        .collect()
+    let hashes = HashFilter::of(wanted.iter().map(|n| fnv1a(n)));
+    let mut found: HashMap<&str, &CachedPod, FnvBuild> = HashMap::default();
+    let mut pass = |hashed: bool| {
+        for pod in pods {
+            if hashes.may_contain(pod.summary().name_hash) != hashed {
+                continue;
+            }
+            if let Some(name) = pod.metadata.name.as_deref()
+                && wanted.contains(name)
+            {
+                found.insert(name, &**pod);
+            }
+        }
+        found.len()
+    };
+    if pass(true) < wanted.len() {
+        // A name the hashes missed (its pod renamed since it was cached, or no such pod):
+        // by name, the slow way.
+        pass(false);
+    }
+    found
+}
+
+/// A set of hashes that may answer yes for a hash not in it (one in a hundred for 500
+/// hashes), never no for one in it: one bit per hash, in 8 KiB that stay in the cache,
+/// where a hash set probe costs several times more per pod.
+struct HashFilter(Vec<u64>);
+
+impl HashFilter {
+    /// Bits in the filter (a power of two).
+    const BITS: usize = 1 << 16;
+
+    fn of(hashes: impl Iterator<Item = u64>) -> Self {
+        let mut words = vec![0u64; Self::BITS / 64];
+        for h in hashes {
+            let bit = Self::bit(h);
+            words[bit / 64] |= 1 << (bit % 64);
+        }
+        Self(words)
+    }
+
+    fn may_contain(&self, hash: u64) -> bool {
+        let bit = Self::bit(hash);
+        self.0[bit / 64] & (1 << (bit % 64)) != 0
+    }
+
+    /// The bit of `hash`: its two halves folded, masked to the filter's size.
+    fn bit(hash: u64) -> usize {
+        (hash ^ (hash >> 32)) as usize & (Self::BITS - 1)
+    }
+}
+
+/// The FNV-1a hash of `s`.
+pub fn fnv1a(s: &str) -> u64 {
+    let mut h = Fnv1a::default();
+    h.write(s.as_bytes());
+    h.finish()
 }
 
 /// The FNV-1a hash (64 bits), for [`pods_named`].
@@ -70,6 +126,16 @@ mod tests {
         assert_eq!(names, ["a", "c"]);
         assert_eq!(found["c"].metadata.name.as_deref(), Some("c"));
         assert!(pods_named(&pods, []).is_empty());
+    }
+
+    #[test]
+    fn finds_a_pod_renamed_since_it_was_cached() {
+        let mut renamed = (*pod("a", "r").cached()).clone();
+        renamed.metadata.name = Some("b".into());
+        let pods = vec![pod("c", "r").cached(), Arc::new(renamed)];
+        let found = pods_named(&pods, ["b", "c"]);
+        assert_eq!(found.len(), 2);
+        assert_eq!(found["b"].metadata.name.as_deref(), Some("b"));
     }
 
     #[test]

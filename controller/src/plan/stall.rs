@@ -81,10 +81,10 @@ pub fn check(
             on_node(pod)
         ),
         InPlaceProgress::NextBatchPending => {
-            let env = env_restarts_awaited(state, pod.container_statuses);
+            let env = env_restarts_awaited(state, pod.container_statuses());
             match (
                 containers_pending(pod, state),
-                next_batch(state, pod.container_statuses),
+                next_batch(state, pod.container_statuses()),
             ) {
                 (Some(reason), _) => reason,
                 (None, NextBatch::Waiting(names)) => format!(
@@ -156,7 +156,10 @@ fn on_node(pod: &PodFacts) -> String {
 /// batches applied so far) that the kubelet reports failing, as `name: reason: message`.
 fn failing_container(pod: &PodFacts, state: &InPlaceUpdateState) -> Option<String> {
     state.last_container_statuses.keys().find_map(|name| {
-        let status = pod.container_statuses.iter().find(|s| *s.name == **name)?;
+        let status = pod
+            .container_statuses()
+            .iter()
+            .find(|s| *s.name == **name)?;
         let waiting = status.state.as_ref()?.waiting.as_ref()?;
         let reason = waiting.reason.as_deref()?;
         FAILING_REASONS.contains(&reason).then(|| {

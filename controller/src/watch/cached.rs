@@ -17,6 +17,9 @@
 //! resize and container statuses (name, image, imageID, containerID, ready, restartCount,
 //! started, state, resources). [`PodPlacement`] keeps what the ImagePullJob controller
 //! reads: namespace, name, labels, deletion timestamp, node name and phase.
+//!
+//! Each [`CachedPod`] also carries its [`PodSummary`]: what every plan reads of its status,
+//! annotations and readiness gates, worked out once here instead of on every plan.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -29,6 +32,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
+
+use crate::plan::pod_summary::PodSummary;
 
 /// A cached string. Most strings of a pod repeat across pods (label keys and values,
 /// images, image IDs, node names, condition types and messages): they are interned, so
@@ -198,7 +203,7 @@ impl CachedMeta {
 }
 
 /// A pod as the CloneSet controller caches it. See the module docs for what is kept.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct CachedPod {
     /// Name, namespace, uid, resourceVersion, timestamps, finalizers, owner references;
     /// never labels or annotations (see [`Self::labels`]).
@@ -207,6 +212,43 @@ pub struct CachedPod {
     annotations: Pairs,
     spec: CachedPodSpec,
     status: Option<Box<CachedPodStatus>>,
+    /// Worked out from the name, annotations, readiness gates and status when the pod is
+    /// cached (a new version of the pod is a new `CachedPod`).
+    summary: PodSummary,
+}
+
+impl CachedPod {
+    /// The pod of these parts, with its summary.
+    fn assemble(
+        metadata: ObjectMeta,
+        labels: Pairs,
+        annotations: Pairs,
+        spec: CachedPodSpec,
+        status: Option<Box<CachedPodStatus>>,
+    ) -> Self {
+        let mut pod = Self {
+            metadata,
+            labels,
+            annotations,
+            spec,
+            status,
+            summary: PodSummary::default(),
+        };
+        pod.summary = PodSummary::of(&pod);
+        pod
+    }
+}
+
+impl Default for CachedPod {
+    fn default() -> Self {
+        Self::assemble(
+            ObjectMeta::default(),
+            Pairs::default(),
+            Pairs::default(),
+            CachedPodSpec::default(),
+            None,
+        )
+    }
 }
 
 #[derive(Deserialize)]
@@ -226,13 +268,13 @@ impl<'de> Deserialize<'de> for CachedPod {
             Some(m) => m.split(),
             None => Default::default(),
         };
-        Ok(Self {
+        Ok(Self::assemble(
             metadata,
             labels,
             annotations,
-            spec: raw.spec,
-            status: raw.status,
-        })
+            raw.spec,
+            raw.status,
+        ))
     }
 }
 
@@ -440,6 +482,12 @@ impl CachedPod {
     /// server sent `pod` (it goes through the same deserialiser).
     pub fn from_pod(pod: &Pod) -> Result<Self, serde_json::Error> {
         serde_json::from_value(serde_json::to_value(pod)?)
+    }
+
+    /// What the planner reads of the pod's status, annotations and readiness gates on
+    /// every plan (and the hash of its name), worked out when the pod was cached.
+    pub fn summary(&self) -> &PodSummary {
+        &self.summary
     }
 
     /// The pod's labels, sorted by key (`metadata.labels` of the cached form is empty).

@@ -85,7 +85,7 @@ fn seen(s: &impl ContainerStatusView, restart_count: i32) -> StatusSeen {
 fn of_facts(f: &PodFacts) -> Expected {
     Expected {
         name: f.name.to_owned(),
-        uid: f.uid.to_owned(),
+        uid: f.uid().to_owned(),
         revision: f.revision.map(str::to_owned),
         instance_id: f.instance_id.map(str::to_owned),
         node_name: f.node_name.map(str::to_owned),
@@ -102,23 +102,23 @@ fn of_facts(f: &PodFacts) -> Expected {
         specified_delete: f.specified_delete,
         has_template_hash: f.has_template_hash,
         labels: f.labels.to_map().unwrap_or_default(),
-        finalizers: f.finalizers.to_vec(),
+        finalizers: f.finalizers().to_vec(),
         in_place_state: f.in_place_state.as_deref().cloned(),
         in_place_state_unreadable: f.in_place_state_unreadable,
         in_place_grace_pending: f.in_place_grace_pending,
         in_place_grace: f.in_place_grace.as_deref().cloned(),
         in_place_update_ready: f.in_place_update_ready,
-        in_place_condition: f.in_place_condition.map(|c| {
+        in_place_condition: f.in_place_condition().map(|c| {
             (
                 c.status.to_string(),
                 c.reason.as_deref().map(str::to_owned),
                 c.message.as_deref().map(str::to_owned),
             )
         }),
-        lifecycle_timestamp: f.lifecycle_timestamp.map(str::to_owned),
+        lifecycle_timestamp: f.lifecycle_timestamp().map(str::to_owned),
         lifecycle_since: f.lifecycle_since(),
         container_specs: f
-            .container_specs
+            .container_specs()
             .iter()
             .map(|c| {
                 (
@@ -129,7 +129,7 @@ fn of_facts(f: &PodFacts) -> Expected {
             })
             .collect(),
         container_statuses: f
-            .container_statuses
+            .container_statuses()
             .iter()
             .map(|s| seen(s, s.restart_count))
             .collect(),
