@@ -79,7 +79,7 @@ fn main() {
         actions.extend(housekeeping::prune_pods_to_delete(&ctx));
         actions.extend(housekeeping::backfill_template_hash(&ctx));
         let t6 = Instant::now();
-        let conditions = pod_conditions::initial(ctx.snapshot.pods, &ctx.pods, &actions);
+        let conditions = pod_conditions::initial(&ctx.pods, &actions);
         let t7 = Instant::now();
         let mut lifecycle = lifecycle_write::all(ctx.snapshot.cloneset, &actions);
         let completions = completion_write::all(ctx.snapshot.pods, &actions, &mut lifecycle);

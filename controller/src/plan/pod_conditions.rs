@@ -11,7 +11,6 @@
 //! adds the write time.
 
 use std::collections::HashSet;
-use std::sync::Arc;
 
 use inplace_proto::keys;
 use k8s_openapi::api::core::v1::Pod;
@@ -20,7 +19,6 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::model::{Action, PodFacts};
-use crate::watch::CachedPod;
 
 /// One `pods/status` write: set `conditions` True on `pod`, only on the pod version
 /// `resource_version` (a pod that changed meanwhile is judged again next time).
@@ -48,18 +46,14 @@ impl InitialConditions {
 }
 
 /// The initial-condition writes next to `actions` (the plan's), for the pods of a plan
-/// (`pods` and their `facts`, in the same order): every pod not being deleted, whose
-/// in-place update the plan neither starts, applies nor completes, that lacks a gate
-/// condition ([`gate_conditions_of`]). Judged from the facts: it runs for every pod of
-/// every reconcile, and the facts are already at hand (the pods' own memory is not).
-pub fn initial(
-    pods: &[Arc<CachedPod>],
-    facts: &[PodFacts<'_>],
-    actions: &[Action],
-) -> Vec<InitialConditions> {
+/// (their `facts`): every pod not being deleted, whose in-place update the plan neither
+/// starts, applies nor completes, that lacks a gate condition ([`gate_conditions_of`]).
+/// Judged from the facts: it runs for every pod of every reconcile, and the facts are
+/// already at hand (the pods' own memory is read only for the pods written).
+pub fn initial(facts: &[PodFacts<'_>], actions: &[Action]) -> Vec<InitialConditions> {
     let mut left_to_actions: Option<HashSet<&str>> = None;
     let mut out = Vec::new();
-    for (pod, f) in pods.iter().zip(facts) {
+    for f in facts {
         if f.terminating {
             continue;
         }
@@ -83,7 +77,7 @@ pub fn initial(
         }
         out.push(InitialConditions {
             pod: f.name.to_owned(),
-            resource_version: pod.metadata.resource_version.clone().unwrap_or_default(),
+            resource_version: f.pod.metadata.resource_version.clone().unwrap_or_default(),
             conditions,
         });
     }

@@ -112,7 +112,7 @@ pub fn plan(snapshot: Snapshot<'_>) -> Result<Plan, PlanError> {
     status::apply_problems(&mut status, &problems, &previous, ctx.now());
     actions.extend(housekeeping::prune_pods_to_delete(&ctx));
     actions.extend(housekeeping::backfill_template_hash(&ctx));
-    let pod_conditions = pod_conditions::initial(ctx.snapshot.pods, &ctx.pods, &actions);
+    let pod_conditions = pod_conditions::initial(&ctx.pods, &actions);
     let mut lifecycle_writes = lifecycle_write::all(cloneset, &actions);
     let completion_writes =
         completion_write::all(ctx.snapshot.pods, &actions, &mut lifecycle_writes);

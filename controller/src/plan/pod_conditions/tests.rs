@@ -1,6 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use inplace_proto::keys;
 use k8s_openapi::jiff::Timestamp;
@@ -9,6 +10,7 @@ use serde_json::json;
 use super::*;
 use crate::plan::fixtures::{PodBuilder, pod};
 use crate::plan::model::UpdateMethod;
+use crate::watch::CachedPod;
 
 const IUR: &str = keys::INPLACE_UPDATE_READY_CONDITION;
 const KPR: &str = keys::KRUISE_POD_READY_CONDITION;
@@ -31,7 +33,7 @@ fn facts_of(pods: &[Arc<CachedPod>]) -> Vec<PodFacts<'_>> {
 
 fn writes(pods: Vec<PodBuilder>, actions: &[Action]) -> Vec<(String, String, Vec<&'static str>)> {
     let pods: Vec<_> = pods.into_iter().map(PodBuilder::cached).collect();
-    initial(&pods, &facts_of(&pods), actions)
+    initial(&facts_of(&pods), actions)
         .into_iter()
         .map(|w| (w.pod, w.resource_version, w.conditions))
         .collect()
@@ -145,7 +147,7 @@ fn a_condition_left_false_by_an_update_that_never_landed_is_set_again() {
 #[test]
 fn the_write_is_pinned_to_the_version_decided_from() {
     let pods = vec![gated("p", &[IUR, KPR]).cached()];
-    let planned = initial(&pods, &facts_of(&pods), &[]);
+    let planned = initial(&facts_of(&pods), &[]);
     let now = Time(Timestamp::UNIX_EPOCH);
     assert_eq!(
         planned[0].patch(&now),
