@@ -85,9 +85,9 @@ fn main() {
         let completions = completion_write::all(ctx.snapshot.pods, &actions, &mut lifecycle);
         let t8 = Instant::now();
         let (in_place_inputs, action_inputs) = write_inputs(&ctx);
-        let in_place = inplace_write::all(&in_place_inputs, ctx.snapshot.pods, &actions);
+        let in_place = inplace_write::all(&in_place_inputs, &ctx.pods, &actions);
         let t9 = Instant::now();
-        let others = action_write::all(&action_inputs, &actions);
+        let others = action_write::all(&action_inputs, &ctx.pods, &actions);
         let t10 = Instant::now();
         black_box(plan(black_box(support::snapshot(&input))).unwrap());
         let t11 = Instant::now();

@@ -446,8 +446,8 @@ fn in_place_write_words(w: &crate::plan::inplace_write::InPlaceWrite) -> String 
             inplace_proto::keys::INPLACE_UPDATE_READY_CONDITION
         ));
     }
-    let images: Vec<String> = w
-        .patch
+    let patch = w.patch.to_value();
+    let images: Vec<String> = patch
         .pointer("/spec/containers")
         .and_then(Value::as_array)
         .into_iter()
@@ -460,7 +460,7 @@ fn in_place_write_words(w: &crate::plan::inplace_write::InPlaceWrite) -> String 
             ))
         })
         .collect();
-    let annotations = w.patch.pointer("/metadata/annotations");
+    let annotations = patch.pointer("/metadata/annotations");
     let held = annotations
         .and_then(|a| a.get(inplace_proto::keys::INPLACE_UPDATE_GRACE_ANNOTATION))
         .is_some_and(Value::is_string);

@@ -341,7 +341,7 @@ fn in_place_writes_are_shown_in_json_and_under_their_action() {
         resource_version: "41".into(),
         revision: "demo-new".into(),
         not_ready_first: true,
-        patch: patch.clone(),
+        patch: patch.clone().into(),
         resize: Some(Resize {
             via: ResizeVia::Subresource,
             containers: [("main".to_owned(), Default::default())].into(),

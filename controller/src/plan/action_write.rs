@@ -39,7 +39,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::build;
-use super::model::{Action, UpdateMethod};
+use super::model::{Action, PodFacts, UpdateMethod};
 use super::revision::template_for;
 use crate::watch::CachedPod;
 
@@ -353,11 +353,12 @@ pub fn of(
     })
 }
 
-/// The writes of the actions among `actions` this module covers, in plan order. An action
-/// whose write cannot be planned has none: the applier meets the same error.
-pub fn all(inputs: &ActionInputs, actions: &[Action]) -> Vec<ActionWrite> {
+/// The writes of the actions among `actions` this module covers, in plan order, the pods
+/// they name found among `pods` (the plan's facts). An action whose write cannot be
+/// planned has none: the applier meets the same error.
+pub fn all(inputs: &ActionInputs, pods: &[PodFacts<'_>], actions: &[Action]) -> Vec<ActionWrite> {
     let by_name = super::pod_lookup::pods_named(
-        inputs.pods,
+        pods,
         actions.iter().filter(|a| covers(a)).filter_map(pod_named),
     );
     let mut out = Vec::new();

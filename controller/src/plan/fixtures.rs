@@ -201,6 +201,14 @@ pub fn cached(pod: &Pod) -> Arc<CachedPod> {
     Arc::new(CachedPod::from_pod(pod).expect("a pod converts to its cached form"))
 }
 
+/// The facts of `pods` as a plan reads them (none in `podsToDelete`): what the writers
+/// find the pods their actions name in.
+pub fn facts_of(pods: &[Arc<CachedPod>]) -> Vec<PodFacts<'_>> {
+    pods.iter()
+        .map(|p| PodFacts::from_pod(p, &BTreeSet::new()))
+        .collect()
+}
+
 /// A CloneSet `demo` from a JSON `spec` merged over a minimal valid one.
 pub fn cloneset(spec: Value) -> CloneSet {
     let mut base = json!({

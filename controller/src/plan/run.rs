@@ -117,8 +117,8 @@ pub fn plan(snapshot: Snapshot<'_>) -> Result<Plan, PlanError> {
     let completion_writes =
         completion_write::all(ctx.snapshot.pods, &actions, &mut lifecycle_writes);
     let (in_place_inputs, action_inputs) = write_inputs(&ctx);
-    let in_place_writes = inplace_write::all(&in_place_inputs, ctx.snapshot.pods, &actions);
-    let action_writes = action_write::all(&action_inputs, &actions);
+    let in_place_writes = inplace_write::all(&in_place_inputs, &ctx.pods, &actions);
+    let action_writes = action_write::all(&action_inputs, &ctx.pods, &actions);
 
     Ok(Plan {
         resolved,

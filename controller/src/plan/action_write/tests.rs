@@ -3,7 +3,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::plan::fixtures::{PodBuilder, cloneset, pod, revision, t};
+use crate::plan::fixtures::{PodBuilder, cloneset, facts_of, pod, revision, t};
 use crate::plan::model::DeleteReason;
 
 /// The CloneSet `demo` with a volumeClaimTemplate `data`, the update revision
@@ -68,7 +68,11 @@ impl World {
 
     /// The write of `action` alone (at index 0).
     fn write(&self, action: Action) -> Result<Write, ActionWriteError> {
-        let writes = all(&self.inputs(), std::slice::from_ref(&action));
+        let writes = all(
+            &self.inputs(),
+            &facts_of(&self.pods),
+            std::slice::from_ref(&action),
+        );
         match writes.into_iter().next() {
             Some(w) => {
                 assert_eq!(w.action, 0);

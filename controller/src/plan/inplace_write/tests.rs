@@ -3,7 +3,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::plan::fixtures::{PodBuilder, cloneset, pod, revision, t};
+use crate::plan::fixtures::{PodBuilder, cloneset, facts_of, pod, revision, t};
 
 /// The old revision `demo-old` holds `old`; the CloneSet's template (`new`) is the update
 /// revision `demo-new`.
@@ -95,7 +95,7 @@ fn image_change_of_one_container_is_one_pinned_patch() {
     assert_eq!(write.kind, InPlaceWriteKind::Start);
     assert!(!write.not_ready_first, "no readiness gate");
     assert_eq!(write.resize, None);
-    let mut patch = write.patch.clone();
+    let mut patch = write.patch.to_value();
     let state = state_in(&patch);
     patch["metadata"]["annotations"][keys::INPLACE_UPDATE_STATE_ANNOTATION] = json!("<state>");
     // The exact body the applier wrote before the write moved into the plan.
@@ -135,13 +135,13 @@ fn image_change_of_one_container_is_one_pinned_patch() {
     // The guard is what the conflict re-read checks.
     assert_eq!(write.guard, Guard::of_pod(&p.clone().build()));
     assert_eq!(write.guard.revision_label.as_deref(), Some("demo-old"));
-    assert_eq!(write.guard.image_ids["main"], "sha-1");
+    assert_eq!(write.guard.image_id("main"), Some("sha-1"));
     // Short-hash labels.
     let mut short = w;
     short.options.short_hash = true;
     let write = short.start(p);
     assert_eq!(
-        write.patch["metadata"]["labels"][keys::REVISION_LABEL],
+        write.patch.to_value()["metadata"]["labels"][keys::REVISION_LABEL],
         "new"
     );
 }
@@ -184,10 +184,10 @@ fn launch_priorities_write_the_first_batch_now_and_keep_the_rest_in_the_state() 
     );
     let write = w.start(with_side(pod("demo-a", "demo-old")));
     assert_eq!(
-        write.patch["spec"],
+        write.patch.to_value()["spec"],
         json!({"containers": [{"name": "main", "image": "nginx:2"}]})
     );
-    let state = state_in(&write.patch);
+    let state = state_in(&write.patch.to_value());
     assert_eq!(state["nextContainerImages"], json!({"side": "side:2"}));
     assert_eq!(
         state["preCheckBeforeNext"],
@@ -214,12 +214,12 @@ fn keys_a_containers_env_reads_go_with_that_containers_batch() {
     };
     let w = World::new(tpl("1", "1"), tpl("2", "2"));
     let write = w.start(with_side(pod("demo-a", "demo-old")));
-    let labels = &write.patch["metadata"]["labels"];
+    let labels = &write.patch.to_value()["metadata"]["labels"];
     // `a` is read by `main` (first batch): written now; `b` by `side`: later.
     assert_eq!(labels["a"], "2");
     assert_eq!(labels.get("b"), None, "{labels}");
-    assert_eq!(write.patch.get("spec"), None, "no image changes");
-    let state = state_in(&write.patch);
+    assert_eq!(write.patch.to_value().get("spec"), None, "no image changes");
+    let state = state_in(&write.patch.to_value());
     assert_eq!(state["updateEnvFromMetadata"], true);
     assert_eq!(
         state["nextContainerRefMetadata"],
@@ -244,7 +244,7 @@ fn bookkeeping_keys_win_over_template_metadata() {
         tpl(json!({"app": "demo", "team": "x", keys::LIFECYCLE_STATE_LABEL: "Normal"})),
     );
     let write = w.start(pod("demo-a", "demo-old"));
-    let labels = &write.patch["metadata"]["labels"];
+    let labels = &write.patch.to_value()["metadata"]["labels"];
     assert_eq!(labels["team"], "x");
     assert_eq!(labels[keys::LIFECYCLE_STATE_LABEL], "Updating");
 }
@@ -257,9 +257,9 @@ fn a_grace_period_holds_the_spec_in_the_grace_annotation() {
     )
     .grace(30);
     let write = w.start(pod("demo-a", "demo-old"));
-    assert_eq!(write.patch.get("spec"), None, "the spec waits");
+    assert_eq!(write.patch.to_value().get("spec"), None, "the spec waits");
     assert_eq!(write.resize, None);
-    let annotations = &write.patch["metadata"]["annotations"];
+    let annotations = &write.patch.to_value()["metadata"]["annotations"];
     let held: Value = serde_json::from_str(
         annotations[keys::INPLACE_UPDATE_GRACE_ANNOTATION]
             .as_str()
@@ -271,13 +271,13 @@ fn a_grace_period_holds_the_spec_in_the_grace_annotation() {
         json!({"revision": "demo-new", "containerImages": {"main": "nginx:2"}, "graceSeconds": 30})
     );
     assert_eq!(
-        state_in(&write.patch),
+        state_in(&write.patch.to_value()),
         json!({"revision": "demo-new", "updateTimestamp": NOW, "lastContainerStatuses": {},
                "updateImages": true, "lifecycleStateOnCompletion": "Normal"})
     );
 
     // The grace period over: the held spec is written (the state kept, the batch added).
-    let state = state_in(&write.patch);
+    let state = state_in(&write.patch.to_value());
     let graced = pod("demo-a", "demo-new")
         .lifecycle("Updating")
         .grace(&held)
@@ -286,15 +286,15 @@ fn a_grace_period_holds_the_spec_in_the_grace_annotation() {
     assert_eq!(write.kind, InPlaceWriteKind::ApplyHeld);
     assert_eq!(write.action, 3);
     assert_eq!(
-        write.patch["spec"],
+        write.patch.to_value()["spec"],
         json!({"containers": [{"name": "main", "image": "nginx:2"}]})
     );
-    let annotations = &write.patch["metadata"]["annotations"];
+    let annotations = &write.patch.to_value()["metadata"]["annotations"];
     assert_eq!(
         annotations[keys::INPLACE_UPDATE_GRACE_ANNOTATION],
         Value::Null
     );
-    let state = state_in(&write.patch);
+    let state = state_in(&write.patch.to_value());
     assert_eq!(state["updateTimestamp"], NOW);
     // kept from the state written at the start
     assert_eq!(state["lifecycleStateOnCompletion"], "Normal");
@@ -307,7 +307,7 @@ fn a_grace_period_holds_the_spec_in_the_grace_annotation() {
     let moved = pod("demo-a", "demo-other").grace(&held);
     let write = apply_held(&w.inputs(), &moved.cached(), 0).unwrap();
     assert_eq!(
-        write.patch,
+        write.patch.to_value(),
         json!({"metadata": {"annotations": {
             keys::INPLACE_UPDATE_GRACE_ANNOTATION: null,
             keys::INPLACE_UPDATE_GRACE_ANNOTATION_LEGACY: null,
@@ -345,11 +345,11 @@ fn the_next_batch_is_what_the_state_still_holds() {
     assert_eq!(write.kind, InPlaceWriteKind::NextBatch);
     assert_eq!(write.resource_version, "77");
     assert_eq!(
-        write.patch["spec"],
+        write.patch.to_value()["spec"],
         json!({"containers": [{"name": "side", "image": "side:2"}]})
     );
-    assert_eq!(write.patch["metadata"]["labels"], json!({}));
-    let state = state_in(&write.patch);
+    assert_eq!(write.patch.to_value()["metadata"]["labels"], json!({}));
+    let state = state_in(&write.patch.to_value());
     assert_eq!(state.get("nextContainerImages"), None);
     assert_eq!(state.get("preCheckBeforeNext"), None);
     assert_eq!(
@@ -405,7 +405,7 @@ fn resources_go_through_pods_resize_where_served_else_into_the_spec() {
         "written after the patch"
     );
     assert_eq!(
-        write.patch["spec"],
+        write.patch.to_value()["spec"],
         json!({"containers": [{"name": "main", "image": "nginx:2"}]})
     );
 
@@ -413,10 +413,10 @@ fn resources_go_through_pods_resize_where_served_else_into_the_spec() {
     assert_eq!(write.resize.as_ref().map(|r| r.via), Some(ResizeVia::Spec));
     assert_eq!(write.resize_subresource(), None);
     assert_eq!(
-        write.patch["spec"],
+        write.patch.to_value()["spec"],
         json!({"containers": [{"name": "main", "image": "nginx:2", "resources": resources("2")}]})
     );
-    let state = state_in(&write.patch);
+    let state = state_in(&write.patch.to_value());
     assert_eq!(state["updateResources"], true);
 }
 
@@ -431,12 +431,12 @@ fn rollout_restart_restarts_every_container_whose_image_stays() {
     };
     let w = World::new(tpl(None), tpl(Some("2026-01-01T00:10:00Z")));
     let write = w.start(pod("demo-a", "demo-old"));
-    assert_eq!(write.patch.get("spec"), None);
+    assert_eq!(write.patch.to_value().get("spec"), None);
     assert_eq!(
-        write.patch["metadata"]["annotations"][keys::RESTARTED_AT_ANNOTATION],
+        write.patch.to_value()["metadata"]["annotations"][keys::RESTARTED_AT_ANNOTATION],
         "2026-01-01T00:10:00Z"
     );
-    let state = state_in(&write.patch);
+    let state = state_in(&write.patch.to_value());
     assert_eq!(state["restartContainers"], json!(["main"]));
     assert_eq!(
         state["lastContainerStatuses"],
@@ -484,7 +484,7 @@ fn all_plans_one_write_per_in_place_action_naming_its_index() {
             pod: "demo-a".into(),
         },
     ];
-    let writes = all(&w.inputs(), &pods, &actions);
+    let writes = all(&w.inputs(), &facts_of(&pods), &actions);
     // demo-gone is not cached; demo-a has no grace annotation (the applier's error).
     assert_eq!(writes.len(), 1);
     assert_eq!((writes[0].action, writes[0].pod.as_str()), (1, "demo-b"));
@@ -514,7 +514,7 @@ fn all_writes_what_start_writes_for_each_pod_with_one_decision_per_revision_pair
         pod("demo-d", "demo-older").cached(),
     ];
     let actions = in_place_updates(&pods, "demo-new");
-    let writes = all(&w.inputs(), &pods, &actions);
+    let writes = all(&w.inputs(), &facts_of(&pods), &actions);
     let one_by_one: Vec<InPlaceWrite> = pods
         .iter()
         .enumerate()
@@ -523,7 +523,10 @@ fn all_writes_what_start_writes_for_each_pod_with_one_decision_per_revision_pair
     assert_eq!(writes.len(), 4);
     assert_eq!(writes, one_by_one);
     // The older pods' patch differs from the old ones' only by what the pod holds.
-    assert_eq!(writes[1].patch["spec"], writes[0].patch["spec"]);
+    assert_eq!(
+        writes[1].patch.to_value()["spec"],
+        writes[0].patch.to_value()["spec"]
+    );
 }
 
 #[test]
@@ -568,7 +571,7 @@ fn the_state_names_the_lifecycle_state_on_completion_only_without_an_in_place_up
         );
         w.cs.spec.lifecycle = serde_json::from_value(lifecycle.clone()).unwrap();
         let write = w.start(pod("demo-a", "demo-old"));
-        let state = state_in(&write.patch);
+        let state = state_in(&write.patch.to_value());
         assert_eq!(
             state
                 .get("lifecycleStateOnCompletion")
@@ -694,7 +697,7 @@ fn all_writes_byte_for_byte_what_the_single_pod_path_writes() {
                 w.options.pod_resize = pod_resize;
                 w.options.short_hash = short_hash;
                 let inputs = w.inputs();
-                let writes = all(&inputs, &pods, &actions);
+                let writes = all(&inputs, &facts_of(&pods), &actions);
                 let results: Vec<Result<InPlaceWrite, InPlaceWriteError>> = actions
                     .iter()
                     .enumerate()
@@ -719,7 +722,7 @@ fn all_writes_byte_for_byte_what_the_single_pod_path_writes() {
                 assert_eq!(writes, alone, "{case}");
                 // What the case covers (checked below over all cases).
                 for write in &writes {
-                    let annotations = &write.patch["metadata"]["annotations"];
+                    let annotations = &write.patch.to_value()["metadata"]["annotations"];
                     let state = annotations[keys::INPLACE_UPDATE_STATE_ANNOTATION]
                         .as_str()
                         .map(|s| serde_json::from_str::<Value>(s).unwrap())
@@ -729,7 +732,7 @@ fn all_writes_byte_for_byte_what_the_single_pod_path_writes() {
                         ("start", write.kind == InPlaceWriteKind::Start),
                         ("next batch", write.kind == InPlaceWriteKind::NextBatch),
                         ("not ready first", write.not_ready_first),
-                        ("spec", write.patch.get("spec").is_some()),
+                        ("spec", write.patch.to_value().get("spec").is_some()),
                         (
                             "held",
                             annotations[keys::INPLACE_UPDATE_GRACE_ANNOTATION].is_string(),
@@ -737,11 +740,14 @@ fn all_writes_byte_for_byte_what_the_single_pod_path_writes() {
                         ("later batches", state.get("nextContainerImages").is_some()),
                         (
                             "metadata removed",
-                            write.patch["metadata"]["labels"].get("gone") == Some(&Value::Null),
+                            write.patch.to_value()["metadata"]["labels"].get("gone")
+                                == Some(&Value::Null),
                         ),
                         (
                             "env label",
-                            write.patch["metadata"]["labels"].get("a").is_some(),
+                            write.patch.to_value()["metadata"]["labels"]
+                                .get("a")
+                                .is_some(),
                         ),
                         (
                             "restart",
@@ -811,4 +817,51 @@ fn in_place_updates(pods: &[Arc<CachedPod>], revision: &str) -> Vec<Action> {
             revision: revision.into(),
         })
         .collect()
+}
+
+/// The guard's image IDs are kept as a list sorted by name, which reads like the map it
+/// replaced: serialised as an object, and of two statuses with one name the last counts.
+#[test]
+fn guard_image_ids_read_like_a_map_by_container_name() {
+    let pairs = [("sidecar", "sha-s"), ("main", "sha-old"), ("main", "sha-m")];
+    let ids = by_name(
+        pairs
+            .iter()
+            .map(|(n, i)| ((*n).to_owned(), (*i).to_owned())),
+    );
+    let guard = Guard {
+        image_ids: ids,
+        ..Guard::default()
+    };
+    assert_eq!(guard.image_id("main"), Some("sha-m"));
+    assert_eq!(guard.image_id("sidecar"), Some("sha-s"));
+    assert_eq!(guard.image_id("gone"), None);
+    assert_eq!(
+        serde_json::to_string(&guard).unwrap(),
+        r#"{"imageIds":{"main":"sha-m","sidecar":"sha-s"},"images":[]}"#
+    );
+}
+
+/// Writes that share their patch compare by the patch the pod gets.
+#[test]
+fn pod_patches_compare_by_what_the_pod_gets() {
+    let base = json!({"metadata": {"annotations": {"a": "1"}}});
+    let shared = Arc::new(base.clone());
+    let with_state = |text: &str| PodPatch {
+        shared: Arc::clone(&shared),
+        state: Some(text.to_owned()),
+    };
+    assert_eq!(with_state("s"), with_state("s"));
+    assert_ne!(with_state("s"), with_state("t"));
+    let mut whole = base;
+    whole["metadata"]["annotations"][keys::INPLACE_UPDATE_STATE_ANNOTATION] = json!("s");
+    assert_eq!(with_state("s"), PodPatch::from(whole.clone()));
+    assert_eq!(
+        serde_json::to_value(with_state("s")).unwrap(),
+        whole,
+        "serialised as the pod gets it"
+    );
+    assert!(with_state("s").writes_annotation(keys::INPLACE_UPDATE_STATE_ANNOTATION));
+    assert!(with_state("s").writes_annotation("a"));
+    assert!(!PodPatch::from(json!({})).writes_annotation(keys::INPLACE_UPDATE_STATE_ANNOTATION));
 }

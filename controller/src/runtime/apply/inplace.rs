@@ -241,7 +241,7 @@ impl Actor<'_> {
 /// A held update's write applies the spec (rather than dropping a held update of another
 /// revision): it writes the state.
 fn on_revision(write: &InPlaceWrite) -> bool {
-    write.patch["metadata"]["annotations"]
-        .get(keys::INPLACE_UPDATE_STATE_ANNOTATION)
-        .is_some()
+    write
+        .patch
+        .writes_annotation(keys::INPLACE_UPDATE_STATE_ANNOTATION)
 }

@@ -490,7 +490,7 @@ fn in_place_writes_are_found_by_the_action_they_name() {
         resource_version: "1".into(),
         revision: "demo-new".into(),
         not_ready_first: false,
-        patch: json!({}),
+        patch: json!({}).into(),
         resize: None,
         guard: Guard::default(),
     };
@@ -703,6 +703,7 @@ async fn the_applier_sends_the_write_the_plan_holds_and_derives_one_only_without
             update_revision: "demo-2",
             short_hash: false,
         },
+        &crate::plan::fixtures::facts_of(&owned.pods),
         &plan.actions,
     );
     if let Some(Write::Patch(p)) = writes.first_mut().map(|w| &mut w.write) {

@@ -22,6 +22,7 @@ use crate::plan::{PodFacts, PodPhase};
 #[derive(Debug, PartialEq)]
 struct Expected {
     name: String,
+    name_hash: u64,
     uid: String,
     revision: Option<String>,
     instance_id: Option<String>,
@@ -85,6 +86,7 @@ fn seen(s: &impl ContainerStatusView, restart_count: i32) -> StatusSeen {
 fn of_facts(f: &PodFacts) -> Expected {
     Expected {
         name: f.name.to_owned(),
+        name_hash: f.name_hash,
         uid: f.uid().to_owned(),
         revision: f.revision.map(str::to_owned),
         instance_id: f.instance_id.map(str::to_owned),
@@ -221,6 +223,7 @@ fn by_definition(pod: &Pod, pods_to_delete: &BTreeSet<&str>) -> Expected {
             .collect(),
         container_statuses: statuses.iter().map(|s| seen(s, s.restart_count)).collect(),
         labels,
+        name_hash: crate::plan::pod_lookup::fnv1a(&name),
         name,
     }
 }
