@@ -85,6 +85,11 @@ struct Args {
     /// Share of pods (0..1, by UID hash) that get --fault.
     #[arg(long, default_value_t = 1.0)]
     fault_ratio: f64,
+    /// Period of the status resync (the kubelet's status manager: 10s): a pod whose status
+    /// in the API server was changed by another writer since the simulator's last write
+    /// (the node lifecycle controller's Ready=False, say) gets its status again. 0: never.
+    #[arg(long, default_value = "10s", value_parser = parse_flag)]
+    status_resync: i64,
     /// Pod status patches and deletes in flight at most.
     #[arg(long, default_value_t = 32)]
     max_inflight: usize,
@@ -163,6 +168,7 @@ async fn main() -> Result<()> {
         },
         max_inflight: args.max_inflight,
         retry_after: 1_000,
+        status_resync: args.status_resync,
         images: images.clone(),
     };
     if let Some(stores) = images {

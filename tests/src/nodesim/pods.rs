@@ -11,6 +11,17 @@
 //! deliver it (the engine then writes again), and pinning it made every such write that
 //! raced a controller write to the same pod (the in-place spec patch right after
 //! `InPlaceUpdateReady=False`) fail and go out twice.
+//!
+//! Repair: a status the API server accepted can still be changed by another writer
+//! afterwards, with nothing changing on the simulator's side: the v1.20 node lifecycle
+//! controller sets `Ready=False` on every pod of a node whose heartbeats are late
+//! (`MarkPodsNotReady`, again on every update of such a pod while the node is not Ready),
+//! and no later write of the simulator restores it when its own view has not moved. Like
+//! the kubelet's status manager (`syncBatch` every 10 s, `needsReconcile`), the engine
+//! keeps a digest of the part of the status it writes, as the API server returned it
+//! after the last accepted patch and as the latest snapshot has it, and every
+//! `status_resync` writes the status again where the two differ. Nothing is written while
+//! they agree.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
@@ -25,12 +36,15 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::time::MissedTickBehavior;
 
 use super::fault::GlobalFaults;
 use super::images::ImageStores;
 use super::ippool::{IpPool, node_ip};
 use super::model::{Ms, PodSim, PodView, SimConfig, advance, advance_with};
-use super::podview::{is_terminal, node_index, observed_from_pod, rv_newer, view_from_pod};
+use super::podview::{
+    is_terminal, node_index, observed_from_pod, owned_status_digest, rv_newer, view_from_pod,
+};
 use super::render;
 use super::stats::Stats;
 
@@ -48,6 +62,10 @@ pub struct PodsConfig {
     pub max_inflight: usize,
     /// Wait before retrying a write that failed for another reason than a conflict.
     pub retry_after: Ms,
+    /// Period of the status resync: a pod whose status in the API server no longer
+    /// agrees with the one last written there (another writer changed it) gets it again
+    /// (the kubelet's status manager: 10 s). 0: never.
+    pub status_resync: Ms,
     /// The nodes' image stores (`--pull-delay`): a changed image is pulled first.
     /// `None`: images are on every node at once.
     pub images: Option<Arc<Mutex<ImageStores>>>,
@@ -86,6 +104,11 @@ struct Entry {
     sim: PodSim,
     /// Hash of the last status the API server accepted.
     written: u64,
+    /// [`owned_status_digest`] of the pod the API server returned for that patch
+    /// (`None`: nothing written yet).
+    written_digest: Option<u64>,
+    /// [`owned_status_digest`] of the latest snapshot.
+    api_digest: u64,
     /// (hash, resourceVersion) of the status patch in flight.
     inflight: Option<(u64, String)>,
     /// The resourceVersion a patch was rejected at: wait for a newer snapshot.
@@ -95,10 +118,70 @@ struct Entry {
     counted_ready: bool,
 }
 
+/// Why a status patch goes out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Write {
+    /// The simulated state changed since the last accepted patch.
+    Changed,
+    /// Nothing changed here, but the API server's copy no longer agrees with the last
+    /// accepted patch (the periodic resync).
+    Resync,
+}
+
+impl Entry {
+    /// Takes a snapshot of the pod (same UID) if it is newer than the one held; tells
+    /// whether it was.
+    fn observe(&mut self, pod: &Pod, faults: &GlobalFaults) -> bool {
+        let rv = pod.metadata.resource_version.as_deref().unwrap_or_default();
+        if !rv_newer(rv, &self.rv) {
+            return false;
+        }
+        self.view = view_from_pod(pod, faults).0;
+        self.rv = rv.to_owned();
+        self.api_digest = owned_status_digest(pod.status.as_ref());
+        true
+    }
+
+    /// The API server accepted the status of hash `hash` and returned `pod`.
+    fn accepted(&mut self, hash: u64, pod: &Pod) {
+        self.written = hash;
+        self.written_digest = Some(owned_status_digest(pod.status.as_ref()));
+    }
+
+    /// The latest snapshot's status differs from the one the API server returned for
+    /// the last accepted patch: another writer changed it since.
+    fn drifted(&self) -> bool {
+        self.written_digest
+            .is_some_and(|digest| digest != self.api_digest)
+    }
+
+    /// A status patch may go out: the pod is not being deleted, no patch is in flight,
+    /// and no conflict at this resourceVersion waits for a newer snapshot.
+    fn may_write(&self) -> bool {
+        self.view.deletion_grace.is_none()
+            && self.inflight.is_none()
+            && self.conflict_rv.as_ref() != Some(&self.rv)
+    }
+
+    /// Whether the rendered status of hash `hash` must be written now: it differs from
+    /// the last accepted one, or (`resync`: the periodic pass) the API server's copy was
+    /// changed by another writer since.
+    fn write_needed(&self, hash: u64, resync: bool) -> Option<Write> {
+        if hash != self.written {
+            Some(Write::Changed)
+        } else if resync && self.drifted() {
+            Some(Write::Resync)
+        } else {
+            None
+        }
+    }
+}
+
 enum Done {
     Status {
         id: u64,
         hash: u64,
+        kind: Write,
         result: Result<Box<Pod>, kube::Error>,
     },
     Delete {
@@ -169,9 +252,25 @@ impl Engine {
             .fields("spec.nodeName!=")
             .any_semantic();
         let mut events = std::pin::pin!(watcher(api, config).default_backoff());
+        let mut resync = u64::try_from(engine.cfg.status_resync)
+            .ok()
+            .filter(|ms| *ms > 0)
+            .map(|ms| {
+                let mut every = tokio::time::interval(Duration::from_millis(ms));
+                every.set_missed_tick_behavior(MissedTickBehavior::Delay);
+                every
+            });
         loop {
             let now = now_ms();
             let sleep_for = until_next_due(&engine.heap, now);
+            let resync_tick = async {
+                match resync.as_mut() {
+                    Some(every) => {
+                        every.tick().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
             tokio::select! {
                 ev = events.next() => match ev {
                     Some(Ok(ev)) => engine.on_event(ev),
@@ -180,6 +279,7 @@ impl Engine {
                 },
                 Some(done) = done_rx.recv() => engine.on_done(done),
                 () = tokio::time::sleep(sleep_for) => engine.run_due(),
+                () = resync_tick => engine.resync(),
                 _ = shutdown.changed() => break,
             }
         }
@@ -240,13 +340,9 @@ impl Engine {
                 let Some(e) = self.pods.get_mut(&id) else {
                     return;
                 };
-                if !rv_newer(&rv, &e.rv) {
-                    return;
+                if e.observe(pod, &self.cfg.faults) {
+                    self.touch(id);
                 }
-                let (view, _) = view_from_pod(pod, &self.cfg.faults);
-                e.view = view;
-                e.rv = rv;
-                self.touch(id);
                 return;
             }
             self.remove(id);
@@ -290,6 +386,8 @@ impl Engine {
                 view,
                 sim,
                 written: 0,
+                written_digest: None,
+                api_digest: owned_status_digest(pod.status.as_ref()),
                 inflight: None,
                 conflict_rv: None,
                 deleting: Deleting::No,
@@ -372,27 +470,46 @@ impl Engine {
         if let Some(due) = step.next_due {
             self.schedule(id, due);
         }
-        self.maybe_write(id);
+        self.maybe_write(id, false);
     }
 
-    fn maybe_write(&mut self, id: u64) {
+    /// The periodic pass of the kubelet's status manager (`syncBatch`): every pod whose
+    /// status in the API server no longer agrees with the one last written there gets
+    /// it again.
+    fn resync(&mut self) {
+        let drifted: Vec<u64> = self
+            .pods
+            .iter()
+            .filter(|(_, e)| e.drifted())
+            .map(|(&id, _)| id)
+            .collect();
+        for id in drifted {
+            self.maybe_write(id, true);
+        }
+    }
+
+    /// Writes the pod's status if it changed since the last accepted patch or, when
+    /// `resync`, if another writer changed the API server's copy since. A patch in flight
+    /// re-evaluates when it completes; a conflict waits for a newer snapshot.
+    fn maybe_write(&mut self, id: u64, resync: bool) {
         let Some(e) = self.pods.get_mut(&id) else {
             return;
         };
-        if e.view.deletion_grace.is_some() {
-            return;
-        }
-        if e.inflight.is_some() {
-            // Re-evaluated when the patch in flight completes.
-            return;
-        }
-        if e.conflict_rv.as_ref() == Some(&e.rv) {
+        if !e.may_write() {
             return;
         }
         let status = render::pod_status(&e.view, &e.sim);
         let hash = hash_value(&status);
-        if hash == e.written {
+        let Some(kind) = e.write_needed(hash, resync) else {
             return;
+        };
+        if kind == Write::Resync {
+            tracing::debug!(
+                "status of {}/{} changed by another writer at {}: writing it again",
+                e.namespace,
+                e.name,
+                e.rv
+            );
         }
         e.inflight = Some((hash, e.rv.clone()));
         let patch = if e.sim.ready.status {
@@ -417,7 +534,12 @@ impl Engine {
                 }
                 Err(_) => return,
             };
-            let _ = tx.send(Done::Status { id, hash, result });
+            let _ = tx.send(Done::Status {
+                id,
+                hash,
+                kind,
+                result,
+            });
         });
     }
 
@@ -449,9 +571,17 @@ impl Engine {
     fn on_done(&mut self, done: Done) {
         let retry = now_ms() + self.cfg.retry_after;
         match done {
-            Done::Status { id, hash, result } => {
+            Done::Status {
+                id,
+                hash,
+                kind,
+                result,
+            } => {
                 if result.is_ok() {
                     Stats::inc(&self.stats.status_writes);
+                    if kind == Write::Resync {
+                        Stats::inc(&self.stats.resyncs);
+                    }
                 }
                 let Some(e) = self.pods.get_mut(&id) else {
                     return;
@@ -461,7 +591,7 @@ impl Engine {
                 };
                 match result {
                     Ok(pod) => {
-                        e.written = hash;
+                        e.accepted(hash, &pod);
                         self.apply(&pod);
                         self.touch(id);
                     }
@@ -508,5 +638,195 @@ impl Engine {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nodesim::model::advance;
+
+    fn pod_at(rv: &str) -> Result<Pod, serde_json::Error> {
+        serde_json::from_value(json!({
+            "metadata": { "name": "p", "namespace": "ns", "uid": "u1", "resourceVersion": rv },
+            "spec": { "nodeName": "sim-node-0", "containers": [{ "name": "app", "image": "app:1" }] },
+            "status": {
+                "phase": "Pending",
+                "qosClass": "BestEffort",
+                "conditions": [{ "type": "PodScheduled", "status": "True",
+                                 "lastTransitionTime": "2024-01-01T00:00:00Z" }]
+            }
+        }))
+    }
+
+    fn entry(pod: &Pod, now: Ms) -> Entry {
+        let (view, _) = view_from_pod(pod, &GlobalFaults::default());
+        let sim = PodSim::new(
+            &view,
+            "10.200.0.1".into(),
+            "10.199.0.1".into(),
+            now,
+            &SimConfig::default(),
+        );
+        Entry {
+            namespace: "ns".into(),
+            name: "p".into(),
+            node: "sim-node-0".into(),
+            rv: pod.metadata.resource_version.clone().unwrap_or_default(),
+            view,
+            sim,
+            written: 0,
+            written_digest: None,
+            api_digest: owned_status_digest(pod.status.as_ref()),
+            inflight: None,
+            conflict_rv: None,
+            deleting: Deleting::No,
+            due: None,
+            counted_ready: false,
+        }
+    }
+
+    /// What the API server makes of a status patch (`patch` is `{"status": …}`) on `pod`:
+    /// a strategic merge (conditions by type, `null` deletes a field; every other key
+    /// replaced), stored at `rv` and read back in its normal form.
+    fn server_patch(pod: &Pod, patch: &Value, rv: &str) -> Result<Pod, serde_json::Error> {
+        let mut v = serde_json::to_value(pod)?;
+        let mut status = v["status"].as_object().cloned().unwrap_or_default();
+        for (key, new) in patch["status"].as_object().into_iter().flatten() {
+            if key != "conditions" {
+                status.insert(key.clone(), new.clone());
+                continue;
+            }
+            let mut conditions = status
+                .get("conditions")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            for c in new.as_array().into_iter().flatten() {
+                let at = conditions.iter().position(|o| o["type"] == c["type"]);
+                let target = match at {
+                    Some(i) => &mut conditions[i],
+                    None => {
+                        conditions.push(json!({}));
+                        let last = conditions.len() - 1;
+                        &mut conditions[last]
+                    }
+                };
+                for (k, field) in c.as_object().into_iter().flatten() {
+                    if let Some(obj) = target.as_object_mut() {
+                        if field.is_null() {
+                            obj.remove(k);
+                        } else {
+                            obj.insert(k.clone(), field.clone());
+                        }
+                    }
+                }
+            }
+            status.insert("conditions".into(), Value::Array(conditions));
+        }
+        v["status"] = Value::Object(status);
+        v["metadata"]["resourceVersion"] = json!(rv);
+        serde_json::from_value(v)
+    }
+
+    /// The engine's write decision for the entry's current state, and the patch body.
+    fn rendered(e: &Entry) -> (u64, Value) {
+        let status = render::pod_status(&e.view, &e.sim);
+        (hash_value(&status), json!({ "status": status }))
+    }
+
+    /// The failure of the 10,000-pod bench: the simulator's Ready write is accepted, the
+    /// node lifecycle controller then sets Ready=False (MarkPodsNotReady), and nothing
+    /// changes on the simulator's side. Without the resync the pod stayed not Ready for
+    /// good; with it the status goes out again at the next pass, and only then.
+    #[test]
+    fn a_status_another_writer_changed_is_written_again_at_the_next_resync()
+    -> Result<(), serde_json::Error> {
+        let faults = GlobalFaults::default();
+        let bound = pod_at("10")?;
+        let mut e = entry(&bound, 0);
+        advance(&e.view, &mut e.sim, 10_000, &SimConfig::default());
+        assert!(e.sim.ready.status);
+        assert!(e.may_write());
+        let (hash, patch) = rendered(&e);
+        assert_eq!(e.write_needed(hash, false), Some(Write::Changed));
+        assert!(!e.drifted(), "nothing written yet: nothing to compare");
+
+        // The patch is accepted; the response and then its watch event come in.
+        let written = server_patch(&bound, &patch, "11")?;
+        e.accepted(hash, &written);
+        assert!(e.observe(&written, &faults));
+        assert!(!e.observe(&written, &faults), "the same version twice");
+        assert!(!e.drifted());
+        assert_eq!(e.write_needed(hash, false), None);
+        assert_eq!(e.write_needed(hash, true), None, "in sync: no resync write");
+
+        // Another writer's condition and a new resourceVersion: still in sync.
+        let gate = json!({ "status": { "conditions": [
+            { "type": "InPlaceUpdateReady", "status": "True", "lastTransitionTime": "2024-01-01T00:00:09Z" }
+        ] } });
+        let other = server_patch(&written, &gate, "12")?;
+        assert!(e.observe(&other, &faults));
+        assert!(
+            !e.drifted(),
+            "another writer's condition is not the simulator's"
+        );
+        assert_eq!(e.write_needed(hash, true), None);
+
+        // MarkPodsNotReady: Ready False, nothing else.
+        let mark = json!({ "status": { "conditions": [
+            { "type": "Ready", "status": "False", "lastTransitionTime": "2024-01-01T00:01:00Z" }
+        ] } });
+        let marked = server_patch(&other, &mark, "13")?;
+        assert!(e.observe(&marked, &faults));
+        let (same_hash, _) = rendered(&e);
+        assert_eq!(same_hash, hash, "nothing changed on the simulator's side");
+        assert!(e.drifted());
+        assert_eq!(
+            e.write_needed(hash, false),
+            None,
+            "not on the event itself: at the next resync, like the kubelet"
+        );
+        assert_eq!(e.write_needed(hash, true), Some(Write::Resync));
+        assert!(
+            !e.observe(&other, &faults),
+            "an older snapshot delivered late changes nothing"
+        );
+        assert!(e.drifted());
+
+        // No resync write while a patch is in flight or after a conflict at this version.
+        e.inflight = Some((hash, e.rv.clone()));
+        assert!(!e.may_write());
+        e.inflight = None;
+        e.conflict_rv = Some("13".into());
+        assert!(!e.may_write());
+        e.conflict_rv = None;
+
+        // The resync write restores Ready: in sync again, quiet again.
+        let repaired = server_patch(&marked, &patch, "14")?;
+        e.accepted(hash, &repaired);
+        assert!(e.observe(&repaired, &faults));
+        assert!(!e.drifted());
+        assert_eq!(e.write_needed(hash, true), None);
+        let ready = repaired
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+            .map(|c| c.status.clone());
+        assert_eq!(ready.as_deref(), Some("True"));
+        Ok(())
+    }
+
+    /// A deletion in progress is never written over, drifted or not.
+    #[test]
+    fn no_resync_write_while_the_pod_is_being_deleted() -> Result<(), serde_json::Error> {
+        let mut e = entry(&pod_at("10")?, 0);
+        e.written = 1;
+        e.written_digest = Some(e.api_digest.wrapping_add(1));
+        assert!(e.drifted() && e.may_write());
+        e.view.deletion_grace = Some(30_000);
+        assert!(!e.may_write());
+        Ok(())
     }
 }

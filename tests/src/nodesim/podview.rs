@@ -1,9 +1,12 @@
 //! Reading a Kubernetes Pod into the model's terms. Pure.
 
-use k8s_openapi::api::core::v1::Pod;
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
 
 use super::fault::{FAULT_ANNOTATION, FaultError, GlobalFaults};
 use super::model::{ContainerSpec, Gate, Ms, ObservedContainer, PodView};
+use super::render::OWNED_CONDITIONS;
 
 /// The index of a simulated node named `<prefix><index>` (no leading zeros), if
 /// `node_name` is one of the `count` nodes of this simulator.
@@ -108,6 +111,55 @@ pub fn observed_from_pod(pod: &Pod) -> Option<(String, Option<Ms>, Vec<ObservedC
     Some((ip, start, observed))
 }
 
+/// A digest of the part of a pod's status the simulated kubelet writes
+/// ([`super::render::pod_status`]): phase, host and pod IPs, start time, the status,
+/// reason and message of its conditions ([`OWNED_CONDITIONS`]) and the (init) container
+/// statuses. Two snapshots with the same digest agree on everything the simulator wrote;
+/// what others write (other conditions, `qosClass`, the conditions' times) is left out,
+/// as the kubelet's status manager leaves it out when it compares its status with the API
+/// server's (`isPodStatusByKubeletEqual`). Both sides of a comparison come from the API
+/// server (a patch response, a watch event), so they are in the same normal form.
+pub fn owned_status_digest(status: Option<&PodStatus>) -> u64 {
+    let mut h = DefaultHasher::new();
+    let Some(s) = status else {
+        return h.finish();
+    };
+    s.phase.hash(&mut h);
+    s.host_ip.hash(&mut h);
+    s.pod_ip.hash(&mut h);
+    for ip in s.pod_ips.iter().flatten() {
+        ip.ip.hash(&mut h);
+    }
+    s.start_time
+        .as_ref()
+        .map(|t| t.0.as_millisecond())
+        .hash(&mut h);
+    let mut conditions: Vec<(&str, &str, Option<&str>, Option<&str>)> = s
+        .conditions
+        .iter()
+        .flatten()
+        .filter(|c| OWNED_CONDITIONS.contains(&c.type_.as_str()))
+        .map(|c| {
+            (
+                c.type_.as_str(),
+                c.status.as_str(),
+                c.reason.as_deref(),
+                c.message.as_deref(),
+            )
+        })
+        .collect();
+    conditions.sort_unstable();
+    conditions.hash(&mut h);
+    for list in [&s.container_statuses, &s.init_container_statuses] {
+        let list = list.as_deref().unwrap_or_default();
+        list.len().hash(&mut h);
+        for cs in list {
+            serde_json::to_string(cs).unwrap_or_default().hash(&mut h);
+        }
+    }
+    h.finish()
+}
+
 /// Terminal pods (Succeeded/Failed) are not simulated.
 pub fn is_terminal(pod: &Pod) -> bool {
     matches!(
@@ -174,6 +226,81 @@ mod tests {
         assert_eq!(v.faults.slow_start, 2_000);
         assert_eq!(v.deletion_grace, Some(30_000));
         assert!(observed_from_pod(&p).is_none());
+        Ok(())
+    }
+
+    /// A named edit of a pod status (as JSON).
+    type Edit<'a> = (&'a str, &'a dyn Fn(&mut serde_json::Value));
+
+    #[test]
+    fn the_owned_status_digest_sees_only_what_the_simulator_writes() -> Result<(), serde_json::Error>
+    {
+        let base = json!({
+            "phase": "Running", "hostIP": "10.199.0.1", "podIP": "10.200.0.9",
+            "podIPs": [{ "ip": "10.200.0.9" }], "startTime": "2024-01-01T00:00:00Z",
+            "qosClass": "BestEffort",
+            "conditions": [
+                { "type": "Initialized", "status": "True", "lastTransitionTime": "2024-01-01T00:00:00Z" },
+                { "type": "Ready", "status": "True", "lastTransitionTime": "2024-01-01T00:00:01Z" },
+                { "type": "ContainersReady", "status": "True", "lastTransitionTime": "2024-01-01T00:00:01Z" },
+                { "type": "PodScheduled", "status": "True", "lastTransitionTime": "2024-01-01T00:00:00Z" }
+            ],
+            "containerStatuses": [{
+                "name": "a", "image": "app:1", "imageID": "sim-image@sha256:00",
+                "containerID": "sim://x", "restartCount": 0, "started": true, "ready": true,
+                "state": { "running": { "startedAt": "2024-01-01T00:00:01Z" } }, "lastState": {}
+            }]
+        });
+        let digest = |edit: &dyn Fn(&mut serde_json::Value)| {
+            let mut v = base.clone();
+            edit(&mut v);
+            serde_json::from_value::<PodStatus>(v).map(|s| owned_status_digest(Some(&s)))
+        };
+        let same = digest(&|_| {})?;
+        assert_ne!(same, owned_status_digest(None));
+        let others: [Edit; 5] = [
+            ("qosClass", &|v| v["qosClass"] = json!("Burstable")),
+            ("another writer's condition", &|v| {
+                if let Some(cs) = v["conditions"].as_array_mut() {
+                    cs.push(json!({ "type": "InPlaceUpdateReady", "status": "False" }));
+                }
+            }),
+            ("PodScheduled", &|v| {
+                v["conditions"][3]["status"] = json!("False")
+            }),
+            ("a transition time", &|v| {
+                v["conditions"][1]["lastTransitionTime"] = json!("2024-01-01T00:09:00Z");
+            }),
+            ("the order of the conditions", &|v| {
+                if let Some(cs) = v["conditions"].as_array_mut() {
+                    cs.reverse();
+                }
+            }),
+        ];
+        for (what, edit) in others {
+            assert_eq!(digest(edit)?, same, "{what} is not the simulator's");
+        }
+        let owned: [Edit; 6] = [
+            ("Ready False (MarkPodsNotReady)", &|v| {
+                v["conditions"][1]["status"] = json!("False")
+            }),
+            ("a reason", &|v| {
+                v["conditions"][2]["reason"] = json!("ContainersNotReady")
+            }),
+            ("a message", &|v| v["conditions"][0]["message"] = json!("m")),
+            ("Ready gone", &|v| {
+                if let Some(cs) = v["conditions"].as_array_mut() {
+                    cs.remove(1);
+                }
+            }),
+            ("a container's readiness", &|v| {
+                v["containerStatuses"][0]["ready"] = json!(false)
+            }),
+            ("the phase", &|v| v["phase"] = json!("Pending")),
+        ];
+        for (what, edit) in owned {
+            assert_ne!(digest(edit)?, same, "{what} is the simulator's");
+        }
         Ok(())
     }
 

@@ -14,6 +14,10 @@ use super::model::{
     CState, Cond, ContainerSim, Ms, PodSim, PodView, Terminated, container_id, image_id,
 };
 
+/// The pod conditions the simulated kubelet writes (every other condition is someone
+/// else's and is never sent).
+pub const OWNED_CONDITIONS: [&str; 3] = ["Initialized", "Ready", "ContainersReady"];
+
 /// RFC 3339 with second precision, as the API server stores `metav1.Time`.
 pub fn time(ms: Ms) -> String {
     let secs = ms.div_euclid(1000);
@@ -145,9 +149,9 @@ pub fn pod_status(view: &PodView, sim: &PodSim) -> Value {
         "podIPs": [{ "ip": sim.pod_ip }],
         "startTime": time(sim.start_time),
         "conditions": [
-            condition("Initialized", &initialized),
-            condition("Ready", &sim.ready),
-            condition("ContainersReady", &sim.containers_ready),
+            condition(OWNED_CONDITIONS[0], &initialized),
+            condition(OWNED_CONDITIONS[1], &sim.ready),
+            condition(OWNED_CONDITIONS[2], &sim.containers_ready),
         ],
         "containerStatuses": sim.containers.iter().map(container_status).collect::<Vec<_>>(),
     });

@@ -9,6 +9,9 @@ pub struct Stats {
     pub pods: AtomicI64,
     pub ready: AtomicI64,
     pub status_writes: AtomicU64,
+    /// Status writes of the resync: the API server's copy had been changed by another
+    /// writer (counted in `status_writes` too).
+    pub resyncs: AtomicU64,
     pub conflicts: AtomicU64,
     pub write_errors: AtomicU64,
     pub deletes: AtomicU64,
@@ -37,13 +40,14 @@ impl Stats {
     pub fn line(&self) -> String {
         let (cpu, rss) = super::procstat::current();
         format!(
-            "nodesim: nodes={} pods={} ready={} rss_mib={} cpu_s={} status_writes={} conflicts={} write_errors={} deletes={} lease_renewals={} lease_errors={}",
+            "nodesim: nodes={} pods={} ready={} rss_mib={} cpu_s={} status_writes={} resyncs={} conflicts={} write_errors={} deletes={} lease_renewals={} lease_errors={}",
             get_u(&self.nodes),
             get_i(&self.pods),
             get_i(&self.ready),
             rss.map_or_else(|| "?".to_owned(), |r| r.to_string()),
             cpu.map_or_else(|| "?".to_owned(), |c| format!("{c:.1}")),
             get_u(&self.status_writes),
+            get_u(&self.resyncs),
             get_u(&self.conflicts),
             get_u(&self.write_errors),
             get_u(&self.deletes),
