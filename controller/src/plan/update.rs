@@ -97,22 +97,22 @@ pub fn plan_update(ctx: &PlanContext, diffs: &Diffs) -> UpdateStep {
         .filter(|g| *g > 0);
     for &i in chosen {
         let pod = &ctx.pods[i];
-        let decision = match decisions.iter().find(|(rev, _)| *rev == pod.revision) {
-            Some((_, d)) => d.clone(),
-            None => {
-                let d = inplace::decide_for_revisions(
-                    cs,
-                    ctx.snapshot.revisions,
-                    &ctx.update_revision,
-                    pod.revision,
-                    target,
-                    ctx.options(),
-                );
-                decisions.push((pod.revision, d.clone()));
-                d
-            }
-        };
-        match decision {
+        // Decided once per revision label, and read in place: a decision holds the
+        // templates' changes, and a copy per pod cost more than the rest of its action.
+        let known = decisions.iter().position(|(rev, _)| *rev == pod.revision);
+        let at = known.unwrap_or_else(|| {
+            let d = inplace::decide_for_revisions(
+                cs,
+                ctx.snapshot.revisions,
+                &ctx.update_revision,
+                pod.revision,
+                target,
+                ctx.options(),
+            );
+            decisions.push((pod.revision, d));
+            decisions.len() - 1
+        });
+        match &decisions[at].1 {
             InPlaceDecision::InPlace(_) => {
                 if let Some(action) = in_place_action(ctx, i, target) {
                     if matches!(
@@ -141,9 +141,12 @@ pub fn plan_update(ctx: &PlanContext, diffs: &Diffs) -> UpdateStep {
                 }
             }
             InPlaceDecision::Refused { reason } => {
-                match refused.iter_mut().find(|(r, _)| *r == reason) {
+                match refused
+                    .iter_mut()
+                    .find(|(r, _)| r.as_str() == reason.as_str())
+                {
                     Some((_, pods)) => pods.push(pod.name.to_owned()),
-                    None => refused.push((reason, vec![pod.name.to_owned()])),
+                    None => refused.push((reason.clone(), vec![pod.name.to_owned()])),
                 }
             }
         }
