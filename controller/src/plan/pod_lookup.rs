@@ -5,10 +5,11 @@
 //! the names wanted go into a set. Each pod is matched by the hash of its name worked out
 //! when it was cached ([`crate::plan::pod_summary::PodSummary::name_hash`], copied into
 //! its facts), so the names of the pods not wanted are never read, and the pass reads the
-//! facts, which lie side by side, not the cached pods, each in its own allocation (at
-//! 100,000 pods a pass over those took 4 ms, over the facts well under 1). The hash is
-//! FNV-1a (several times cheaper than the default SipHash on short keys; the keys are pod
-//! names of the snapshot, no input an attacker chooses to collide).
+//! facts, which lie side by side, not the cached pods, each in its own allocation (a pass
+//! over those took 0.14 ms at 10,000 pods and 4.4 ms at 100,000, over the facts 0.07 and
+//! 3.4 ms). The hash is FNV-1a (several times cheaper than the default SipHash on short
+//! keys; the keys are pod names of the snapshot, no input an attacker chooses to
+//! collide).
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -50,6 +51,9 @@ pub fn pods_named<'a, 'n>(
     found
 }
 
+/// A set of hashes that may answer yes for a hash not in it (one in a hundred for 500
+/// hashes), never no for one in it: one bit per hash, in 8 KiB that stay in the cache,
+/// where a hash set probe costs several times more per pod.
 struct HashFilter(Vec<u64>);
 
 impl HashFilter {
