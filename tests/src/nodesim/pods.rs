@@ -129,6 +129,34 @@ enum Write {
 }
 
 impl Entry {
+    /// The entry of `pod` (in `namespace`, named `name`, on `node`), first seen: simulated
+    /// from `view` and `sim`, nothing written yet.
+    fn new(
+        pod: &Pod,
+        namespace: String,
+        name: String,
+        node: &str,
+        view: PodView,
+        sim: PodSim,
+    ) -> Self {
+        Self {
+            namespace,
+            name,
+            node: node.to_owned(),
+            rv: pod.metadata.resource_version.clone().unwrap_or_default(),
+            view,
+            sim,
+            written: 0,
+            written_digest: None,
+            api_digest: owned_status_digest(pod.status.as_ref()),
+            inflight: None,
+            conflict_rv: None,
+            deleting: Deleting::No,
+            due: None,
+            counted_ready: false,
+        }
+    }
+
     /// Takes a snapshot of the pod (same UID) if it is newer than the one held; tells
     /// whether it was.
     fn observe(&mut self, pod: &Pod, faults: &GlobalFaults) -> bool {
@@ -331,7 +359,6 @@ impl Engine {
         let (Some(ns), Some(name)) = (&pod.metadata.namespace, &pod.metadata.name) else {
             return;
         };
-        let rv = pod.metadata.resource_version.clone().unwrap_or_default();
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
         let key = (ns.clone(), name.clone());
         if let Some(&id) = self.by_key.get(&key) {
@@ -378,22 +405,7 @@ impl Engine {
         self.next_id += 1;
         self.pods.insert(
             id,
-            Entry {
-                namespace: ns.clone(),
-                name: name.clone(),
-                node: node.to_owned(),
-                rv,
-                view,
-                sim,
-                written: 0,
-                written_digest: None,
-                api_digest: owned_status_digest(pod.status.as_ref()),
-                inflight: None,
-                conflict_rv: None,
-                deleting: Deleting::No,
-                due: None,
-                counted_ready: false,
-            },
+            Entry::new(pod, ns.clone(), name.clone(), node, view, sim),
         );
         self.by_key.insert(key, id);
         Stats::add(&self.stats.pods, 1);
@@ -668,22 +680,7 @@ mod tests {
             now,
             &SimConfig::default(),
         );
-        Entry {
-            namespace: "ns".into(),
-            name: "p".into(),
-            node: "sim-node-0".into(),
-            rv: pod.metadata.resource_version.clone().unwrap_or_default(),
-            view,
-            sim,
-            written: 0,
-            written_digest: None,
-            api_digest: owned_status_digest(pod.status.as_ref()),
-            inflight: None,
-            conflict_rv: None,
-            deleting: Deleting::No,
-            due: None,
-            counted_ready: false,
-        }
+        Entry::new(pod, "ns".into(), "p".into(), "sim-node-0", view, sim)
     }
 
     /// What the API server makes of a status patch (`patch` is `{"status": …}`) on `pod`:
