@@ -98,7 +98,7 @@ pub fn plan_update(ctx: &PlanContext, diffs: &Diffs) -> UpdateStep {
     for &i in chosen {
         let pod = &ctx.pods[i];
         // Decided once per revision label, and read in place: a decision holds the
-        // templates' changes, and a copy per pod cost more than the rest of its action.
+        // templates' changes, which a copy per chosen pod would allocate and drop again.
         let known = decisions.iter().position(|(rev, _)| *rev == pod.revision);
         let at = known.unwrap_or_else(|| {
             let d = inplace::decide_for_revisions(
