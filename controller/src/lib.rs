@@ -29,4 +29,5 @@ pub mod pod_events;
 pub mod request_timeout;
 pub mod runtime;
 pub mod server;
+pub mod turns;
 pub mod watch;

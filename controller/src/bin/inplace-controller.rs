@@ -56,7 +56,8 @@ struct Args {
     /// Identity in the Lease (default: $POD_NAME or host name, plus a random suffix).
     #[arg(long)]
     identity: Option<String>,
-    /// CloneSets reconciled concurrently.
+    /// CloneSets reconciled concurrently; the ones waiting are taken in the order they fell
+    /// due, like the reference's work queue (a busy CloneSet does not starve the others).
     #[arg(long, default_value_t = 3)]
     workers: u16,
     /// Seconds after which an unobserved write is given up on.
@@ -87,7 +88,7 @@ struct Args {
     /// CloneSet's update order, recorded on the jobs it creates); false: by node name.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "INPLACE_PREDOWNLOAD_UPDATE_ORDER")]
     predownload_update_order: bool,
-    /// ImagePullJobs reconciled concurrently.
+    /// ImagePullJobs reconciled concurrently (the waiting ones in the order they fell due).
     #[arg(long, default_value_t = 2)]
     imagepulljob_workers: u16,
     /// Run the ContainerRecreateRequest controller (what OpenKruise's CRR webhook and

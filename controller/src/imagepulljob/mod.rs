@@ -34,6 +34,7 @@ use kube::{Api, Client, ResourceExt};
 use rand::Rng as _;
 use tracing::{info, warn};
 
+use crate::turns::Turns;
 use crate::watch::{PodPlacement, Scope};
 
 /// Why a reconcile of one ImagePullJob did not finish.
@@ -73,6 +74,8 @@ struct Ctx {
     /// The namespace the pull secrets are mirrored into ([`secrets`]); `None`: the
     /// NodeImages name the jobs' own Secrets.
     secrets_namespace: Option<String>,
+    /// `workers` reconciles at once, in the order they fell due.
+    turns: Turns,
 }
 
 fn strip_node(node: &mut Node) {
@@ -117,7 +120,9 @@ pub async fn run<S>(
         scope.api::<ImagePullJob>(&client),
         watcher::Config::default(),
     )
-    .with_config(kube::runtime::controller::Config::default().concurrency(workers));
+    // No limit in the runner: `reconcile` takes its turn among `workers` in the order the
+    // jobs fell due (kube-runtime's limit is not fair: see `crate::turns`).
+    .with_config(kube::runtime::controller::Config::default().concurrency(0));
     let jobs = controller.store();
     let jobs_for_nodes = jobs.clone();
     let controller = controller
@@ -176,6 +181,7 @@ pub async fn run<S>(
         nodes: node_store,
         synced,
         secrets_namespace,
+        turns: Turns::new(workers),
     });
     info!("ImagePullJob controller started");
     controller
@@ -217,7 +223,14 @@ fn error_policy(job: Arc<ImagePullJob>, e: &Error, _: Arc<Ctx>) -> Action {
     }
 }
 
+/// Reconciles `job` once it has a worker ([`crate::turns`]); waiting, it holds little
+/// more than its arguments (the reconcile's own state is allocated after).
 async fn reconcile(job: Arc<ImagePullJob>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let _turn = ctx.turns.take().await;
+    Box::pin(reconcile_now(job, Arc::clone(&ctx))).await
+}
+
+async fn reconcile_now(job: Arc<ImagePullJob>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     if job.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }

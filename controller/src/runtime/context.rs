@@ -17,6 +17,7 @@ use crate::expectations::Expectations;
 use crate::metrics::Metrics;
 use crate::plan::PlanOptions;
 use crate::server::Health;
+use crate::turns::Turns;
 use crate::watch::{Scope, Stores};
 
 use super::last_write::LastWrites;
@@ -84,6 +85,8 @@ pub struct Context {
     /// reconcile; awaiting the stores' readiness from each reconcile does not (only the
     /// last waiter was woken, and the others sat out their whole timeout).
     pub(super) synced: tokio::sync::watch::Receiver<bool>,
+    /// `settings.workers` reconciles at once, in the order they fell due ([`Turns`]).
+    pub(super) turns: Turns,
 }
 
 impl std::fmt::Debug for Context {
