@@ -326,29 +326,76 @@ fn cloneset(name: &str, sim: &Sim, replicas: u32, image: &str, max_unav: &str) -
 }
 
 /// Polls the CloneSets until all are [`settled`]; returns the time it took.
+/// What [`wait_settled`] records of a fleet while it waits: the controller's sampled RSS
+/// peak and, per CloneSet (in the order of its `names`), when its status first counted a
+/// pod and when it settled, from the start of the wait.
+#[derive(Debug, Default)]
+struct FleetWatch {
+    rss_peak_mib: f64,
+    first_pod: Vec<Option<Duration>>,
+    settled: Vec<Option<Duration>>,
+}
+
+impl FleetWatch {
+    fn saw(&mut self, i: usize, has_pods: bool, settled: bool, at: Duration) {
+        for (list, seen) in [
+            (&mut self.first_pod, has_pods),
+            (&mut self.settled, settled),
+        ] {
+            if list.len() <= i {
+                list.resize(i + 1, None);
+            }
+            if seen && list[i].is_none() {
+                list[i] = Some(at);
+            }
+        }
+    }
+
+    /// `first..last s (last: name)` of `times`, or what is missing.
+    fn spread(times: &[Option<Duration>], names: &[(String, u32)]) -> String {
+        let seen: Vec<(Duration, &str)> = times
+            .iter()
+            .zip(names)
+            .filter_map(|(t, (name, _))| t.map(|t| (t, name.as_str())))
+            .collect();
+        let first = seen.iter().map(|(t, _)| *t).min();
+        match (first, seen.iter().max_by_key(|(t, _)| *t)) {
+            (Some(first), Some((last, name))) if seen.len() == names.len() => {
+                format!("{:.1}-{:.1} s (last: {name})", secs(first), secs(*last))
+            }
+            _ => format!("{} of {} only", seen.len(), names.len()),
+        }
+    }
+}
+
 async fn wait_settled(
     api: &Api<CloneSet>,
     names: &[(String, u32)],
     ctrl: &mut Controller,
     timeout: Duration,
     every: Duration,
-    mut usage_peak: Option<&mut f64>,
+    mut fleet: Option<&mut FleetWatch>,
 ) -> Result<Duration> {
     let t0 = Instant::now();
     let mut last_print = Instant::now();
     loop {
         ctrl.check_alive()?;
         if let Some(u) = ctrl.usage()
-            && let Some(peak) = usage_peak.as_deref_mut()
+            && let Some(fleet) = fleet.as_deref_mut()
         {
-            *peak = peak.max(u.rss_mib());
+            fleet.rss_peak_mib = fleet.rss_peak_mib.max(u.rss_mib());
         }
         let mut all = true;
         let (mut ready, mut total, mut lines) = (0i64, 0i64, Vec::new());
-        for (name, want) in names {
+        for (i, (name, want)) in names.iter().enumerate() {
             match api.get_opt(name).await {
                 Ok(Some(cs)) => {
-                    all &= settled(&cs, *want);
+                    let done = settled(&cs, *want);
+                    all &= done;
+                    let replicas = cs.status.as_ref().map_or(0, |s| s.replicas);
+                    if let Some(fleet) = fleet.as_deref_mut() {
+                        fleet.saw(i, replicas > 0, done, t0.elapsed());
+                    }
                     if let Some(s) = cs.status.as_ref() {
                         ready += i64::from(s.updated_ready_replicas);
                         total += i64::from(s.replicas);
@@ -376,8 +423,15 @@ async fn wait_settled(
         }
         if last_print.elapsed() > Duration::from_secs(20) {
             last_print = Instant::now();
+            let started = fleet.as_deref().map_or(String::new(), |f| {
+                format!(
+                    "; CloneSets with pods {} of {}",
+                    f.first_pod.iter().flatten().count(),
+                    names.len()
+                )
+            });
             progress(format!(
-                "{:>6.1}s: {total} pods, {ready} updated and ready; {}",
+                "{:>6.1}s: {total} pods, {ready} updated and ready{started}; {}",
                 t0.elapsed().as_secs_f64(),
                 lines.join("; ")
             ));
@@ -1325,17 +1379,18 @@ async fn fleet_in(
         )
         .await?;
     }
-    let mut peak = 0.0f64;
+    let mut watch = FleetWatch::default();
     wait_settled(
         &api,
         &names,
         &mut ctrl,
         Duration::from_secs(args.timeout_secs),
         Duration::from_secs(3),
-        Some(&mut peak),
+        Some(&mut watch),
     )
     .await
     .context("creating the fleet")?;
+    let peak = watch.rss_peak_mib;
     let took = t0.elapsed();
     let at_ready = ctrl.usage();
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
@@ -1350,6 +1405,13 @@ async fn fleet_in(
         list.items.len()
     ));
     drop(list);
+    // With the CloneSets taken in turn, each gets its first pods within seconds and they
+    // fill up side by side; a CloneSet starved by the others shows as a late first pod.
+    report.add(format!(
+        "fleet: per CloneSet, first pod after {}; all its pods Ready after {}",
+        FleetWatch::spread(&watch.first_pod, &names),
+        FleetWatch::spread(&watch.settled, &names)
+    ));
     if let Some(u) = at_ready {
         report.add(format!(
             "fleet: controller CPU while creating {:.1}s ({:.0}% of a core); RSS peak sampled {peak:.1} MiB, VmHWM {:.1} MiB; load avg {}",
