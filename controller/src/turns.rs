@@ -14,6 +14,10 @@
 //! takes a turn here: a fair semaphore, whose permits go out in the order they were
 //! asked for. A reconcile that falls due again while it runs waits for its next turn
 //! behind the ones already waiting.
+//!
+//! On shutdown kube-runtime lets every reconcile it has started finish, and here that
+//! includes the ones waiting for a turn: [`Turns::close`] ends those at once, without
+//! running them, so that stopping takes as long as the reconciles already running.
 
 use tokio::sync::{Semaphore, SemaphorePermit};
 
@@ -26,9 +30,7 @@ pub struct Turns {
 /// A worker held by one reconcile; dropping it frees the worker for the next in line.
 #[derive(Debug)]
 pub struct Turn<'a> {
-    /// None only if the semaphore were closed, which [`Turns`] never does: the reconcile
-    /// then runs rather than waiting forever.
-    _permit: Option<SemaphorePermit<'a>>,
+    _permit: SemaphorePermit<'a>,
 }
 
 impl Turns {
@@ -39,11 +41,17 @@ impl Turns {
         }
     }
 
-    /// Waits for a worker; reconciles that asked earlier get theirs first.
-    pub async fn take(&self) -> Turn<'_> {
-        Turn {
-            _permit: self.workers.acquire().await.ok(),
-        }
+    /// Waits for a worker; reconciles that asked earlier get theirs first. None once the
+    /// turns are closed: the controller is stopping, and the reconcile must not start.
+    pub async fn take(&self) -> Option<Turn<'_>> {
+        let permit = self.workers.acquire().await.ok()?;
+        Some(Turn { _permit: permit })
+    }
+
+    /// No more turns: the reconciles waiting for one, and any asking later, get None.
+    /// Those holding one keep it until they end.
+    pub fn close(&self) {
+        self.workers.close();
     }
 }
 
@@ -73,7 +81,7 @@ mod tests {
     /// Objects `hot-*` fall due again as soon as their reconcile ends (as a CloneSet
     /// whose pods keep changing); `cold-*` only once.
     async fn reconcile(cm: Arc<ConfigMap>, world: Arc<World>) -> Result<Action, std::io::Error> {
-        let _turn = world.turns.take().await;
+        let _turn = world.turns.take().await.unwrap();
         let name = cm.name_any();
         world.log.lock().unwrap().push(name.clone());
         tokio::time::sleep(Duration::from_millis(2)).await;
@@ -170,7 +178,7 @@ mod tests {
             .map(|_| {
                 let (turns, running, most) = (turns.clone(), running.clone(), most.clone());
                 tokio::spawn(async move {
-                    let _turn = turns.take().await;
+                    let _turn = turns.take().await.unwrap();
                     let now = running.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
                     most.fetch_max(now, std::sync::atomic::Ordering::SeqCst);
                     tokio::time::sleep(Duration::from_millis(2)).await;
@@ -184,7 +192,30 @@ mod tests {
         assert_eq!(most.load(std::sync::atomic::Ordering::SeqCst), 2);
         // and zero workers means one
         let one = Turns::new(0);
-        let _held = one.take().await;
+        let _held = one.take().await.unwrap();
         assert!(one.workers.try_acquire().is_err());
+    }
+
+    #[tokio::test]
+    async fn closing_ends_the_waiting_reconciles_and_lets_the_running_one_finish() {
+        let turns = Arc::new(Turns::new(1));
+        let running = turns.take().await.unwrap();
+        let waiting: Vec<_> = (0..3)
+            .map(|_| {
+                let turns = turns.clone();
+                tokio::spawn(async move { turns.take().await.is_some() })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        turns.close();
+        for task in waiting {
+            assert!(
+                !task.await.unwrap(),
+                "a waiting reconcile got a turn after close"
+            );
+        }
+        assert!(turns.take().await.is_none(), "a turn was given after close");
+        // The running reconcile's turn is still its own until it ends.
+        drop(running);
     }
 }

@@ -75,7 +75,7 @@ struct Ctx {
     /// NodeImages name the jobs' own Secrets.
     secrets_namespace: Option<String>,
     /// `workers` reconciles at once, in the order they fell due.
-    turns: Turns,
+    turns: Arc<Turns>,
 }
 
 fn strip_node(node: &mut Node) {
@@ -175,17 +175,21 @@ pub async fn run<S>(
             stop.clone(),
         ));
     }
+    let turns = Arc::new(Turns::new(workers));
     let ctx = Arc::new(Ctx {
         client,
         node_images: ni_store,
         nodes: node_store,
         synced,
         secrets_namespace,
-        turns: Turns::new(workers),
+        turns: turns.clone(),
     });
     info!("ImagePullJob controller started");
     controller
-        .graceful_shutdown_on(stop)
+        .graceful_shutdown_on(async move {
+            stop.await;
+            turns.close();
+        })
         .run(
             |job, ctx| {
                 // every line of a reconcile names its object
@@ -226,7 +230,10 @@ fn error_policy(job: Arc<ImagePullJob>, e: &Error, _: Arc<Ctx>) -> Action {
 /// Reconciles `job` once it has a worker ([`crate::turns`]); waiting, it holds little
 /// more than its arguments (the reconcile's own state is allocated after).
 async fn reconcile(job: Arc<ImagePullJob>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let _turn = ctx.turns.take().await;
+    let Some(_turn) = ctx.turns.take().await else {
+        // stopping: a reconcile that waited for a worker is not started
+        return Ok(Action::await_change());
+    };
     Box::pin(reconcile_now(job, Arc::clone(&ctx))).await
 }
 

@@ -86,7 +86,7 @@ pub struct Context {
     /// last waiter was woken, and the others sat out their whole timeout).
     pub(super) synced: tokio::sync::watch::Receiver<bool>,
     /// `settings.workers` reconciles at once, in the order they fell due ([`Turns`]).
-    pub(super) turns: Turns,
+    pub(super) turns: Arc<Turns>,
 }
 
 impl std::fmt::Debug for Context {

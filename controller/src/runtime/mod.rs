@@ -52,7 +52,10 @@ pub async fn reconcile(cs: Arc<CloneSet>, ctx: Arc<Context>) -> Result<Action, E
     // Waiting for a worker is time in the queue (`inplace_workqueue_*`), not reconciling.
     // Every CloneSet that falls due waits here: the reconcile's own state (about 9 KB) is
     // allocated only once it has its worker.
-    let _turn = ctx.turns.take().await;
+    let Some(_turn) = ctx.turns.take().await else {
+        debug!(cloneset = %key_of(&cs), "stopping: the reconcile waiting for a worker is not started");
+        return Ok(Action::await_change());
+    };
     Box::pin(reconcile_now(cs, &ctx)).await
 }
 
@@ -442,13 +445,20 @@ pub async fn run(
         .applied_objects();
     // No limit in the runner: `reconcile` takes its turn among `settings.workers` in the
     // order the CloneSets fell due (kube-runtime's limit is not fair: see `crate::turns`).
+    let turns = Arc::new(crate::turns::Turns::new(settings.workers));
     let controller = Controller::for_stream(clonesets, cs_reader)
         .with_config(ControllerConfig::default().concurrency(0))
         .owns_stream(pod_triggers)
         .owns_stream(streams.pvcs)
         .owns_stream(streams.revisions)
         .watches_stream(streams.nodes, |_| std::iter::empty())
-        .graceful_shutdown_on(shutdown);
+        .graceful_shutdown_on({
+            let turns = turns.clone();
+            async move {
+                shutdown.await;
+                turns.close();
+            }
+        });
     let stores = part.with_clonesets(controller.store());
     let (synced_tx, synced) = tokio::sync::watch::channel(false);
     let predownload = predownload_jobs::PreDownloader::start(
@@ -457,7 +467,6 @@ pub async fn run(
         settings.plan_options.pre_download_image,
     )
     .await;
-    let turns = crate::turns::Turns::new(settings.workers);
     let ctx = Arc::new(Context {
         predownload,
         client,

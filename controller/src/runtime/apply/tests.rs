@@ -664,7 +664,7 @@ fn test_context(client: kube::Client) -> Context {
         failures: std::sync::Mutex::default(),
         status_writes: crate::runtime::last_write::LastWrites::default(),
         synced: tokio::sync::watch::channel(true).1,
-        turns: crate::turns::Turns::new(3),
+        turns: Arc::new(crate::turns::Turns::new(3)),
     }
 }
 
