@@ -47,8 +47,24 @@ pub fn reconcile_span(namespace: &str, name: &str) -> tracing::Span {
     info_span!("reconcile", cloneset = %format_args!("{namespace}/{name}"))
 }
 
-/// Runs one reconcile of `cs`, once it has a worker ([`crate::turns`]).
+/// How long a reconcile waits for the caches' first list before it fails (and is retried
+/// with backoff; `/readyz` says the same meanwhile). Two minutes, as controller-runtime's
+/// `CacheSyncTimeout`: 100,000 pods took 30 s on the bed, over the 30 s this was before,
+/// so every restart there logged the CloneSets due as failed.
+const CACHE_SYNC_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Runs one reconcile of `cs`, once the caches have listed and it has a worker
+/// ([`crate::turns`]).
 pub async fn reconcile(cs: Arc<CloneSet>, ctx: Arc<Context>) -> Result<Action, Error> {
+    // The caches first, holding no worker: 100,000 pods took 30 s to list on the bed, and
+    // the CloneSets due meanwhile would sit on every worker.
+    let mut synced = ctx.synced.clone();
+    if !matches!(
+        tokio::time::timeout(CACHE_SYNC_TIMEOUT, synced.wait_for(|s| *s)).await,
+        Ok(Ok(_))
+    ) {
+        return Err(Error::CacheNotReady("pods/pvcs/revisions/nodes"));
+    }
     // Waiting for a worker is time in the queue (`inplace_workqueue_*`), not reconciling.
     // Every CloneSet that falls due waits here: the reconcile's own state (about 9 KB) is
     // allocated only once it has its worker.
@@ -122,13 +138,6 @@ impl StreamOutcome {
 }
 
 async fn reconcile_inner(cs: &CloneSet, ctx: &Context, key: &str) -> Result<Action, Error> {
-    let mut synced = ctx.synced.clone();
-    if !matches!(
-        tokio::time::timeout(Duration::from_secs(30), synced.wait_for(|s| *s)).await,
-        Ok(Ok(_))
-    ) {
-        return Err(Error::CacheNotReady("pods/pvcs/revisions/nodes"));
-    }
     ctx.metrics
         .cached_pods
         .set(i64::try_from(ctx.stores.pods.len()).unwrap_or(i64::MAX));
