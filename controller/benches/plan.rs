@@ -76,9 +76,6 @@ fn median(times: &mut [Duration]) -> Duration {
     }
 }
 
-/// Criterion measures; each of its samples (a batch of plans) is also kept here as the
-/// time of one plan, so that the medians and their ratio can be printed side by side
-/// once criterion is done (criterion reports each size alone).
 /// The per-plan times of each case, by its name (`plan/<name>`).
 type PerPlan = RefCell<Vec<(String, Vec<Duration>)>>;
 
@@ -113,6 +110,9 @@ fn bench_case(
     });
 }
 
+/// Criterion measures; each of its samples (a batch of plans) is also kept in `per_plan` as
+/// the time of one plan, so that the medians and their ratios can be printed side by side
+/// once criterion is done (criterion reports each case alone).
 fn bench_plan(c: &mut Criterion, per_plan: &PerPlan) {
     let mut group = c.benchmark_group("plan");
     group.sample_size(SAMPLES);

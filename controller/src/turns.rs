@@ -19,6 +19,9 @@
 //! includes the ones waiting for a turn: [`Turns::close`] ends those at once, without
 //! running them, so that stopping takes as long as the reconciles already running.
 
+use std::future::Future;
+use std::sync::Arc;
+
 use tokio::sync::{Semaphore, SemaphorePermit};
 
 /// At most `n` reconciles at once, served first come, first served.
@@ -53,13 +56,19 @@ impl Turns {
     pub fn close(&self) {
         self.workers.close();
     }
+
+    /// `stop`, then [`Turns::close`]: what a controller's `graceful_shutdown_on` is given.
+    pub async fn close_after(self: Arc<Self>, stop: impl Future<Output = ()>) {
+        stop.await;
+        self.close();
+    }
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-    use std::sync::{Arc, Mutex};
+    use std::sync::Mutex;
     use std::time::Duration;
 
     use futures::StreamExt;

@@ -186,10 +186,7 @@ pub async fn run<S>(
     });
     info!("ImagePullJob controller started");
     controller
-        .graceful_shutdown_on(async move {
-            stop.await;
-            turns.close();
-        })
+        .graceful_shutdown_on(turns.close_after(stop))
         .run(
             |job, ctx| {
                 // every line of a reconcile names its object

@@ -461,13 +461,7 @@ pub async fn run(
         .owns_stream(streams.pvcs)
         .owns_stream(streams.revisions)
         .watches_stream(streams.nodes, |_| std::iter::empty())
-        .graceful_shutdown_on({
-            let turns = turns.clone();
-            async move {
-                shutdown.await;
-                turns.close();
-            }
-        });
+        .graceful_shutdown_on(turns.clone().close_after(shutdown));
     let stores = part.with_clonesets(controller.store());
     let (synced_tx, synced) = tokio::sync::watch::channel(false);
     let predownload = predownload_jobs::PreDownloader::start(

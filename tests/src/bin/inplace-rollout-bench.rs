@@ -325,7 +325,6 @@ fn cloneset(name: &str, sim: &Sim, replicas: u32, image: &str, max_unav: &str) -
     }))?)
 }
 
-/// Polls the CloneSets until all are [`settled`]; returns the time it took.
 /// What [`wait_settled`] records of a fleet while it waits: the controller's sampled RSS
 /// peak and, per CloneSet (in the order of its `names`), when its status first counted a
 /// pod and when it settled, from the start of the wait.
@@ -368,6 +367,7 @@ impl FleetWatch {
     }
 }
 
+/// Polls the CloneSets until all are [`settled`]; returns the time it took.
 async fn wait_settled(
     api: &Api<CloneSet>,
     names: &[(String, u32)],
@@ -1405,8 +1405,8 @@ async fn fleet_in(
         list.items.len()
     ));
     drop(list);
-    // With the CloneSets taken in turn, each gets its first pods within seconds and they
-    // fill up side by side; a CloneSet starved by the others shows as a late first pod.
+    // With the CloneSets taken in turn, they get their first pods close together and fill
+    // up side by side; a CloneSet starved by the others shows as a late first pod.
     report.add(format!(
         "fleet: per CloneSet, first pod after {}; all its pods Ready after {}",
         FleetWatch::spread(&watch.first_pod, &names),
