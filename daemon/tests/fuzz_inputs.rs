@@ -97,6 +97,8 @@ fn runtime() -> impl Strategy<Value = Vec<RuntimeContainer>> {
                     attempt,
                     running,
                     created_at,
+                    image: image_ref.clone(),
+                    reported_image: None,
                     image_ref,
                     env,
                 }

@@ -83,6 +83,8 @@ fuzz_target!(|data: &[u8]| {
             running: true,
             created_at: 1,
             image_ref: "sha256:bbbb".into(),
+            image: "sha256:bbbb".into(),
+            reported_image: None,
             env: None,
         }];
         let resolved = BTreeMap::from([("nginx:mainline".to_owned(), "sha256:bbbb".to_owned())]);

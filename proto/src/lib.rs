@@ -12,6 +12,7 @@ pub mod downward;
 pub mod freezable_proxy;
 pub mod image_ref;
 pub mod imagepulljob;
+pub mod inplace_contract;
 pub mod inplace_state;
 pub mod keys;
 pub mod logging;

@@ -18,8 +18,9 @@ use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;
 
-use crate::plan::inplace_progress::container_updated;
-use crate::plan::model::revision_matches;
+use inplace_proto::inplace_contract::{
+    at_revision, container_updated, grace_pending, revision_matches,
+};
 
 /// The whole view.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -93,23 +94,16 @@ fn condition<'a>(pod: &'a Pod, type_: &str) -> Option<&'a str> {
 
 /// The in-place progress of `pod`, in words.
 pub fn in_place_progress(pod: &Pod) -> String {
-    let annotations = pod.metadata.annotations.clone().unwrap_or_default();
-    if annotations.contains_key(keys::INPLACE_UPDATE_GRACE_ANNOTATION)
-        || annotations.contains_key(keys::INPLACE_UPDATE_GRACE_ANNOTATION_LEGACY)
-    {
+    if grace_pending(pod.metadata.annotations.as_ref()) {
         return "grace period".into();
     }
+    let annotations = pod.metadata.annotations.clone().unwrap_or_default();
     let state = match InPlaceUpdateState::from_annotations(&annotations) {
         None => return "-".into(),
         Some(Err(_)) => return "unreadable state".into(),
         Some(Ok(s)) => s,
     };
-    let label = pod
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(keys::REVISION_LABEL));
-    if !label.is_some_and(|l| revision_matches(l, &state.revision)) {
+    if !at_revision(pod.metadata.labels.as_ref(), &state.revision) {
         return "-".into();
     }
     match condition(pod, keys::INPLACE_UPDATE_READY_CONDITION) {

@@ -27,12 +27,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use inplace_proto::keys;
+use inplace_proto::{inplace_contract, keys};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use super::lifecycle_write::{self, LifecycleWrite};
+use super::lifecycle_write::LifecycleWrite;
 use super::model::Action;
 use crate::watch::CachedPod;
 
@@ -51,22 +51,15 @@ pub struct CompletionWrite {
 
 impl CompletionWrite {
     /// The strategic merge patch of `pods/status`, written at `now` (the condition's
-    /// transition time, and the lifecycle timestamp `stamp` when labels are carried).
+    /// transition time, and the lifecycle timestamp `stamp` when labels are carried): the
+    /// in-place contract's [`inplace_contract::completion_patch`], the daemon's too.
     pub fn patch(&self, now: &Time, stamp: &str) -> Value {
-        let mut metadata = if self.lifecycle_labels.is_empty() {
-            json!({})
+        let metadata = if self.lifecycle_labels.is_empty() {
+            Value::Null
         } else {
-            lifecycle_write::metadata(&self.lifecycle_labels, stamp)
+            inplace_contract::lifecycle_metadata(&self.lifecycle_labels, stamp)
         };
-        metadata["resourceVersion"] = json!(self.resource_version);
-        json!({
-            "metadata": metadata,
-            // Reason and message (a stall report) belong to the False condition: removed.
-            "status": {"conditions": [{
-                "type": keys::INPLACE_UPDATE_READY_CONDITION, "status": "True",
-                "lastTransitionTime": now, "reason": null, "message": null,
-            }]},
-        })
+        inplace_contract::completion_patch(&self.resource_version, metadata, now.0)
     }
 }
 

@@ -3,8 +3,8 @@
 //! the update still waits for. Read by the lifecycle refresh ([`super::lifecycle`]) and
 //! by the stall checks ([`super::stall`]).
 
-use inplace_proto::InPlaceUpdateContainerStatus;
 use inplace_proto::InPlaceUpdateState;
+use inplace_proto::inplace_contract::container_updated;
 use k8s_openapi::api::core::v1::ResourceRequirements;
 
 use crate::watch::cached::ContainerStatusView;
@@ -64,12 +64,6 @@ pub fn in_place_progress(pod: &PodFacts) -> InPlaceProgress {
     InPlaceProgress::Completed
 }
 
-/// `image` with `:latest` appended when it names neither a tag nor a digest. Unlike the
-/// reference (which looks for any `:`), a registry port (`host:5000/app`) is not a tag.
-pub fn image_with_default_tag(image: &str) -> String {
-    inplace_proto::image_ref::split(image).with_default_tag()
-}
-
 /// The first container of `state` that does not run the updated spec yet, and why.
 pub(super) fn containers_pending(pod: &PodFacts, state: &InPlaceUpdateState) -> Option<String> {
     for (name, before) in &state.last_container_statuses {
@@ -91,49 +85,6 @@ pub(super) fn containers_pending(pod: &PodFacts, state: &InPlaceUpdateState) -> 
         }
     }
     None
-}
-
-/// Whether a container recorded in `lastContainerStatuses` as `before` runs the updated
-/// spec, by its status.
-///
-/// - When the id of the container that ran as the spec was patched is recorded (we record
-///   it): the status names another container. The kubelet starts a container only from
-///   the spec it has, so a new id is the restart the update asked for, whatever image ID
-///   or image name the runtime reports: a new tag of the same image (a retag, same image
-///   ID) is judged like any other image change. containerd reports the image name as the
-///   image's first tag, which for a retag may well be the old one, so the name alone could
-///   wait forever.
-/// - Otherwise (a state written by OpenKruise or before we recorded ids) the reference's
-///   rule: another image ID, or the same image ID and a status image equal to the spec
-///   image (`:latest` appended when the spec names no tag or digest).
-pub fn container_updated(
-    spec_image: Option<&str>,
-    before: &InPlaceUpdateContainerStatus,
-    status: &impl ContainerStatusView,
-) -> bool {
-    if !before.container_id.is_empty() {
-        return status
-            .container_id()
-            .is_some_and(|id| !id.is_empty() && id != before.container_id);
-    }
-    if status.image_id() != before.image_id {
-        return true;
-    }
-    spec_image.is_some_and(|image| same_image(image, status.image()))
-}
-
-/// Whether the spec's image and the image a container status reports name the same
-/// image. The kubelet on containerd reports the fully qualified name
-/// (`docker.io/library/nginx:latest` for a spec's `nginx`), so both sides are compared
-/// normalised; a reference that does not parse is compared as written, `:latest` added.
-/// (OpenKruise compares repository and tag without Docker Hub normalisation, so a retag
-/// of a short Docker Hub name with an unchanged image ID never completes there.)
-fn same_image(spec_image: &str, status_image: &str) -> bool {
-    use inplace_proto::image_ref::ImageRef;
-    match (ImageRef::parse(spec_image), ImageRef::parse(status_image)) {
-        (Ok(spec), Ok(status)) => spec.normalized() == status.normalized(),
-        _ => image_with_default_tag(spec_image) == status_image,
-    }
 }
 
 /// `reason: message` of a container that is waiting with a reason (the kubelet's

@@ -70,13 +70,9 @@ impl LifecycleWrite {
     }
 }
 
-/// The metadata of a lifecycle write: `labels`, and the state timestamp `now`.
-pub fn metadata(labels: &BTreeMap<String, String>, now: &str) -> Value {
-    json!({
-        "labels": labels,
-        "annotations": {keys::LIFECYCLE_TIMESTAMP_ANNOTATION: now},
-    })
-}
+/// The metadata of a lifecycle write: `labels`, and the state timestamp `now` (the same
+/// metadata a completion write carries for it).
+pub use inplace_proto::inplace_contract::lifecycle_metadata as metadata;
 
 /// The write of `action` if it is a lifecycle transition of `cs`'s pod.
 pub fn of(cs: &CloneSet, action: &Action) -> Option<LifecycleWrite> {

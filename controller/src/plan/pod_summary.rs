@@ -10,7 +10,7 @@
 //! depends on the pod alone; what depends on the CloneSet (`podsToDelete`, the priority
 //! and scatter rules) is still worked out by the plan.
 
-use inplace_proto::keys;
+use inplace_proto::{inplace_contract, keys};
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
@@ -108,8 +108,7 @@ impl PodSummary {
                 keys::POD_DELETION_COST_ANNOTATION => cost = Some(value),
                 keys::INPLACE_UPDATE_STATE_ANNOTATION
                 | keys::INPLACE_UPDATE_STATE_ANNOTATION_LEGACY => has_in_place_state = true,
-                keys::INPLACE_UPDATE_GRACE_ANNOTATION
-                | keys::INPLACE_UPDATE_GRACE_ANNOTATION_LEGACY => has_in_place_grace = true,
+                key if inplace_contract::is_grace_key(key) => has_in_place_grace = true,
                 _ => {}
             }
         }

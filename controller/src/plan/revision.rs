@@ -165,10 +165,7 @@ pub fn hash_data(data: &Value, collision_count: i32) -> String {
     safe_encode(&fnv1_32(&bytes).to_string())
 }
 
-/// The hash part of a revision name or label: its last `-`-separated segment.
-pub fn short_hash(revision: &str) -> &str {
-    revision.rsplit('-').next().unwrap_or(revision)
-}
+pub use inplace_proto::inplace_contract::short_hash;
 
 /// `<cloneset>-<hash>`, the prefix cut to 223 bytes (on a character boundary).
 pub fn revision_name(cloneset: &str, hash: &str) -> String {

@@ -25,6 +25,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
+pub use inplace_proto::inplace_contract::ContainerView;
 use k8s_openapi::api::core::v1::{
     Container, ContainerResizePolicy, ContainerState, ContainerStatus, Pod, PodCondition,
     PodReadinessGate, PodSpec, PodStatus, ResourceRequirements,
@@ -366,12 +367,10 @@ pub struct CachedContainerStatus {
 }
 
 /// What the planner reads of a container status, in the full (`ContainerStatus`) and the
-/// cached ([`CachedContainerStatus`]) form alike.
-pub trait ContainerStatusView {
+/// cached ([`CachedContainerStatus`]) form alike; its id and image are the in-place
+/// contract's [`ContainerView`], which the daemon's view of a runtime container shares.
+pub trait ContainerStatusView: ContainerView {
     fn name(&self) -> &str;
-    fn image(&self) -> &str;
-    fn image_id(&self) -> &str;
-    fn container_id(&self) -> Option<&str>;
     fn ready(&self) -> bool;
     fn started(&self) -> Option<bool>;
     fn state(&self) -> Option<&ContainerState>;
@@ -384,15 +383,6 @@ macro_rules! container_status_view {
         impl ContainerStatusView for $t {
             fn name(&self) -> &str {
                 &self.name
-            }
-            fn image(&self) -> &str {
-                &self.image
-            }
-            fn image_id(&self) -> &str {
-                &self.image_id
-            }
-            fn container_id(&self) -> Option<&str> {
-                self.container_id.as_deref()
             }
             fn ready(&self) -> bool {
                 self.ready
@@ -412,6 +402,18 @@ macro_rules! container_status_view {
 
 container_status_view!(ContainerStatus);
 container_status_view!(CachedContainerStatus);
+
+impl ContainerView for CachedContainerStatus {
+    fn container_id(&self) -> Option<&str> {
+        self.container_id.as_deref()
+    }
+    fn image_id(&self) -> &str {
+        &self.image_id
+    }
+    fn image(&self) -> &str {
+        &self.image
+    }
+}
 
 /// `k8s_openapi::Resource` and `Metadata` of a compact pod form: it is read from and
 /// stands for `v1/Pod`, so kube can list and watch it as one.

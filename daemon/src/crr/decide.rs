@@ -1,7 +1,7 @@
 //! Pure ContainerRecreateRequest decisions: which CRR of a pod runs, the next status of
 //! that CRR from what the runtime shows, and which container to kill next.
 
-use inplace_proto::keys;
+use inplace_proto::{inplace_contract, keys};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
@@ -33,10 +33,6 @@ pub struct Kill {
 pub struct Step {
     pub status: ContainerRecreateRequestStatus,
     pub kill: Option<Kill>,
-}
-
-fn strip_runtime(id: &str) -> &str {
-    id.split_once("://").map(|(_, i)| i).unwrap_or(id)
 }
 
 fn completed(mut status: ContainerRecreateRequestStatus, now: Timestamp, message: &str) -> Step {
@@ -141,7 +137,7 @@ pub fn step(
         let ctx_id = c
             .status_context
             .as_ref()
-            .map(|s| strip_runtime(&s.container_id).to_string())
+            .map(|s| inplace_contract::runtime_id(&s.container_id).to_string())
             .unwrap_or_default();
         if ctx_id.is_empty() {
             st.phase = CrrPhase::Failed;
@@ -168,7 +164,10 @@ pub fn step(
                 // the pod status the kubelet reports has caught up too
                 let ready = snapshot.as_ref().is_none_or(|snap| {
                     snap.iter()
-                        .find(|s| s.name == c.name && strip_runtime(&s.container_id) == inst.id)
+                        .find(|s| {
+                            s.name == c.name
+                                && inplace_contract::runtime_id(&s.container_id) == inst.id
+                        })
                         .is_some_and(|s| s.ready)
                 });
                 if started && ready {

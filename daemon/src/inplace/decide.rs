@@ -3,10 +3,10 @@
 
 use std::collections::BTreeMap;
 
-use inplace_proto::keys;
-use inplace_proto::{InPlaceUpdateState, LifecycleState};
+use inplace_proto::{InPlaceUpdateState, LifecycleState, inplace_contract, keys};
 use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::jiff::Timestamp;
+use serde_json::Value;
 
 use crate::resize::{self, Limits};
 
@@ -21,11 +21,38 @@ pub struct RuntimeContainer {
     pub created_at: i64,
     /// The image id the container runs (CRI `imageRef` / `image_id`).
     pub image_ref: String,
+    /// The image the container was created from, as the runtime lists it (CRI
+    /// `image.image`: what the kubelet asked for, often the image id itself).
+    pub image: String,
+    /// The image name and image id as the runtime's `ContainerStatus` reports them, which
+    /// is what the kubelet copies into the pod status (containerd: the image's first tag,
+    /// and its repo digest). Read only where the in-place contract needs them: a state
+    /// without the old container's id (written by OpenKruise), judged by images.
+    pub reported_image: Option<(String, String)>,
     /// The environment the container was created with (name → value, the kubelet's
     /// downward-API values resolved), when the runtime reports it (containerd does, in
     /// `ContainerStatus` verbose info); read only for containers whose env reads pod
     /// metadata.
     pub env: Option<BTreeMap<String, String>>,
+}
+
+/// The daemon's view of a container for the in-place contract: the runtime's id (no
+/// `<runtime>://` prefix), and its image and image id as the kubelet reports them where
+/// they were read ([`RuntimeContainer::reported_image`]), else as the runtime lists them.
+impl inplace_contract::ContainerView for RuntimeContainer {
+    fn container_id(&self) -> Option<&str> {
+        Some(&self.id)
+    }
+    fn image_id(&self) -> &str {
+        self.reported_image
+            .as_ref()
+            .map_or(&self.image_ref, |(_, id)| id)
+    }
+    fn image(&self) -> &str {
+        self.reported_image
+            .as_ref()
+            .map_or(&self.image, |(image, _)| image)
+    }
 }
 
 /// What to do with one pod.
@@ -296,17 +323,12 @@ pub fn decide_on_node(
         Some(Err(e)) => return Decision::Invalid(format!("unreadable in-place update state: {e}")),
         Some(Ok(s)) => s,
     };
-    let revision = pod
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(keys::REVISION_LABEL));
-    if revision != Some(&state.revision) {
+    // The label holds the full revision name, or only its hash with the short-hash gate,
+    // while the state always names the full revision: the contract's rule accepts both.
+    if !inplace_contract::at_revision(pod.metadata.labels.as_ref(), &state.revision) {
         return Decision::NotInUpdate;
     }
-    if annotations.contains_key(keys::INPLACE_UPDATE_GRACE_ANNOTATION)
-        || annotations.contains_key(keys::INPLACE_UPDATE_GRACE_ANNOTATION_LEGACY)
-    {
+    if inplace_contract::grace_pending(Some(&annotations)) {
         return Decision::Wait("grace period: spec not patched yet".into());
     }
     let later_batches = state.has_next_batch();
@@ -333,22 +355,21 @@ pub fn decide_on_node(
         if &rc.image_ref != want {
             return Decision::Wait(format!("{name} runs {} not {want} yet", rc.image_ref));
         }
-        // The container that ran when the spec was patched (recorded by the controller as
-        // `<runtime>://<id>`) is not the update, even on the new image ID: a retag has the
-        // same image ID as the old tag, and only a new container runs the new spec.
-        let old_id = before
-            .container_id
-            .rsplit_once("://")
-            .map_or(before.container_id.as_str(), |(_, id)| id);
-        if !old_id.is_empty() && rc.id == old_id {
-            if rc.running && state.restart_containers.iter().any(|r| r == name) {
+        // The container that ran when the spec was patched is not the update, even on the
+        // new image ID (see `container_updated`: the controller judges by the same rule).
+        if !inplace_contract::container_updated(Some(&image), before, rc) {
+            if inplace_contract::is_recorded_container(before, rc)
+                && rc.running
+                && state.restart_containers.iter().any(|r| r == name)
+            {
                 return Decision::RestartRequested {
                     container: name.clone(),
                     id: rc.id.clone(),
                 };
             }
             return Decision::Wait(format!(
-                "{name} not restarted by the kubelet yet (still {old_id})"
+                "{name} not restarted by the kubelet yet (still {})",
+                rc.id
             ));
         }
         if !rc.running {
@@ -472,7 +493,7 @@ fn unreported(pod: &Pod, done: &BTreeMap<String, String>) -> Option<String> {
             .iter()
             .find(|s| &s.name == name)
             .and_then(|s| s.container_id.as_deref())
-            .map(|full| full.rsplit_once("://").map_or(full, |(_, id)| id));
+            .map(inplace_contract::runtime_id);
         if reported != Some(id.as_str()) {
             return Some(format!(
                 "the kubelet does not report {name}'s new container {id} yet"
@@ -554,39 +575,32 @@ pub fn completion_patch(
     ids: &BTreeMap<String, String>,
     now: Timestamp,
 ) -> Result<serde_json::Value, serde_json::Error> {
-    let mut patch = ready_patch(now);
-    patch["metadata"] = serde_json::json!({ "resourceVersion": pod.metadata.resource_version });
+    let rv = pod.metadata.resource_version.as_deref().unwrap_or_default();
     let annotations = pod.metadata.annotations.clone().unwrap_or_default();
     let Some(Ok(state)) = InPlaceUpdateState::from_annotations(&annotations) else {
-        return Ok(patch);
+        return Ok(inplace_contract::completion_patch(rv, Value::Null, now));
+    };
+    let mut metadata = match lifecycle_on_completion(pod, &state) {
+        Some(to) => inplace_contract::lifecycle_metadata(
+            &BTreeMap::from([(
+                keys::LIFECYCLE_STATE_LABEL.to_owned(),
+                to.as_str().to_owned(),
+            )]),
+            &LifecycleState::timestamp(now),
+        ),
+        None => Value::Null,
     };
     if state.extra.get(STATE_CONTAINER_IDS_KEY) != Some(&serde_json::to_value(ids)?) {
-        patch["metadata"]["annotations"][state_key(pod)] =
+        metadata["annotations"][state_key(pod)] =
             serde_json::json!(state_with_container_ids(&state, ids)?);
     }
-    if let Some(to) = lifecycle_on_completion(pod, &state) {
-        patch["metadata"]["labels"] =
-            serde_json::json!({ keys::LIFECYCLE_STATE_LABEL: to.as_str() });
-        patch["metadata"]["annotations"][keys::LIFECYCLE_TIMESTAMP_ANNOTATION] =
-            serde_json::json!(LifecycleState::timestamp(now));
-    }
-    Ok(patch)
+    Ok(inplace_contract::completion_patch(rv, metadata, now))
 }
 
 /// The strategic merge patch of pod status that sets `InPlaceUpdateReady` True
 /// (conditions merge by `type`, so no other condition is touched).
 pub fn ready_patch(now: Timestamp) -> serde_json::Value {
-    serde_json::json!({
-        "status": {
-            "conditions": [{
-                "type": keys::INPLACE_UPDATE_READY_CONDITION,
-                "status": "True",
-                "lastTransitionTime": now.to_string(),
-                "reason": null,
-                "message": null,
-            }]
-        }
-    })
+    serde_json::json!({ "status": inplace_contract::ready_status(now) })
 }
 
 #[cfg(test)]

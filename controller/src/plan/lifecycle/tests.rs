@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::*;
 use crate::plan::fixtures::{Fixture, cloneset, pod, t};
-use crate::plan::inplace_progress::image_with_default_tag;
+use inplace_proto::inplace_contract::image_with_default_tag;
 
 fn hook(labels: &[(&str, &str)], finalizers: &[&str], mark: bool) -> LifecycleHook {
     LifecycleHook {

@@ -87,6 +87,9 @@ fn rc(
         running,
         created_at: created,
         image_ref: image.into(),
+        // The kubelet creates containers from the image id it resolved.
+        image: image.into(),
+        reported_image: None,
         env: None,
     }
 }
@@ -834,4 +837,111 @@ fn completion_moves_the_lifecycle_label_only_as_the_controller_said()
         ])
     );
     Ok(())
+}
+
+/// With `CloneSetShortHash` the revision label holds only the hash while the state names
+/// the full revision: the daemon judges such a pod exactly as one labelled with the full
+/// name (it answered `NotInUpdate` for every such pod, and env-from-metadata updates hung).
+#[test]
+fn a_short_hash_label_is_the_states_revision() {
+    let env_state = r#"{"revision":"cs-6fccd6cd9d","updateTimestamp":"2026-01-01T00:00:10Z","updateEnvFromMetadata":true}"#;
+    let stale = with_env(
+        rc("s0", "side", 0, true, T10 - 60, "sha256:side"),
+        &[("X", "old")],
+    );
+    let fresh = with_env(
+        rc("s1", "side", 1, true, T10 + 60, "sha256:side"),
+        &[("X", "new")],
+    );
+    for label in ["cs-6fccd6cd9d", "6fccd6cd9d"] {
+        let p = pod(json!({"metadata": {
+                "labels": {"x": "new", "controller-revision-hash": label},
+                "annotations": {"apps.kruise.io/inplace-update-state": env_state}}}));
+        assert_eq!(
+            decide(&p, std::slice::from_ref(&stale), &resolved()),
+            Decision::Restart {
+                container: "side".into(),
+                id: "s0".into()
+            },
+            "{label}"
+        );
+        assert_eq!(
+            decide(&p, std::slice::from_ref(&fresh), &resolved()),
+            Decision::Complete(BTreeMap::from([("side".into(), "s1".into())])),
+            "{label}"
+        );
+    }
+    // Another revision's hash is not this update.
+    let other = pod(json!({"metadata": {
+            "labels": {"x": "new", "controller-revision-hash": "6fccd6cd9e"},
+            "annotations": {"apps.kruise.io/inplace-update-state": env_state}}}));
+    assert_eq!(decide(&other, &[stale], &resolved()), Decision::NotInUpdate);
+}
+
+mod one_verdict {
+    use inplace_proto::InPlaceUpdateContainerStatus;
+    use inplace_proto::inplace_contract::container_updated;
+    use k8s_openapi::api::core::v1::ContainerStatus;
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn image() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("reg/app:v1".to_owned()),
+            Just("reg/app:v2".to_owned()),
+            Just("reg/app".to_owned()),
+            Just("127.0.0.1:5000/app:v2".to_owned()),
+            Just("docker.io/library/app:latest".to_owned()),
+        ]
+    }
+
+    fn image_id() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("reg/app@sha256:aa".to_owned()),
+            Just("reg/app@sha256:bb".to_owned()),
+            Just(String::new()),
+        ]
+    }
+
+    proptest! {
+        /// One container seen both ways: as the kubelet reports it in the pod status (the
+        /// controller's view: `containerd://<id>`, the image's tag and repo digest) and as
+        /// the daemon sees it through CRI (the bare id; the listing's image id, and the
+        /// status's image and image id where it read them). The in-place contract gives
+        /// both the same verdict, whether the state records the old container's id (our
+        /// controller) or not (OpenKruise's).
+        #[test]
+        fn both_views_of_a_container_give_one_verdict(
+            id in "[a-f0-9]{1,6}",
+            old_id in prop_oneof![Just(String::new()), "[a-f0-9]{1,6}"],
+            before_image_id in image_id(),
+            status_image_id in image_id(),
+            status_image in image(),
+            spec_image in image(),
+            listed in "sha256:[a-f0-9]{1,4}",
+            read in any::<bool>(),
+        ) {
+            let before = InPlaceUpdateContainerStatus {
+                image_id: before_image_id,
+                container_id: if old_id.is_empty() { String::new() } else { format!("containerd://{old_id}") },
+                resources: None,
+            };
+            let status = ContainerStatus {
+                name: "main".into(),
+                container_id: Some(format!("containerd://{id}")),
+                image: status_image.clone(),
+                image_id: status_image_id.clone(),
+                ..Default::default()
+            };
+            // The daemon reads the reported image wherever the verdict depends on it.
+            let read = read || old_id.is_empty();
+            let mut runtime = rc(&id, "main", 1, true, T10, &listed);
+            runtime.reported_image = read.then_some((status_image, status_image_id));
+            prop_assert_eq!(
+                container_updated(Some(&spec_image), &before, &status),
+                container_updated(Some(&spec_image), &before, &runtime)
+            );
+        }
+    }
 }
