@@ -8,9 +8,14 @@
 //! `FailedScale` condition with reason [`REASON`] and a Warning event, and plans nothing
 //! for the CloneSet until its spec is fixed (kruise-behaviour a.2 "Validation").
 //!
-//! Not checked here: `selector` immutability (a transition rule: it needs the previous
-//! object), the rest of Kubernetes' pod-template validation (the API server validates each
-//! pod at creation; a refusal shows as `FailedCreate`).
+//! `selector` immutability is a transition rule (it needs the previous object): without
+//! it, the selector the controller last acted on is the one it recorded in
+//! `status.labelSelector` ([`selector_change`]). A changed selector would release every
+//! pod that no longer matches, and the pods and PVCs released are no longer counted,
+//! updated or deleted with the CloneSet; so nothing is done until it is put back.
+//!
+//! Not checked here: the rest of Kubernetes' pod-template validation (the API server
+//! validates each pod at creation; a refusal shows as `FailedCreate`).
 
 use inplace_proto::validation::CLONESET_RULES;
 use inplace_proto::{CloneSet, CloneSetUpdateStrategyType};
@@ -93,6 +98,7 @@ pub fn cloneset(cs: &CloneSet) -> Vec<Violation> {
     let spec = &cs.spec;
     let replicas = cs.replicas();
 
+    out.extend(selector_change(cs));
     // spec.selector, and the template's labels against it.
     if selector_violations("spec.selector", &spec.selector, &mut out)
         && let Ok(selector) = Selector::parse(&spec.selector)
@@ -228,6 +234,51 @@ pub fn cloneset(cs: &CloneSet) -> Vec<Violation> {
 }
 
 /// The violations as one message for the condition and the event.
+/// The refused change of `spec.selector`, if the selector differs from the one recorded in
+/// `status.labelSelector` (written by every reconcile that acted, ours or the
+/// reference's; absent before the first). Compared as sets of requirements, so that a
+/// recorded string in another order or spacing is the same selector.
+pub fn selector_change(cs: &CloneSet) -> Option<Violation> {
+    let recorded = cs
+        .status
+        .as_ref()?
+        .label_selector
+        .as_deref()
+        .filter(|s| !s.trim().is_empty())?;
+    let now = Selector::parse(&cs.spec.selector).ok()?.to_string();
+    (requirement_set(recorded) != requirement_set(&now)).then(|| Violation {
+        field: "spec.selector".to_owned(),
+        message: format!(
+            "{} (was \"{recorded}\", now \"{now}\"): changed after creation, which would release the pods that no longer match; nothing is done until the selector is put back",
+            rule_message("selector_immutable")
+        ),
+    })
+}
+
+/// The requirements of a printed label selector (`a=b,c in (d,e),!f`), each with its
+/// spaces removed: commas inside parentheses belong to a requirement's values.
+fn requirement_set(printed: &str) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    let (mut depth, mut current) = (0usize, String::new());
+    for c in printed.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                out.insert(std::mem::take(&mut current));
+                continue;
+            }
+            c if c.is_whitespace() => continue,
+            _ => {}
+        }
+        current.push(c);
+    }
+    if !current.is_empty() {
+        out.insert(current);
+    }
+    out
+}
+
 pub fn summary(violations: &[Violation]) -> String {
     let parts: Vec<String> = violations.iter().map(ToString::to_string).collect();
     format!(
@@ -242,6 +293,61 @@ mod tests {
 
     use super::*;
     use crate::plan::fixtures::cloneset;
+
+    /// A selector that differs from the one recorded in the status is refused, naming the
+    /// field and both selectors; the same selector printed in another order or spacing is
+    /// not a change, and neither is a CloneSet that recorded none yet.
+    #[test]
+    fn a_selector_changed_after_creation_is_refused_until_put_back() {
+        let mut cs = cloneset(json!({
+            "selector": {"matchLabels": {"app": "demo"}},
+            "template": {"metadata": {"labels": {"app": "demo"}}}
+        }));
+        assert_eq!(selector_change(&cs), None, "nothing recorded yet");
+        cs.status = Some(inplace_proto::CloneSetStatus {
+            label_selector: Some("app=demo".into()),
+            ..Default::default()
+        });
+        assert_eq!(selector_change(&cs), None, "unchanged");
+        cs.spec.selector =
+            serde_json::from_value(json!({"matchLabels": {"app": "other"}})).unwrap_or_default();
+        let refused = selector_change(&cs);
+        assert_eq!(
+            refused.as_ref().map(|v| v.field.as_str()),
+            Some("spec.selector")
+        );
+        let message = refused.map(|v| v.message).unwrap_or_default();
+        assert!(
+            message.contains("\"app=demo\"") && message.contains("\"app=other\""),
+            "{message}"
+        );
+        assert!(cloneset_violations_name(&cs, "spec.selector"));
+        // Put back: acted on again.
+        cs.spec.selector =
+            serde_json::from_value(json!({"matchLabels": {"app": "demo"}})).unwrap_or_default();
+        assert_eq!(selector_change(&cs), None);
+
+        // The same requirements, recorded in another order and spacing.
+        cs.spec.selector = serde_json::from_value(json!({
+            "matchLabels": {"app": "demo"},
+            "matchExpressions": [{"key": "tier", "operator": "In", "values": ["b", "a"]}]
+        }))
+        .unwrap_or_default();
+        cs.status = Some(inplace_proto::CloneSetStatus {
+            label_selector: Some("tier in (a, b), app=demo".into()),
+            ..Default::default()
+        });
+        assert_eq!(selector_change(&cs), None);
+        cs.status = Some(inplace_proto::CloneSetStatus {
+            label_selector: Some("tier in (a),app=demo".into()),
+            ..Default::default()
+        });
+        assert!(selector_change(&cs).is_some());
+    }
+
+    fn cloneset_violations_name(cs: &CloneSet, field: &str) -> bool {
+        super::cloneset(cs).iter().any(|v| v.field == field)
+    }
 
     /// `(CRD rule id, or "webhook" for what only the reference's webhook refuses; spec patch
     /// over the fixture's valid CloneSet; fields refused)`.
