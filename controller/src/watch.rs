@@ -272,17 +272,16 @@ impl Stores {
         Ok(())
     }
 
-    /// The objects of `cs`: pods and revisions it controls, PVCs it controls or whose labels
-    /// match its selector, and the nodes its pods run on.
+    /// The objects of `cs`: pods and revisions it controls, PVCs it owns, and the nodes its
+    /// pods run on.
+    ///
+    /// PVCs by owner UID only, as the reference lists them: a PVC left by another CloneSet
+    /// (deleted with `--cascade=orphan`) whose labels match this selector is not ours,
+    /// and with `disablePVCReuse` this CloneSet would delete it (user data).
     pub fn owned(&self, cs: &CloneSet) -> Owned {
         let ns = cs.namespace().unwrap_or_default();
         let uid = cs.uid().unwrap_or_default();
         let selector: Option<kube::core::Selector> = cs.spec.selector.clone().try_into().ok();
-        let matches = |labels: &std::collections::BTreeMap<String, String>| {
-            selector
-                .as_ref()
-                .is_none_or(|s| kube::core::SelectorExt::matches(s, labels))
-        };
         let expressions: Option<Vec<Expression>> =
             selector.clone().map(|s| s.into_iter().collect());
         let mut pods: Vec<Arc<CachedPod>> = self.pods.state_filter(|p| {
@@ -297,11 +296,7 @@ impl Stores {
         let mut pvcs: Vec<PersistentVolumeClaim> = self
             .pvcs
             .state_filter(|p| {
-                p.metadata.namespace.as_deref() == Some(ns.as_str())
-                    && (owned_by(&p.metadata, &uid)
-                        || (cloneset_owner(&p.metadata).is_none()
-                            && selector.is_some()
-                            && matches(p.labels())))
+                p.metadata.namespace.as_deref() == Some(ns.as_str()) && owned_by(&p.metadata, &uid)
             })
             .iter()
             .map(|p| PersistentVolumeClaim::clone(p))

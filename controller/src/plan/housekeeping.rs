@@ -42,11 +42,21 @@ pub fn pvc_cleanup(ctx: &PlanContext<'_>) -> Vec<Action> {
         .filter_map(|p| Some((p.instance_id?, p.name)))
         .collect();
     let mut actions = Vec::new();
+    // Only PVCs this CloneSet owns (the watch gives no other, but a delete is forever:
+    // checked again here, by UID, where the decision is made).
+    let uid = ctx.cloneset().metadata.uid.as_deref().unwrap_or_default();
     let mut pvcs: Vec<_> = ctx
         .snapshot
         .pvcs
         .iter()
         .filter(|pvc| pvc.metadata.deletion_timestamp.is_none())
+        .filter(|pvc| {
+            pvc.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| !uid.is_empty() && o.uid == uid)
+        })
         .collect();
     pvcs.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     for pvc in pvcs {
@@ -108,11 +118,38 @@ mod tests {
     use super::*;
     use crate::plan::fixtures::{Fixture, cloneset, pod};
 
+    /// A PVC of instance `id` owned by the fixture's CloneSet (UID `cs-uid`).
     fn pvc(name: &str, id: &str) -> PersistentVolumeClaim {
-        serde_json::from_value(
-            json!({"metadata": {"name": name, "labels": {keys::INSTANCE_ID_LABEL: id}}}),
-        )
+        owned_pvc(name, id, Some("cs-uid"))
+    }
+
+    fn owned_pvc(name: &str, id: &str, owner: Option<&str>) -> PersistentVolumeClaim {
+        let owners = owner.map_or(json!([]), |uid| {
+            json!([{"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet",
+                    "name": "demo", "uid": uid, "controller": true}])
+        });
+        serde_json::from_value(json!({"metadata": {
+            "name": name, "labels": {keys::INSTANCE_ID_LABEL: id}, "ownerReferences": owners}}))
         .unwrap()
+    }
+
+    /// PVCs this CloneSet does not own (left by another CloneSet deleted with
+    /// `--cascade=orphan`, or by another owner) are never deleted nor handed over, even
+    /// when their labels match and no pod has their instance id.
+    #[test]
+    fn pvcs_of_other_owners_or_none_are_never_touched() {
+        let f = Fixture::new(
+            cloneset(json!({"scaleStrategy": {"disablePVCReuse": true}})),
+            vec![pod("demo-bbbbb", "demo-new").phase("Failed")],
+        );
+        let pvcs = [
+            owned_pvc("d-b-xxxxx", "xxxxx", None),
+            owned_pvc("d-b-bbbbb", "bbbbb", None),
+            owned_pvc("d-other-yyyyy", "yyyyy", Some("other-uid")),
+        ];
+        let mut ctx = f.ctx();
+        ctx.snapshot.pvcs = &pvcs;
+        assert_eq!(pvc_cleanup(&ctx), vec![]);
     }
 
     #[test]
