@@ -269,3 +269,123 @@ fn the_policy_matches_exactly_the_daemons_status_writes() {
         conditions[0]
     );
 }
+
+/// `old` with `patch` applied (the daemon's `pods/status` patches are merge patches, or
+/// strategic ones whose only list is the conditions, which the policy does not read).
+fn patched(old: &Value, patch: &Value) -> Value {
+    let mut new = old.clone();
+    json_patch::merge(&mut new, patch);
+    new
+}
+
+/// A pod of `node` in the middle of an in-place update, as the controller leaves it for the
+/// daemon: revision label (the short hash, as with `CloneSetShortHash`), lifecycle state
+/// Updating with its timestamp, the state naming the full revision and the lifecycle state
+/// to take on completion, `InPlaceUpdateReady` False.
+fn updating_pod(node: &str) -> k8s_openapi::api::core::v1::Pod {
+    let state = json!({
+        "revision": "web-6fccd6cd9d",
+        "updateTimestamp": "2026-01-01T00:00:10Z",
+        "updateEnvFromMetadata": true,
+        "lastContainerStatuses": {"app": {"imageID": "reg/app@sha256:aa", "containerID": "containerd://a0"}},
+        "lifecycleStateOnCompletion": "Normal",
+    });
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web-1", "namespace": "default", "resourceVersion": "41",
+            "labels": {"app": "web", "controller-revision-hash": "6fccd6cd9d",
+                       "lifecycle.apps.kruise.io/state": "Updating"},
+            "annotations": {STATE: state.to_string(),
+                            "lifecycle.apps.kruise.io/timestamp": "2026-01-01T00:00:10Z",
+                            "other": "kept"}},
+        "spec": {"nodeName": node, "containers": [{"name": "app", "image": "app:v2"}]},
+        "status": {"conditions": [{"type": "InPlaceUpdateReady", "status": "False"}]}
+    }))
+    .unwrap_or_default()
+}
+
+/// Every `pods/status` write the daemon makes, built by the daemon's own code: each is
+/// admitted for a pod on the daemon's node and refused for the same pod on another node.
+/// A change to what the daemon writes (a new label or annotation) fails here unless the
+/// policy admits it too.
+#[test]
+fn every_pod_write_of_the_daemon_is_admitted_on_its_node_only()
+-> Result<(), Box<dyn std::error::Error>> {
+    use inplace_daemon::inplace::decide;
+    use k8s_openapi::jiff::Timestamp;
+    use std::collections::BTreeMap;
+
+    let now = Timestamp::from_second(1_767_225_700)?;
+    let ids = BTreeMap::from([("app".to_owned(), "containerd://a1".to_owned())]);
+    for (node, admitted) in [("node-a", true), ("node-b", false)] {
+        let pod = updating_pod(node);
+        let state = match inplace_proto::InPlaceUpdateState::from_annotations(
+            pod.metadata.annotations.as_ref().ok_or("no annotations")?,
+        ) {
+            Some(Ok(s)) => s,
+            _ => return Err("unreadable state".into()),
+        };
+        let env_stopped =
+            decide::state_with_env_stopped(&state, "app", "a0")?.ok_or("already recorded")?;
+        let mut checked = state.clone();
+        checked.daemon_env_checked = Some(inplace_proto::EnvChecked {
+            batch: 1,
+            containers: ids.clone(),
+        });
+        let writes = [
+            ("completion", decide::completion_patch(&pod, &ids, now)?),
+            (
+                "env restart recorded",
+                decide::state_patch(&pod, env_stopped),
+            ),
+            (
+                "env checked",
+                decide::state_patch(&pod, serde_json::to_string(&checked)?),
+            ),
+        ];
+        let old = serde_json::to_value(&pod)?;
+        for (what, patch) in writes {
+            let new = patched(&old, &patch);
+            assert_ne!(new, old, "{what}: the write changes the pod");
+            let v = verdict(&request(DAEMON, Some("node-a"), "", "pods"), &new, &old);
+            assert_eq!(v.is_none(), admitted, "{what} on {node}: {v:?}");
+        }
+        // The completion moves the lifecycle label: the write the policy once refused.
+        let completed = patched(&old, &decide::completion_patch(&pod, &ids, now)?);
+        assert_eq!(
+            completed["metadata"]["labels"]["lifecycle.apps.kruise.io/state"],
+            "Normal"
+        );
+    }
+    Ok(())
+}
+
+/// The lifecycle label may move only as a completion moves it: from Updating to Normal or
+/// Updated, and the timestamp annotation only with it.
+#[test]
+fn the_lifecycle_label_moves_only_out_of_updating() {
+    let req = request(DAEMON, Some("node-a"), "", "pods");
+    let with = |state: &str, stamp: &str| {
+        pod(
+            "node-a",
+            json!({"app": "web", "lifecycle.apps.kruise.io/state": state}),
+            json!({"lifecycle.apps.kruise.io/timestamp": stamp}),
+        )
+    };
+    for (from, to, stamp_changed, ok) in [
+        ("Updating", "Normal", true, true),
+        ("Updating", "Updated", true, true),
+        ("Updating", "PreparingDelete", true, false),
+        ("Normal", "Updating", true, false),
+        ("Normal", "PreparingDelete", false, false),
+        ("Normal", "Normal", true, false),
+    ] {
+        let new_stamp = if stamp_changed { "t2" } else { "t1" };
+        let v = verdict(&req, &with(to, new_stamp), &with(from, "t1"));
+        assert_eq!(
+            v.is_none(),
+            ok,
+            "{from} -> {to} (stamp changed {stamp_changed}): {v:?}"
+        );
+    }
+}
