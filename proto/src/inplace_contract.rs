@@ -89,18 +89,26 @@ pub trait ContainerView {
     fn image(&self) -> &str;
 }
 
-/// The kubelet's view: a container status of the pod.
-impl ContainerView for k8s_openapi::api::core::v1::ContainerStatus {
-    fn container_id(&self) -> Option<&str> {
-        self.container_id.as_deref()
-    }
-    fn image_id(&self) -> &str {
-        &self.image_id
-    }
-    fn image(&self) -> &str {
-        &self.image
-    }
+/// [`ContainerView`] of a container status type whose fields are named as the API's
+/// (`containerID`, `imageID`, `image`): the kubelet's view, in full or as a cache keeps it.
+#[macro_export]
+macro_rules! container_view_of_status {
+    ($t:ty) => {
+        impl $crate::inplace_contract::ContainerView for $t {
+            fn container_id(&self) -> Option<&str> {
+                self.container_id.as_deref()
+            }
+            fn image_id(&self) -> &str {
+                &self.image_id
+            }
+            fn image(&self) -> &str {
+                &self.image
+            }
+        }
+    };
 }
+
+container_view_of_status!(k8s_openapi::api::core::v1::ContainerStatus);
 
 /// Whether a container recorded in `lastContainerStatuses` as `before` runs the updated
 /// spec, by `now`, the container as one side sees it.

@@ -403,17 +403,7 @@ macro_rules! container_status_view {
 container_status_view!(ContainerStatus);
 container_status_view!(CachedContainerStatus);
 
-impl ContainerView for CachedContainerStatus {
-    fn container_id(&self) -> Option<&str> {
-        self.container_id.as_deref()
-    }
-    fn image_id(&self) -> &str {
-        &self.image_id
-    }
-    fn image(&self) -> &str {
-        &self.image
-    }
-}
+inplace_proto::container_view_of_status!(CachedContainerStatus);
 
 /// `k8s_openapi::Resource` and `Metadata` of a compact pod form: it is read from and
 /// stands for `v1/Pod`, so kube can list and watch it as one.

@@ -85,6 +85,7 @@ fn the_pod(ns: &Namespace) -> TestResult<Value> {
     let mut live = pods.into_values().filter(|p| !pod_terminating(p));
     let pod = live.next().ok_or("no pod")?;
     assert!(live.next().is_none(), "one pod expected");
+    assert_revision_label_form(&pod)?;
     Ok(pod)
 }
 

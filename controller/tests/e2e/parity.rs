@@ -197,14 +197,6 @@ spec:
     Ok(())
 }
 
-fn failed_scale(cs: &Value) -> Option<Value> {
-    cs["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == "FailedScale" && c["status"] == "True")
-        .cloned()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs the test bed"]
 async fn a_cloneset_the_webhook_would_refuse_is_reported_and_gets_no_pods() -> TestResult {

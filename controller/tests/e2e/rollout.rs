@@ -293,7 +293,7 @@ async fn progress_deadline_flips_progressing_false() -> TestResult {
 }
 
 /// hostPath PersistentVolumes for the test's claims (the bed has no provisioner).
-fn make_pvs(prefix: &str, n: usize) -> TestResult<Vec<String>> {
+pub(crate) fn make_pvs(prefix: &str, n: usize) -> TestResult<Vec<String>> {
     let mut names = Vec::new();
     for i in 0..n {
         let name = format!("{prefix}-pv{i}");
@@ -319,7 +319,7 @@ spec:
     Ok(names)
 }
 
-struct Pvs(Vec<String>);
+pub(crate) struct Pvs(pub(crate) Vec<String>);
 
 impl Drop for Pvs {
     fn drop(&mut self) {
@@ -336,17 +336,11 @@ async fn pvcs_follow_their_pods() -> TestResult {
     let class = ns.name.clone();
     let _pvs = Pvs(make_pvs(&class, 8)?);
     let _ctl = Controller::start(&ns.name)?;
-    let yaml = sample_cloneset("pv", 2, &image("v1"), "InPlaceIfPossible")
-        .replace(
-            "        readinessProbe:",
-            "        volumeMounts:\n        - name: data\n          mountPath: /data\n        readinessProbe:",
-        )
-        .replace(
-            "  updateStrategy:",
-            &format!(
-                "  volumeClaimTemplates:\n  - metadata:\n      name: data\n    spec:\n      accessModes: [\"ReadWriteOnce\"]\n      storageClassName: {class}\n      resources:\n        requests:\n          storage: 1Gi\n  updateStrategy:"
-            ),
-        );
+    let yaml = with_claims(
+        &sample_cloneset("pv", 2, &image("v1"), "InPlaceIfPossible"),
+        &class,
+        "",
+    );
     ns.apply(&yaml)?;
     wait_rolled_out(&ns, "pv", 2, ROLLOUT)?;
     let pvcs = |ns: &Namespace| -> TestResult<BTreeMap<String, String>> {

@@ -231,6 +231,37 @@ pub fn installed_mode() -> bool {
     std::env::var("INPLACE_E2E_INSTALLED").is_ok_and(|v| v == "1")
 }
 
+/// Whether the controller under test runs with `CloneSetShortHash` (`tests/run-all` sets
+/// `INPLACE_E2E_SHORT_HASH=1` when it restarted the installed one with that gate).
+pub fn short_hash_expected() -> bool {
+    std::env::var("INPLACE_E2E_SHORT_HASH").is_ok_and(|v| v == "1")
+}
+
+/// The pod's `controller-revision-hash` label has the form the gates ask for: only the
+/// hash (equal to `pod-template-hash`) with `CloneSetShortHash`, else the full revision
+/// name `<cloneset>-<hash>`. Checked so that a run meant for the short hash cannot pass
+/// with the gate not taken.
+pub fn assert_revision_label_form(pod: &Value) -> TestResult {
+    let revision = label(pod, "controller-revision-hash").ok_or("no revision label")?;
+    let hash = label(pod, "pod-template-hash").ok_or("no pod-template-hash label")?;
+    let short = revision == hash;
+    if short != short_hash_expected() {
+        return Err(format!(
+            "revision label {revision:?} (pod-template-hash {hash:?}): expected the {} form",
+            if short_hash_expected() {
+                "short-hash"
+            } else {
+                "full-name"
+            }
+        )
+        .into());
+    }
+    if !short && !revision.ends_with(&format!("-{hash}")) {
+        return Err(format!("revision label {revision:?} does not end in -{hash}").into());
+    }
+    Ok(())
+}
+
 /// The namespace of the installed product (deploy/).
 pub const SYSTEM_NS: &str = "inplace-system";
 
@@ -849,6 +880,31 @@ spec:
     type: {strategy}
 "#
     )
+}
+
+/// `cloneset` (a [`sample_cloneset`]) with a `data` volume claim template of storage class
+/// `class` mounted at /data, and `extra_spec` (spec fields, YAML indented by two) before it.
+pub fn with_claims(cloneset: &str, class: &str, extra_spec: &str) -> String {
+    cloneset
+        .replace(
+            "        readinessProbe:",
+            "        volumeMounts:\n        - name: data\n          mountPath: /data\n        readinessProbe:",
+        )
+        .replace(
+            "  updateStrategy:",
+            &format!(
+                "{extra_spec}  volumeClaimTemplates:\n  - metadata:\n      name: data\n    spec:\n      accessModes: [\"ReadWriteOnce\"]\n      storageClassName: {class}\n      resources:\n        requests:\n          storage: 1Gi\n  updateStrategy:"
+            ),
+        )
+}
+
+/// The CloneSet's `FailedScale` condition, if it is True.
+pub fn failed_scale(cs: &Value) -> Option<Value> {
+    cs["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "FailedScale" && c["status"] == "True")
+        .cloned()
 }
 
 /// Waits until the CloneSet reports `n` updated-ready replicas out of `n`, all on its update
