@@ -106,6 +106,21 @@ pub fn plan(snapshot: Snapshot<'_>) -> Result<Plan, PlanError> {
             reported = scale_diffs;
             actions.extend(scale_actions);
         }
+        // The update step names the refused pods; a scale step (or an update step with no
+        // pod to move) says why no pod is made from the update revision.
+        if let Some(reason) = scale::inplace_only_refusal(&ctx)
+            && !problems
+                .iter()
+                .any(|p| p.reason == scale::REFUSED_IN_PLACE_ONLY)
+        {
+            problems.push(super::model::PlanProblem {
+                condition: inplace_proto::keys::CONDITION_FAILED_UPDATE,
+                reason: scale::REFUSED_IN_PLACE_ONLY.to_owned(),
+                message: format!(
+                    "update strategy is InPlaceOnly but the template cannot be updated in place: {reason}; no pod is created from it until it is reverted or the strategy changed"
+                ),
+            });
+        }
     }
     let (mut status, status_requeue) = status::compute(&ctx, &revisions);
     let previous = cloneset.status.clone().unwrap_or_default();

@@ -7,7 +7,8 @@
 //!    or inPlaceUpdate hook has `markPodNotReady` (a pod marked not-ready stays on its way
 //!    out).
 //! 2. **Create** `min(scaleUp, scaleUpLimit)` pods, the first `scaleUpOldRevision` from the
-//!    current revision, the rest from the update revision. When `scaleUp > 0` the step
+//!    current revision, the rest from the update revision; all from the current revision
+//!    while an `InPlaceOnly` template change cannot go in place ([`inplace_only_refusal`]). When `scaleUp > 0` the step
 //!    ends here even if the limit allows no creation (the reference returns; the update
 //!    step may then run). The `ScaleUpLimited` event is due when `scaleUp > scaleUpLimit`
 //!    (visible in [`Diffs`]).
@@ -30,8 +31,9 @@
 //! deleted together"); the applier does that, no separate `DeletePvc` is planned.
 //! Specified deletes are taken in pod-name order (the reference uses cache order).
 
-use inplace_proto::LifecycleState;
+use inplace_proto::{CloneSetUpdateStrategyType, LifecycleState};
 
+use super::inplace::InPlaceDecision;
 use super::instance_ids::available_ids;
 use super::lifecycle::{hook_matches, transition};
 use super::model::{Action, DeleteReason, Diffs, PlanContext, PodFacts};
@@ -171,11 +173,47 @@ fn cancel_preparing_delete(
 /// same way (`burstReplicas`, also 500).
 pub const MAX_CREATES_PER_PLAN: usize = 500;
 
+/// Reason of the problem reported for a refused `InPlaceOnly` change (the update step's too).
+pub const REFUSED_IN_PLACE_ONLY: &str = "CannotUpdateInPlace";
+
+/// Why the update revision cannot be reached in place from the current one, when the
+/// update strategy is `InPlaceOnly`: the reference's webhook refuses such a template
+/// change, so its stored template stays the old one and new pods are made from it. Here
+/// the change is stored (no webhook, no CEL transition rule can compare templates), so no
+/// pod is made from it: creations use the current revision, and the plan reports the
+/// refusal naming the fields.
+pub fn inplace_only_refusal(ctx: &PlanContext<'_>) -> Option<String> {
+    let cs = ctx.cloneset();
+    let in_place_only = cs
+        .spec
+        .update_strategy
+        .as_ref()
+        .is_some_and(|s| s.type_ == Some(CloneSetUpdateStrategyType::InPlaceOnly));
+    if !in_place_only || ctx.current_revision == ctx.update_revision {
+        return None;
+    }
+    match super::inplace::decide_for_revisions(
+        cs,
+        ctx.snapshot.revisions,
+        &ctx.update_revision,
+        Some(&ctx.current_revision),
+        &ctx.update_revision,
+        ctx.options(),
+    ) {
+        InPlaceDecision::Refused { reason } => Some(reason),
+        _ => None,
+    }
+}
+
 fn create(ctx: &PlanContext<'_>, diffs: &Diffs) -> Vec<Action> {
     let count = usize::try_from(diffs.scale_up_limit)
         .unwrap_or(0)
         .min(MAX_CREATES_PER_PLAN);
-    let old = usize::try_from(diffs.scale_up_old_revision).unwrap_or(0);
+    let old = if inplace_only_refusal(ctx).is_some() {
+        count
+    } else {
+        usize::try_from(diffs.scale_up_old_revision).unwrap_or(0)
+    };
     available_ids(ctx, count)
         .into_iter()
         .enumerate()
@@ -276,6 +314,44 @@ mod tests {
             };
             assert_eq!(revision, "demo-new");
             assert_eq!(instance_id.len(), 5);
+        }
+    }
+
+    /// `InPlaceOnly` with a template change beyond images and metadata (an env var): the
+    /// reference refuses the change, so new pods are made from the current template.
+    #[test]
+    fn in_place_only_scale_up_makes_no_pod_from_a_template_that_cannot_go_in_place() {
+        let old_template = json!({
+            "metadata": {"labels": {"app": "demo"}},
+            "spec": {"containers": [{"name": "main", "image": "nginx:1"}]},
+        });
+        for (container, refused) in [
+            (
+                json!({"name": "main", "image": "nginx:2", "env": [{"name": "A", "value": "1"}]}),
+                true,
+            ),
+            (json!({"name": "main", "image": "nginx:2"}), false),
+        ] {
+            let mut f = fixture(
+                json!({"replicas": 3, "updateStrategy": {"type": "InPlaceOnly"},
+                       "template": {"spec": {"containers": [container]}}}),
+                vec![pod("demo-o0", "demo-old")],
+            );
+            f.current_revision = "demo-old".into();
+            f.revisions = vec![crate::plan::fixtures::revision(
+                "demo-old",
+                old_template.clone(),
+            )];
+            assert_eq!(inplace_only_refusal(&f.ctx()).is_some(), refused);
+            let revisions: Vec<String> = run(&f)
+                .into_iter()
+                .filter_map(|a| match a {
+                    Action::Create { revision, .. } => Some(revision),
+                    _ => None,
+                })
+                .collect();
+            let want = if refused { "demo-old" } else { "demo-new" };
+            assert_eq!(revisions, [want, want], "refused {refused}");
         }
     }
 

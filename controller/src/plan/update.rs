@@ -154,7 +154,7 @@ pub fn plan_update(ctx: &PlanContext, diffs: &Diffs) -> UpdateStep {
     for (reason, pods) in refused {
         step.problems.push(PlanProblem {
             condition: keys::CONDITION_FAILED_UPDATE,
-            reason: "CannotUpdateInPlace".to_owned(),
+            reason: super::scale::REFUSED_IN_PLACE_ONLY.to_owned(),
             message: format!(
                 "update strategy is InPlaceOnly but pods {} cannot be updated in place: {reason}",
                 pods.join(", ")
