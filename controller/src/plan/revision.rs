@@ -1,7 +1,9 @@
 //! ControllerRevisions: the data and name of the revision made from the current template,
 //! which existing revision it equals, the collision count, and the history limit.
 //!
-//! Reference: kruise-behaviour.md a.9 and Kubernetes' `controller/history`.
+//! Reference: OpenKruise `pkg/controller/cloneset/revision/cloneset_revision.go` and
+//! `cloneset_controller.go` (`getActiveRevisions`, `truncateHistory`), and Kubernetes'
+//! `controller/history`.
 //!
 //! - **Data** is the strategic-merge patch `{"spec":{"template":{…,"$patch":"replace"}}}`
 //!   built from the raw template (unknown fields kept, see `proto::template`).
