@@ -1,5 +1,6 @@
-//! Orphan adoption and release (kruise-behaviour "Orphan adoption": pods matching the
-//! selector without an owner are adopted; owned pods no longer matching are released).
+//! Orphan adoption and release (OpenKruise `cloneset_controller.go` `claimPods`: pods
+//! matching the selector without an owner are adopted; owned pods no longer matching are
+//! released).
 //!
 //! [`decide`] is pure; [`apply`] patches the pods' owner references, each patch carrying
 //! the pod's UID so that it cannot land on a pod recreated under the same name.

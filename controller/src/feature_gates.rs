@@ -84,7 +84,7 @@ const OTHER_WORKLOAD: &str =
 const WEBHOOK: &str = "concerns OpenKruise's admission webhooks; inplace has none";
 
 /// Every gate of the reference (`pkg/features/kruise_features.go`; stages and defaults of
-/// its current sources where kruise-behaviour.md states them, else of the file read).
+/// OpenKruise's master after v1.9.0, e.g. `ResourcesDeletionProtection` beta and off).
 pub const REFERENCE_GATES: &[Gate] = &[
     gate(
         "CloneSetShortHash",

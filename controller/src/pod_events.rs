@@ -1,7 +1,8 @@
-//! `CloneSetEventHandlerOptimization` (docs "Performance optimization"; kruise-behaviour
-//! "Pod update filter"): with the gate on, a pod update triggers its CloneSet only when it
-//! changes something the CloneSet decides on. The kubelet's many status writes that only
-//! move timestamps, IPs, other conditions or container state details are dropped.
+//! `CloneSetEventHandlerOptimization` (docs "Performance optimization"; OpenKruise
+//! `pkg/controller/cloneset/core/cloneset_core.go`): with the gate on, a pod update
+//! triggers its CloneSet only when it changes something the CloneSet decides on. The
+//! kubelet's many status writes that only move timestamps, IPs, other conditions or
+//! container state details are dropped.
 //!
 //! What counts ([`trigger_hash`]): the generation, deletion, labels (revision, lifecycle,
 //! specified-delete, …), finalizers (lifecycle hooks), the annotations this controller

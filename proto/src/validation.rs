@@ -83,7 +83,8 @@ const SELECTOR_EXPRESSION_MESSAGE: &str =
 /// Non-empty selector (the reference rejects a selector that selects everything).
 const SELECTOR_NOT_EMPTY_RULE: &str = "(has(self.matchLabels) && size(self.matchLabels) > 0) || (has(self.matchExpressions) && size(self.matchExpressions) > 0)";
 
-/// CEL rules of CloneSet, after the reference's validating webhook (kruise-behaviour a.2).
+/// CEL rules of CloneSet, after the reference's validating webhook (OpenKruise
+/// `pkg/webhook/cloneset/validating/validation.go`).
 pub const CLONESET_RULES: &[CelRule] = &[
     CelRule {
         id: "selector_not_empty",
@@ -193,7 +194,8 @@ pub const CLONESET_KEYWORDS: &[SchemaKeyword] = &[
     },
 ];
 
-/// CEL rules of ImagePullJob, after the reference's validating webhook (kruise-behaviour c).
+/// CEL rules of ImagePullJob, after the reference's validating webhook (OpenKruise
+/// `pkg/webhook/imagepulljob/validating/`).
 pub const IMAGEPULLJOB_RULES: &[CelRule] = &[
     CelRule {
         id: "parallelism_integer",
@@ -249,7 +251,8 @@ pub const NODEIMAGE_RULES: &[CelRule] = &[];
 /// 0–100, phase enum).
 pub const NODEIMAGE_KEYWORDS: &[SchemaKeyword] = &[];
 
-/// CEL rules of ContainerRecreateRequest (kruise-behaviour d).
+/// CEL rules of ContainerRecreateRequest (after OpenKruise's admission of CRRs,
+/// `pkg/webhook/containerrecreaterequest/`).
 ///
 /// The spec is immutable once it has been filled in: the controller writes every
 /// container's `statusContext` (and `strategy.terminationGracePeriodSeconds` from the pod)

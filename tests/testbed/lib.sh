@@ -36,15 +36,10 @@ SERVICE_IP=10.0.0.1
 # Host paths hard-coded by kubelet 1.20 / containerd 1.6; removed by down if up created them.
 HOST_PATHS="/var/log/pods /var/log/containers /var/lib/kubelet /run/containerd"
 
-# The node simulator: $INPLACE_NODESIM_BIN, else the release binary in cargo's target dir
-# ($CARGO_TARGET_DIR, else build.target-dir of the repo's .cargo/config.toml, else target/).
-cargo_target_dir() {
-  if [ -n "${CARGO_TARGET_DIR:-}" ]; then echo "$CARGO_TARGET_DIR"; return; fi
-  local t
-  t=$(sed -n 's/^[[:space:]]*target-dir[[:space:]]*=[[:space:]]*"\(.*\)".*/\1/p' "$REPO_DIR/.cargo/config.toml" 2>/dev/null | head -1)
-  case $t in "") echo "$REPO_DIR/target" ;; /*) echo "$t" ;; *) echo "$REPO_DIR/$t" ;; esac
-}
-SIM_BIN=${INPLACE_NODESIM_BIN:-$(cargo_target_dir)/release/inplace-nodesim}
+# Cargo's target dir, as tests/run-all and the other scripts set it: outside the work tree.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$CACHE/target}"
+# The node simulator: $INPLACE_NODESIM_BIN, else the release binary in cargo's target dir.
+SIM_BIN=${INPLACE_NODESIM_BIN:-$CARGO_TARGET_DIR/release/inplace-nodesim}
 
 log() { printf '[testbed %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 die() { printf 'testbed: error: %s\n' "$*" >&2; exit 1; }

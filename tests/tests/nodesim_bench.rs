@@ -4,7 +4,7 @@
 //! ```text
 //! cargo build --release -p inplace-tests --bin inplace-nodesim   # optional, see below
 //! INPLACE_TESTBED_KUBECONFIG=/var/tmp/inplace-testbed/kubeconfig \
-//! INPLACE_NODESIM_BIN=/var/tmp/inplace-cache/target/release/inplace-nodesim \
+//! INPLACE_NODESIM_BIN=$CARGO_TARGET_DIR/release/inplace-nodesim \
 //!   cargo test -p inplace-tests --test nodesim_bench -- --ignored --nocapture
 //! ```
 //!

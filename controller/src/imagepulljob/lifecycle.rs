@@ -1,4 +1,4 @@
-//! The NodeImage lifecycle, pure (reference `pkg/controller/nodeimage`, kruise-behaviour c):
+//! The NodeImage lifecycle, pure (reference `pkg/controller/nodeimage`):
 //! one reconcile of the NodeImage named after one node, from the node, the NodeImage, the
 //! ImagePullJobs that exist and the time, to one step.
 //!
@@ -33,7 +33,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 /// How long a node must have been Ready before it gets a NodeImage.
 pub const CREATION_DELAY: Duration = Duration::from_secs(30);
-/// How long the daemon may stay silent about a tag (kruise-behaviour c: 10 min).
+/// How long the daemon may stay silent about a tag (OpenKruise's NodeImage controller: 10 min).
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(600);
 /// Status message of a tag whose daemon never answered.
 pub const NOT_RESPONDED: &str = "node has not responded for a long time";

@@ -1,5 +1,6 @@
 //! The objects behind an [`super::Action::Create`]: the pod made from a revision's template
-//! and its PVCs (docs "Support PVCs"; kruise-behaviour a.5 "Creation", "PVC per pod").
+//! and its PVCs (docs "Support PVCs"; OpenKruise `utils/cloneset_utils.go` and
+//! `sync/cloneset_scale.go`).
 //!
 //! Pure functions over the raw template, so that fields unknown to k8s-openapi survive into
 //! the created pod; typed variants are offered for callers that want them (they drop such

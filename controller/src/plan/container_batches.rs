@@ -1,4 +1,5 @@
-//! Container launch priority in in-place updates (kruise-behaviour b "Container batches").
+//! Container launch priority in in-place updates (OpenKruise
+//! `pkg/util/inplaceupdate/inplace_update.go`).
 //!
 //! When an in-place update changes several containers that have launch priorities, the
 //! containers go in batches: the highest priority first, the next batch only once every

@@ -1,7 +1,7 @@
 //! The scale/update arithmetic: percents resolved to pod counts ([`resolve`]) and the
 //! reference's `calculateDiffsWithExpectation` ([`calculate`]).
 //!
-//! Percent rounding (kruise-behaviour a.5 "Percent rounding", docs "Partition",
+//! Percent rounding (OpenKruise `sync/cloneset_sync_utils.go`, docs "Partition",
 //! "MaxUnavailable", "MaxSurge", "Scale up with rate limit"):
 //!
 //! | setting | rounding |
@@ -168,7 +168,7 @@ struct Counts {
 /// The reference's `calculateDiffsWithExpectation` over the active pods of `ctx`.
 ///
 /// Rules it encodes (docs "MaxSurge", "MaxUnavailable", "Partition", "Scaling with
-/// PreparingDelete"; kruise-behaviour a.5/a.6):
+/// PreparingDelete"; OpenKruise `sync/cloneset_sync_utils.go`):
 ///
 /// - A pod is *new* when its revision label names the update revision. PreparingDelete
 ///   pods count as unavailable; specified-delete pods (label or `podsToDelete`) are counted

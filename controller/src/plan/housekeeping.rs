@@ -1,16 +1,17 @@
 //! Bookkeeping the reference does on every reconcile, outside the scale/update step:
 //!
-//! - **PVC cleanup with `disablePVCReuse`** (docs "Support PVCs", kruise-behaviour a.5
-//!   "PVC reuse off"; runs before the scale step): a PVC whose instance id no active pod
-//!   has is not kept for reuse. If a finished or terminating pod still has that id, the
-//!   PVC is handed over to that pod ([`Action::ReownPvcToPod`]) so that it goes when the
-//!   pod goes; otherwise it is deleted ([`Action::DeletePvc`]).
+//! - **PVC cleanup with `disablePVCReuse`** (docs "Support PVCs"; OpenKruise
+//!   `cloneset_controller.go` `cleanupPVCs`; runs before the scale step): a PVC whose
+//!   instance id no active pod has is not kept for reuse. If a finished or terminating pod
+//!   still has that id, the PVC is handed over to that pod ([`Action::ReownPvcToPod`]) so
+//!   that it goes when the pod goes; otherwise it is deleted ([`Action::DeletePvc`]).
 //! - **`podsToDelete` pruning** (docs "Selective Pod deletion": "Controller will clear
 //!   podsToDelete automatically once the listed Pods are deleted"): names of pods that are
 //!   no longer active are removed ([`Action::PrunePodsToDelete`], planned last).
 //!
 //! - **`pod-template-hash` back-fill** (docs "Short hash label": since Kruise v1.1 every
-//!   pod carries the short hash; kruise-behaviour: "back-filled on old pods lacking it"):
+//!   pod carries the short hash, and OpenKruise's `sync/cloneset_update.go` adds it to old
+//!   pods that lack it):
 //!   an active pod without the label gets its revision label's short hash
 //!   ([`Action::SetTemplateHash`]).
 //!

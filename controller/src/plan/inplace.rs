@@ -1,7 +1,7 @@
 //! In-place eligibility: may a pod move from its revision's template to the target
 //! revision's template without being recreated? (docs "Update types", "In-Place Update
-//! Support for Modifying Resources"; kruise-behaviour b "What may change in place", a.9
-//! "VCT change").
+//! Support for Modifying Resources"; OpenKruise `pkg/util/inplaceupdate/`,
+//! `inplace_update_defaults.go` and `inplace_update_vertical.go`).
 //!
 //! The two templates are compared field by field, the way the reference reads the JSON
 //! patch between the two revisions:

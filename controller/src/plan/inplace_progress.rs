@@ -31,7 +31,7 @@ pub enum InPlaceProgress {
 }
 
 /// Judges an in-place update from the pod's status alone (the fallback when no daemon
-/// reports completion; kruise-behaviour b "Completion"):
+/// reports completion; OpenKruise `pkg/util/inplaceupdate/inplace_update_defaults.go`):
 ///
 /// - not complete while a grace annotation exists or later batches are pending;
 /// - every container recorded in `lastContainerStatuses` must appear in the status and run

@@ -1,4 +1,5 @@
-//! Instance ids for new pods (docs "Support PVCs"; kruise-behaviour a.5 "Instance-id reuse").
+//! Instance ids for new pods (docs "Support PVCs"; OpenKruise `sync/cloneset_scale.go`
+//! `getOrGenAvailableIDs`).
 //!
 //! A pod is named `<cloneset>-<id>` and its PVCs `<vct>-<cloneset>-<id>`. Ids of PVCs that
 //! no active pod uses are reused first, so that a pod deleted by hand comes back with its

@@ -1,6 +1,6 @@
 //! The pod lifecycle (`lifecycle.apps.kruise.io/state`): hook matching, the state machine
-//! of kruise-behaviour a.7 as pure functions, and the *refresh* that starts every update
-//! step (docs "Lifecycle hook" / "State circulation").
+//! of OpenKruise (`sync/cloneset_update.go`, `pkg/util/lifecycle`) as pure functions, and the
+//! *refresh* that starts every update step (docs "Lifecycle hook" / "State circulation").
 //!
 //! The refresh looks at each active pod and emits the transition that is due now:
 //!

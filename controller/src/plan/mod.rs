@@ -2,7 +2,10 @@
 //! reconcile step as data ([`Plan`]). No client, no runtime, no clock of its own.
 //!
 //! Every rule of the CloneSet documentation lives in one of these modules and is tested
-//! there, without a cluster.
+//! there, without a cluster. "Docs" in the modules' comments names a section of
+//! OpenKruise's CloneSet user manual; OpenKruise source files are named as in
+//! `openkruise/kruise`, those of the CloneSet controller (`sync/…`, `utils/…`,
+//! `cloneset_controller.go`) relative to its `pkg/controller/cloneset/`.
 //!
 //! [`plan`] runs the reference's reconcile in order:
 //!
@@ -12,7 +15,7 @@
 //! 3. percents resolved ([`diffs::resolve`]) and the arithmetic ([`diffs::calculate`]);
 //! 4. PVC cleanup when `disablePVCReuse` ([`housekeeping`]);
 //! 5. the scale step ([`scale`]); when it has nothing to do, the update step
-//!    ([`update::plan_update`]) — one reconcile never does both (kruise-behaviour a.5);
+//!    ([`update::plan_update`]) — one reconcile never does both (as OpenKruise's `sync/`);
 //!    neither runs while the CloneSet is being deleted;
 //! 6. the status to write ([`status::compute`]) and `podsToDelete` pruning.
 

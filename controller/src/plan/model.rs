@@ -451,8 +451,8 @@ pub enum Action {
     #[serde(rename_all = "camelCase")]
     ReownPvcToPod { pvc: String, pod: String },
     /// Label a pod that lacks `pod-template-hash` (made before the label existed) with the
-    /// short hash of its revision (docs "Short hash label"; kruise-behaviour: back-filled
-    /// on old pods lacking it).
+    /// short hash of its revision (docs "Short hash label"; OpenKruise adds it to old pods
+    /// that lack it).
     #[serde(rename_all = "camelCase")]
     SetTemplateHash { pod: String, hash: String },
     /// Every container of the previous batch of the pod's in-place update is Ready: apply

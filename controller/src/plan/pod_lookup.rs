@@ -18,7 +18,7 @@ use super::model::PodFacts;
 use crate::watch::CachedPod;
 
 /// A map or set keyed by FNV-1a.
-type FnvBuild = BuildHasherDefault<Fnv1a>;
+type FnvBuild = BuildHasherDefault<fnv::FnvHasher>;
 
 /// The pods of `pods` (a plan's facts) named in `names`, by name (a name of no pod is
 /// left out).
@@ -80,33 +80,11 @@ impl HashFilter {
     }
 }
 
-/// The FNV-1a hash of `s`.
+/// The FNV-1a hash (64 bits) of `s`.
 pub fn fnv1a(s: &str) -> u64 {
-    let mut h = Fnv1a::default();
+    let mut h = fnv::FnvHasher::default();
     h.write(s.as_bytes());
     h.finish()
-}
-
-/// The FNV-1a hash (64 bits), for [`pods_named`].
-#[derive(Clone, Copy, Debug)]
-pub struct Fnv1a(u64);
-
-impl Default for Fnv1a {
-    fn default() -> Self {
-        Self(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl Hasher for Fnv1a {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! Image pre-download for in-place update (docs "Pre-download image for in-place update";
-//! kruise-behaviour a.10): which ImagePullJobs the CloneSet controller creates or deletes
-//! and how it labels the update revision, decided as data. The writer that carries a
-//! [`Decision`] out is `crate::runtime::predownload_jobs`.
+//! OpenKruise `cloneset_predownload_image.go`): which ImagePullJobs the CloneSet controller
+//! creates or deletes and how it labels the update revision, decided as data. The writer
+//! that carries a [`Decision`] out is `crate::runtime::predownload_jobs`.
 //!
 //! The rules, in the order [`decide`] applies them:
 //!

@@ -1,7 +1,9 @@
 //! ControllerRevisions: the data and name of the revision made from the current template,
 //! which existing revision it equals, the collision count, and the history limit.
 //!
-//! Reference: kruise-behaviour.md a.9 and Kubernetes' `controller/history`.
+//! Reference: OpenKruise `pkg/controller/cloneset/revision/cloneset_revision.go` and
+//! `cloneset_controller.go` (`getActiveRevisions`, `truncateHistory`), and Kubernetes'
+//! `controller/history`.
 //!
 //! - **Data** is the strategic-merge patch `{"spec":{"template":{…,"$patch":"replace"}}}`
 //!   built from the raw template (unknown fields kept, see `proto::template`).
@@ -53,7 +55,8 @@ pub enum RevisionError {
     Collisions(i32),
 }
 
-/// 32-bit FNV-1 (multiply, then xor), Go's `hash/fnv.New32`.
+/// 32-bit FNV-1 (multiply, then xor), Go's `hash/fnv.New32`. Written out here (and FNV-1a
+/// 32 below) because the `fnv` crate has only the 64-bit FNV-1a.
 pub fn fnv1_32(bytes: &[u8]) -> u32 {
     bytes.iter().fold(0x811c_9dc5_u32, |hash, b| {
         hash.wrapping_mul(0x0100_0193) ^ u32::from(*b)

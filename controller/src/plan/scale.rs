@@ -1,4 +1,5 @@
-//! The scale step, in the reference's order (kruise-behaviour a.5 "Order inside Scale()").
+//! The scale step, in the reference's order (OpenKruise
+//! `pkg/controller/cloneset/sync/cloneset_scale.go`, `Scale()`).
 //! The first stage that has something to do ends the step:
 //!
 //! 1. **Cancel deletions**: while `replicas - pods + plannedDeletions > 0`, PreparingDelete

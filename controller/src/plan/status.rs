@@ -1,5 +1,5 @@
 //! The status the controller writes (docs "Template and revision" counters, "Partition",
-//! "Progress Deadline Seconds"; kruise-behaviour a.3, a.8).
+//! "Progress Deadline Seconds"; OpenKruise `pkg/controller/cloneset/cloneset_status.go`).
 //!
 //! Counters, over the active pods (neither terminating nor finished):
 //!
@@ -151,8 +151,8 @@ fn made_progress(old: &CloneSetStatus, new: &CloneSetStatus) -> bool {
         || new.expected_updated_replicas != old.expected_updated_replicas
 }
 
-/// The `Progressing` condition and when to look again (kruise-behaviour a.8, docs
-/// "Progress Deadline Seconds"). In order:
+/// The `Progressing` condition and when to look again (docs "Progress Deadline Seconds";
+/// OpenKruise `cloneset_status.go` and `utils/cloneset_utils.go`). In order:
 ///
 /// 1. `progressDeadlineSeconds` unset or `2147483647` → no condition;
 /// 2. every pod updated and available, revisions equal, `spec.replicas` pods → True /

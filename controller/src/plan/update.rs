@@ -1,4 +1,4 @@
-//! The update step (docs "Update features"; kruise-behaviour a.6, a.7):
+//! The update step (docs "Update features"; OpenKruise `sync/cloneset_update.go`):
 //!
 //! 1. refresh every pod ([`lifecycle::refresh`]); when that has anything to do, the step
 //!    does only that (the reference ends its update step after any refresh change);

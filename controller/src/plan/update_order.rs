@@ -1,5 +1,5 @@
-//! The order in which update candidates are taken (docs "Update sequence"; kruise-behaviour
-//! a.6 "Sort", "Weight priority", "Order priority", "Scatter"):
+//! The order in which update candidates are taken (docs "Update sequence"; OpenKruise
+//! `pkg/util/updatesort`: `priority_sort.go`, `scatter_sort.go`):
 //!
 //! 1. the default order, Kubernetes' `ActivePods`: unscheduled < scheduled, Pending <
 //!    Unknown < Running, not ready < ready, (both ready) ready more recently (or without a

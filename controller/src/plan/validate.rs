@@ -6,7 +6,8 @@
 //!
 //! [`cloneset`] lists every violation, each naming its field; the runtime reports them as a
 //! `FailedScale` condition with reason [`REASON`] and a Warning event, and plans nothing
-//! for the CloneSet until its spec is fixed (kruise-behaviour a.2 "Validation").
+//! for the CloneSet until its spec is fixed (the checks of OpenKruise's validating webhook,
+//! `pkg/webhook/cloneset/validating/validation.go`).
 //!
 //! `selector` immutability is a transition rule (it needs the previous object): without
 //! it, the selector the controller last acted on is the one it recorded in

@@ -1,5 +1,6 @@
 //! Which pods go first when scaling in (docs "Deletion Sequence", "Pod deletion cost",
-//! "Deletion by Spread Constraints"; kruise-behaviour a.5 "Choosing victims", "Rankers").
+//! "Deletion by Spread Constraints"; OpenKruise `sync/cloneset_scale.go` `choosePodsToDelete`
+//! and `utils/pod_sorter.go`).
 //!
 //! Pods of old revisions are chosen first (`scaleDownOldRevision` of them), then pods of
 //! the update revision. Within a group, the first in this order is deleted first:

@@ -42,7 +42,7 @@
 //! cargo build --release -p inplace-controller --bin inplace-controller
 //! cargo build --release -p inplace-tests --bin inplace-nodesim --bin inplace-rollout-bench
 //! INPLACE_TESTBED_KUBECONFIG=/var/tmp/inplace-testbed/kubeconfig \
-//!   /var/tmp/inplace-cache/target/release/inplace-rollout-bench --scenario all
+//!   $CARGO_TARGET_DIR/release/inplace-rollout-bench --scenario all
 //! # quick: --pods 200 --fleet-pods 1000 --fleet-nodes 20
 //! ```
 
@@ -131,16 +131,18 @@ struct Args {
     /// Longest wait for any one phase (creation of the fleet included), seconds.
     #[arg(long, default_value_t = 1200)]
     timeout_secs: u64,
+    /// The controller binary (default: `inplace-controller` beside this program).
     #[arg(
         long,
         env = "INPLACE_CONTROLLER_BIN",
-        default_value = "/var/tmp/inplace-cache/target/release/inplace-controller"
+        default_value_os_t = beside_me("inplace-controller")
     )]
     controller_bin: PathBuf,
+    /// The simulator binary (default: `inplace-nodesim` beside this program).
     #[arg(
         long,
         env = "INPLACE_NODESIM_BIN",
-        default_value = "/var/tmp/inplace-cache/target/release/inplace-nodesim"
+        default_value_os_t = beside_me("inplace-nodesim")
     )]
     nodesim_bin: PathBuf,
     /// More flags for the controller (repeatable), e.g. `--controller-arg=--workers=4`.
@@ -1882,6 +1884,15 @@ async fn run(args: &Args, report: &mut Report) -> Result<()> {
         bail!("not measured: {}", failures.join(", "));
     }
     Ok(())
+}
+
+/// `name` in the directory of this program (the target dir's `release/` or `debug/`, where
+/// cargo built it beside the controller and the simulator); `name` alone if that is unknown.
+fn beside_me(name: &str) -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|me| Some(me.parent()?.join(name)))
+        .unwrap_or_else(|| PathBuf::from(name))
 }
 
 #[tokio::main]

@@ -8,6 +8,8 @@
 //! - `slow-start=<duration>` (extra time before a started container is ready),
 //! - `none` (no fault; on a pod it turns off the global fault).
 
+use std::hash::Hasher as _;
+
 use thiserror::Error;
 
 use super::duration::{DurationError, parse_millis};
@@ -124,11 +126,9 @@ impl GlobalFaults {
 /// A stable number in [0, 1) from a string (FNV-1a, 64 bits, then the SplitMix64
 /// finaliser so that similar strings spread evenly).
 fn unit_hash(s: &str) -> f64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in s.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
+    let mut fnv = fnv::FnvHasher::default();
+    fnv.write(s.as_bytes());
+    let mut h = fnv.finish();
     h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     h ^= h >> 31;

@@ -332,8 +332,9 @@ fn the_update_revision_template_is_the_clonesets_own_template() {
     assert!(matches!(d, InPlaceDecision::InPlace(_)));
 }
 
-/// Docs "Update types" / kruise-behaviour b: containers whose env reads a changed label or
-/// annotation through the downward API are restarted by the daemon (updateEnvFromMetadata).
+/// Docs "Update types" (`InPlaceUpdateEnvFromMetadata`): containers whose env reads a changed
+/// label or annotation through the downward API are restarted by the daemon
+/// (updateEnvFromMetadata).
 #[test]
 fn env_from_changed_metadata_lists_only_the_containers_reading_a_changed_key() {
     let env_ref = |path: &str| json!({"name": "X", "valueFrom": {"fieldRef": {"fieldPath": path}}});

@@ -671,8 +671,9 @@ fn an_unreadable_grace_annotation_is_reported_not_applied() {
     assert_eq!(r.problems[0].condition, "FailedUpdate");
 }
 
-/// kruise-behaviour b "Container batches": the next batch starts when the previous batch's
-/// containers run their new image and are Ready; the update is not complete before.
+/// Container launch priority (OpenKruise `pkg/util/inplaceupdate`): the next batch starts
+/// when the previous batch's containers run their new image and are Ready; the update is not
+/// complete before.
 #[test]
 fn refresh_starts_the_next_container_batch_once_the_previous_one_is_ready() {
     let batched = |ready: bool, status_image: &str, image_id: &str| {

@@ -1,6 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-//! One test per rule of kruise-behaviour a.10 (see the module documentation).
+//! One test per rule of the module documentation (OpenKruise
+//! `pkg/controller/cloneset/cloneset_predownload_image.go`).
 
 use inplace_proto::imagepulljob::ImagePullJob;
 use serde_json::{Value, json};
