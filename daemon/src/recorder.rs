@@ -370,7 +370,7 @@ mod tests {
         assert_eq!(n.regarding.kind.as_deref(), Some("NodeImage"));
         assert_eq!(
             n.regarding.api_version.as_deref(),
-            Some("apps.kruise.io/v1alpha1")
+            Some("apps.kruise.io/v1beta1")
         );
         assert_eq!(n.regarding.name.as_deref(), Some("node-1"));
         assert!(n.warning);

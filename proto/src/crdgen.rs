@@ -14,7 +14,10 @@
 //! 3. whole-number `minimum`/`maximum` floats become integers (cosmetic);
 //! 4. the reference's defaults of [`crate::defaults`] are placed at their paths (an
 //!    unknown path is an error here too);
-//! 5. keys are sorted, and the result is written as YAML by serde-saphyr.
+//! 5. the older versions the reference still serves are added before the derived one
+//!    ([`SERVED_VERSIONS`]): a copy of its post-processed entry, `storage: false`, with the
+//!    fields and printer columns that version has otherwise;
+//! 6. keys are sorted, and the result is written as YAML by serde-saphyr.
 //!
 //! The CRDs stay acceptable to a v1.20 API server: structural schemas, nothing newer than
 //! 1.20 except `x-kubernetes-validations` (which 1.20 drops). Note that a v1.20-era
@@ -41,6 +44,48 @@ pub const HEADER: &str =
 /// Keywords removed from every schema node.
 const STRIPPED_KEYWORDS: &[&str] = &["description", "title", "nullable", "default"];
 
+/// A version the reference serves besides the stored one (the one the type derives),
+/// described by how it differs from it. The API server converts between the two with
+/// `conversion: None` (it changes only `apiVersion`, then prunes to the requested
+/// version's schema), which is exactly what the reference does for these kinds: its CRDs
+/// declare no conversion webhook, and its Go conversions copy every field that both
+/// versions have.
+#[derive(Clone, Copy, Debug)]
+pub struct ServedVersion {
+    /// The kind, e.g. `ImagePullJob`.
+    pub kind: &'static str,
+    /// The version name, e.g. `v1alpha1`.
+    pub name: &'static str,
+    /// Fields the stored version has and this one has not (paths in the syntax of
+    /// [`CelRule::path`]); they are removed from the copied schema.
+    pub absent: &'static [&'static str],
+    /// Printer columns this version has after the stored version's, as JSON objects.
+    pub extra_columns: &'static [&'static str],
+}
+
+/// The older served versions, per OpenKruise v1.9.0's CRDs (`config/crd/bases`): every
+/// one `served: true, storage: false`, the derived `v1beta1` stored.
+/// - ImagePullJob `v1alpha1`: the same schema; one printer column more, `MESSAGE`.
+/// - NodeImage `v1alpha1`: no `spec.images.*.pullSecrets[].mode`.
+///
+/// ImageListPullJob, the third kind v1.9.0 moved to `v1beta1`, is not provided here.
+pub const SERVED_VERSIONS: &[ServedVersion] = &[
+    ServedVersion {
+        kind: "ImagePullJob",
+        name: "v1alpha1",
+        absent: &[],
+        extra_columns: &[
+            r#"{"name":"MESSAGE","type":"string","jsonPath":".status.message","description":"Summary of status when job is failed"}"#,
+        ],
+    },
+    ServedVersion {
+        kind: "NodeImage",
+        name: "v1alpha1",
+        absent: &["spec.images.*.pullSecrets[].mode"],
+        extra_columns: &[],
+    },
+];
+
 /// Errors of generation.
 #[derive(Debug, thiserror::Error)]
 pub enum CrdGenError {
@@ -58,6 +103,8 @@ pub enum CrdGenError {
         id: String,
         path: String,
     },
+    #[error("{kind}: the derived CRD does not have exactly one version")]
+    NotOneVersion { kind: String },
     #[error("json: {0}")]
     Json(#[from] serde_json::Error),
     #[error("yaml: {0}")]
@@ -76,9 +123,27 @@ pub struct GeneratedCrd {
 }
 
 impl GeneratedCrd {
-    /// The post-processed `openAPIV3Schema` of the (single) version.
+    /// The post-processed `openAPIV3Schema` of the storage version.
     pub fn schema(&self) -> Option<&Value> {
-        self.crd.pointer("/spec/versions/0/schema/openAPIV3Schema")
+        self.versions()
+            .find(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
+            .and_then(|v| v.pointer("/schema/openAPIV3Schema"))
+    }
+
+    /// The `openAPIV3Schema` of version `name`.
+    pub fn version_schema(&self, name: &str) -> Option<&Value> {
+        self.versions()
+            .find(|v| v.get("name").and_then(Value::as_str) == Some(name))
+            .and_then(|v| v.pointer("/schema/openAPIV3Schema"))
+    }
+
+    /// The entries of `spec.versions`.
+    pub fn versions(&self) -> impl Iterator<Item = &Value> {
+        self.crd
+            .pointer("/spec/versions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
     }
 
     /// The file content: [`HEADER`] and the YAML document.
@@ -210,12 +275,77 @@ fn process(source: Source) -> Result<GeneratedCrd, CrdGenError> {
             map.insert("default".to_owned(), d.value.to_json());
         }
     }
+    add_served_versions(&mut crd, &kind)?;
 
     Ok(GeneratedCrd {
         file_name: format!("{group}_{plural}.yaml"),
         kind,
         crd: sort_keys(crd),
     })
+}
+
+/// Puts the [`SERVED_VERSIONS`] of `kind` before its derived (stored) version, each a
+/// copy of it with its differences applied.
+fn add_served_versions(crd: &mut Value, kind: &str) -> Result<(), CrdGenError> {
+    let not_one = || CrdGenError::NotOneVersion {
+        kind: kind.to_owned(),
+    };
+    let versions = crd
+        .pointer_mut("/spec/versions")
+        .and_then(Value::as_array_mut)
+        .filter(|v| v.len() == 1)
+        .ok_or_else(not_one)?;
+    let stored = versions.first().cloned().ok_or_else(not_one)?;
+    let mut older = Vec::new();
+    for served in SERVED_VERSIONS.iter().filter(|v| v.kind == kind) {
+        let mut entry = stored.clone();
+        entry["name"] = Value::from(served.name);
+        entry["storage"] = Value::from(false);
+        let schema = entry
+            .pointer_mut("/schema/openAPIV3Schema")
+            .ok_or_else(|| CrdGenError::NoSchema {
+                kind: kind.to_owned(),
+            })?;
+        for path in served.absent {
+            remove_field(schema, kind, path)?;
+        }
+        if !served.extra_columns.is_empty() {
+            let columns = entry
+                .as_object_mut()
+                .ok_or_else(not_one)?
+                .entry("additionalPrinterColumns")
+                .or_insert_with(|| Value::Array(Vec::new()));
+            if let Value::Array(columns) = columns {
+                for column in served.extra_columns {
+                    columns.push(serde_json::from_str(column)?);
+                }
+            }
+        }
+        older.push(entry);
+    }
+    versions.splice(0..0, older);
+    Ok(())
+}
+
+/// Removes the field at `path` from its parent's `properties` (and `required`); an
+/// unknown path is an error.
+fn remove_field(schema: &mut Value, kind: &str, path: &str) -> Result<(), CrdGenError> {
+    let unknown = |segment: &str| CrdGenError::UnknownPath {
+        kind: kind.to_owned(),
+        path: path.to_owned(),
+        segment: segment.to_owned(),
+    };
+    let (parent, field) = path.rsplit_once('.').ok_or_else(|| unknown(path))?;
+    let parent = resolve(schema, kind, parent)?;
+    parent
+        .get_mut("properties")
+        .and_then(Value::as_object_mut)
+        .and_then(|p| p.remove(field))
+        .ok_or_else(|| unknown(field))?;
+    if let Some(Value::Array(required)) = parent.get_mut("required") {
+        required.retain(|r| r.as_str() != Some(field));
+    }
+    Ok(())
 }
 
 /// Finds the schema node at `path` (syntax in [`CelRule::path`]).
@@ -413,6 +543,115 @@ mod tests {
         assert!(
             matches!(err, Err(CrdGenError::UnknownPath { ref segment, .. }) if segment == "maxSurges")
         );
+        Ok(())
+    }
+
+    /// `(name, served, storage)` of each version of `kind`'s CRD, in order.
+    fn versions_of(kind: &str) -> Result<Vec<(String, bool, bool)>, CrdGenError> {
+        let crds = generate()?;
+        let crd = crds
+            .iter()
+            .find(|c| c.kind == kind)
+            .ok_or(CrdGenError::NoSchema { kind: kind.into() })?;
+        Ok(crd
+            .versions()
+            .map(|v| {
+                (
+                    v["name"].as_str().unwrap_or_default().to_owned(),
+                    v["served"].as_bool().unwrap_or_default(),
+                    v["storage"].as_bool().unwrap_or_default(),
+                )
+            })
+            .collect())
+    }
+
+    #[test]
+    fn versions_are_openkruise_v1_9_0s() -> Result<(), CrdGenError> {
+        let alpha_only = vec![("v1alpha1".to_owned(), true, true)];
+        let both = vec![
+            ("v1alpha1".to_owned(), true, false),
+            ("v1beta1".to_owned(), true, true),
+        ];
+        assert_eq!(versions_of("CloneSet")?, alpha_only);
+        assert_eq!(versions_of("ContainerRecreateRequest")?, alpha_only);
+        assert_eq!(versions_of("ImagePullJob")?, both);
+        assert_eq!(versions_of("NodeImage")?, both);
+        Ok(())
+    }
+
+    #[test]
+    fn older_versions_differ_only_as_the_reference_does() -> Result<(), CrdGenError> {
+        let crds = generate()?;
+        let find = |kind: &str| {
+            crds.iter()
+                .find(|c| c.kind == kind)
+                .ok_or(CrdGenError::NoSchema { kind: kind.into() })
+        };
+        let mode = "/properties/spec/properties/images/additionalProperties/properties/\
+                    pullSecrets/items/properties/mode";
+        let ni = find("NodeImage")?;
+        let beta = ni.version_schema("v1beta1").cloned().unwrap_or_default();
+        let mut alpha = ni.version_schema("v1alpha1").cloned().unwrap_or_default();
+        assert!(
+            beta.pointer(mode).is_some(),
+            "v1beta1 has pullSecrets[].mode"
+        );
+        assert!(
+            alpha.pointer(mode).is_none(),
+            "v1alpha1 has no pullSecrets[].mode"
+        );
+        // Put it back: otherwise the two schemas are the same.
+        let secret = "/properties/spec/properties/images/additionalProperties/properties/\
+                      pullSecrets/items/properties";
+        if let Some(Value::Object(props)) = alpha.pointer_mut(secret) {
+            props.insert(
+                "mode".into(),
+                beta.pointer(mode).cloned().unwrap_or_default(),
+            );
+        }
+        assert_eq!(alpha, beta);
+
+        let ipj = find("ImagePullJob")?;
+        assert_eq!(
+            ipj.version_schema("v1alpha1"),
+            ipj.version_schema("v1beta1")
+        );
+        let columns = |v: &str| -> Vec<String> {
+            ipj.versions()
+                .filter(|e| e["name"] == v)
+                .flat_map(|e| {
+                    e["additionalPrinterColumns"]
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default()
+                })
+                .map(|c| c["name"].as_str().unwrap_or_default().to_owned())
+                .collect()
+        };
+        assert_eq!(
+            columns("v1beta1"),
+            ["TOTAL", "ACTIVE", "SUCCEED", "FAILED", "AGE"]
+        );
+        assert_eq!(
+            columns("v1alpha1"),
+            ["TOTAL", "ACTIVE", "SUCCEED", "FAILED", "AGE", "MESSAGE"]
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn removing_an_unknown_field_is_an_error() -> Result<(), CrdGenError> {
+        let mut crd = serde_json::to_value(NodeImage::crd())?;
+        let schema = crd
+            .pointer_mut("/spec/versions/0/schema/openAPIV3Schema")
+            .ok_or(CrdGenError::NoSchema {
+                kind: "NodeImage".into(),
+            })?;
+        let err = remove_field(schema, "NodeImage", "spec.images.*.pullSecrets[].modes");
+        assert!(
+            matches!(err, Err(CrdGenError::UnknownPath { ref segment, .. }) if segment == "modes")
+        );
+        assert!(remove_field(schema, "NodeImage", "spec.images.*.pullSecrets[].mode").is_ok());
         Ok(())
     }
 

@@ -1,6 +1,9 @@
-//! `ImagePullJob` (`apps.kruise.io/v1alpha1`, namespaced): pull one image on a set of nodes.
+//! `ImagePullJob` (`apps.kruise.io/v1beta1`, namespaced): pull one image on a set of nodes.
 //!
-//! Field names and placement are the v1alpha1 wire format of the reference. Its Go type
+//! OpenKruise v1.9.0 serves the kind as `v1alpha1` and `v1beta1` and stores `v1beta1`; the
+//! two have the same fields (its conversion copies each one), so the CRD declares both
+//! with `conversion: None` and this type is the stored `v1beta1` ([`crate::crdgen`] writes
+//! the `v1alpha1` entry from it). Field names and placement are the reference's wire format. Its Go type
 //! inlines a `LabelSelector` into `selector` (next to `names`) and into `podSelector`, so
 //! in JSON `matchLabels`/`matchExpressions` sit directly under those keys; the structs
 //! here flatten them the same way.
@@ -29,7 +32,7 @@ pub const DEFAULT_BACKOFF_LIMIT: i32 = 3;
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "apps.kruise.io",
-    version = "v1alpha1",
+    version = "v1beta1",
     kind = "ImagePullJob",
     derive = "PartialEq",
     namespaced,
@@ -38,8 +41,8 @@ pub const DEFAULT_BACKOFF_LIMIT: i32 = 3;
     printcolumn = r#"{"name":"ACTIVE","type":"integer","jsonPath":".status.active","description":"Number of image pull tasks active"}"#,
     printcolumn = r#"{"name":"SUCCEED","type":"integer","jsonPath":".status.succeeded","description":"Number of image pull tasks succeeded"}"#,
     printcolumn = r#"{"name":"FAILED","type":"integer","jsonPath":".status.failed","description":"Number of image pull tasks failed"}"#,
-    printcolumn = r#"{"name":"AGE","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
-    printcolumn = r#"{"name":"MESSAGE","type":"string","jsonPath":".status.message","description":"Summary of status when job is failed"}"#
+    // v1.9.0's v1beta1 has no MESSAGE column; its v1alpha1 keeps one (crdgen adds it there).
+    printcolumn = r#"{"name":"AGE","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ImagePullJobSpec {

@@ -5,7 +5,9 @@
 
 /// API group of every inplace resource.
 pub const GROUP: &str = "apps.kruise.io";
-/// The served (and stored) version.
+/// The served (and stored) version of CloneSet and ContainerRecreateRequest. ImagePullJob
+/// and NodeImage are stored as `v1beta1` (OpenKruise v1.9.0's storage version): their
+/// types' `api_version()` says so.
 pub const VERSION: &str = "v1alpha1";
 
 /// Pod and PVC label: the instance id shared by a pod and its PVCs.

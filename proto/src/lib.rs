@@ -1,7 +1,7 @@
-//! The contract between the inplace controller and daemon: the `apps.kruise.io/v1alpha1`
-//! resource types, the well-known keys, the in-place update state, and the CRDs generated
-//! from the types ([`crdgen`], with the validation of [`validation`]). No I/O (but for the
-//! test fixtures of the `test-support` feature).
+//! The contract between the inplace controller and daemon: the `apps.kruise.io` resource
+//! types (at the versions OpenKruise v1.9.0 stores), the well-known keys, the in-place
+//! update state, and the CRDs generated from the types ([`crdgen`], with the validation of
+//! [`validation`]). No I/O (but for the test fixtures of the `test-support` feature).
 
 pub mod cloneset;
 pub mod crdgen;

@@ -1,6 +1,12 @@
-//! `NodeImage` (`apps.kruise.io/v1alpha1`, cluster-scoped): the images one node should
+//! `NodeImage` (`apps.kruise.io/v1beta1`, cluster-scoped): the images one node should
 //! have, named after the node. The controller writes `spec` (one tag entry per job that
 //! wants it), the node's daemon pulls and writes `status`.
+//!
+//! OpenKruise v1.9.0 serves the kind as `v1alpha1` and `v1beta1` and stores `v1beta1`,
+//! without a conversion webhook (`conversion: None`); the one field `v1alpha1` lacks is
+//! `spec.images.*.pullSecrets[].mode`, which the API server prunes from what it returns
+//! as `v1alpha1`. This type is the stored `v1beta1` ([`crate::crdgen`] writes the
+//! `v1alpha1` entry from it).
 
 use std::collections::BTreeMap;
 
@@ -16,7 +22,7 @@ pub use crate::imagepulljob::{ImagePullPolicy, SandboxConfig};
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "apps.kruise.io",
-    version = "v1alpha1",
+    version = "v1beta1",
     kind = "NodeImage",
     derive = "PartialEq",
     status = "NodeImageStatus",
@@ -55,7 +61,8 @@ pub struct ReferenceObject {
     pub namespace: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub name: String,
-    /// How the secret is referenced (newer reference versions; kept verbatim).
+    /// How the secret is referenced (`batch` in OpenKruise v1.9's secret handling; kept
+    /// verbatim). Only in `v1beta1`: read as `v1alpha1`, the API server leaves it out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
 }

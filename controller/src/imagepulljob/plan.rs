@@ -24,7 +24,7 @@ use inplace_proto::nodeimage::{
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::ResourceExt;
+use kube::{Resource, ResourceExt};
 
 use crate::plan::selector::{Selector, SelectorError};
 
@@ -263,7 +263,9 @@ pub fn tag_pull_policy(job: &ImagePullJob, jitter: i32) -> ImageTagPullPolicy {
 
 fn owner_ref(job: &ImagePullJob, uid: &str) -> ObjectReference {
     ObjectReference {
-        api_version: Some("apps.kruise.io/v1alpha1".into()),
+        // The stored version, as the reference writes it (`apps.kruise.io/v1beta1` since
+        // v1.9.0); owners are matched by group, so v1alpha1 entries stay recognised.
+        api_version: Some(ImagePullJob::api_version(&()).into_owned()),
         kind: Some("ImagePullJob".into()),
         name: Some(job.name_any()),
         namespace: job.namespace(),

@@ -62,10 +62,11 @@ impl std::fmt::Debug for PreDownloader {
     }
 }
 
-/// Whether the server serves `imagepulljobs` in `apps.kruise.io/v1alpha1`.
+/// Whether the server serves `imagepulljobs` in the version this controller writes
+/// (`apps.kruise.io/v1beta1`, OpenKruise v1.9.0's storage version).
 async fn serves_image_pull_jobs(client: &Client) -> bool {
     match client
-        .list_api_group_resources(&format!("{}/{}", keys::GROUP, keys::VERSION))
+        .list_api_group_resources(&ImagePullJob::api_version(&()))
         .await
     {
         Ok(list) => list.resources.iter().any(|r| r.name == "imagepulljobs"),

@@ -33,6 +33,7 @@ mod crr;
 mod imagepulljob;
 mod inplace_containers;
 mod install;
+mod kruise_versions;
 mod parity;
 mod plugin;
 mod pod_writes;

@@ -191,7 +191,7 @@ fn cloneset_defaults() -> Result {
 #[test]
 fn image_pull_job_round_trips_with_defaults() -> Result {
     let yaml = r#"
-apiVersion: apps.kruise.io/v1alpha1
+apiVersion: apps.kruise.io/v1beta1
 kind: ImagePullJob
 metadata:
   name: job-with-always
@@ -246,12 +246,12 @@ status:
 #[test]
 fn node_image_round_trips() -> Result {
     let raw = json!({
-        "apiVersion": "apps.kruise.io/v1alpha1", "kind": "NodeImage", "metadata": {"name": "node-1"},
+        "apiVersion": "apps.kruise.io/v1beta1", "kind": "NodeImage", "metadata": {"name": "node-1"},
         "spec": {"images": {"docker.io/library/nginx": {
-            "pullSecrets": [{"namespace": "kruise-daemon-config", "name": "regcred"}],
+            "pullSecrets": [{"namespace": "kruise-daemon-config", "name": "regcred", "mode": "batch"}],
             "tags": [{"tag": "alpine", "createdAt": "2026-01-02T03:04:05Z",
                       "pullPolicy": {"timeoutSeconds": 600, "backoffLimit": 3, "ttlSecondsAfterFinished": 600, "activeDeadlineSeconds": 1200},
-                      "ownerReferences": [{"apiVersion": "apps.kruise.io/v1alpha1", "kind": "ImagePullJob", "name": "job", "namespace": "default", "uid": "u-1"}],
+                      "ownerReferences": [{"apiVersion": "apps.kruise.io/v1beta1", "kind": "ImagePullJob", "name": "job", "namespace": "default", "uid": "u-1"}],
                       "version": 2, "imagePullPolicy": "IfNotPresent"}],
             "sandboxConfig": {"annotations": {"a": "b"}}
         }}},

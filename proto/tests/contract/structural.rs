@@ -311,24 +311,41 @@ fn check_validations(map: &serde_json::Map<String, Value>, path: &str, out: &mut
 
 #[test]
 fn schemas_are_structural_and_known_to_v1_20() {
+    // Every version: the older ones are copies of the stored one, edited by crdgen.
     for crd in super::generated() {
-        let problems = structural_problems(crd.schema().expect("schema"));
-        assert!(
-            problems.is_empty(),
-            "{}:\n  {}",
-            crd.kind,
-            problems.join("\n  ")
-        );
+        for version in crd.versions() {
+            let schema = version
+                .pointer("/schema/openAPIV3Schema")
+                .expect("every version has a schema");
+            let problems = structural_problems(schema);
+            assert!(
+                problems.is_empty(),
+                "{} {}:\n  {}",
+                crd.kind,
+                version["name"],
+                problems.join("\n  ")
+            );
+        }
     }
 }
 
 #[test]
 fn every_rule_compiles() {
     for crd in super::generated() {
-        let compiled = kube_cel::compile_schema(crd.schema().expect("schema"));
-        let mut errors = Vec::new();
-        collect_compile_errors(&compiled, &mut errors);
-        assert!(errors.is_empty(), "{}: {errors:?}", crd.kind);
+        for version in crd.versions() {
+            let schema = version
+                .pointer("/schema/openAPIV3Schema")
+                .expect("every version has a schema");
+            let compiled = kube_cel::compile_schema(schema);
+            let mut errors = Vec::new();
+            collect_compile_errors(&compiled, &mut errors);
+            assert!(
+                errors.is_empty(),
+                "{} {}: {errors:?}",
+                crd.kind,
+                version["name"]
+            );
+        }
     }
 }
 
@@ -401,7 +418,23 @@ fn crd_objects_use_v1_20_fields() {
             .as_array()
             .cloned()
             .unwrap_or_default();
-        assert_eq!(versions.len(), 1, "{}: one version", crd.kind);
+        // OpenKruise v1.9.0's versions: v1alpha1 only, or v1alpha1 served beside the stored
+        // v1beta1 (crdgen's SERVED_VERSIONS).
+        let names: Vec<(&str, bool, bool)> = versions
+            .iter()
+            .map(|v| {
+                (
+                    v["name"].as_str().unwrap_or_default(),
+                    v["served"] == true,
+                    v["storage"] == true,
+                )
+            })
+            .collect();
+        let want: &[(&str, bool, bool)] = match crd.kind.as_str() {
+            "ImagePullJob" | "NodeImage" => &[("v1alpha1", true, false), ("v1beta1", true, true)],
+            _ => &[("v1alpha1", true, true)],
+        };
+        assert_eq!(names, want, "{}: versions", crd.kind);
         for v in &versions {
             only(
                 "version",
@@ -418,9 +451,6 @@ fn crd_objects_use_v1_20_fields() {
                 ],
                 &mut out,
             );
-            assert_eq!(v["name"], "v1alpha1");
-            assert_eq!(v["served"], true);
-            assert_eq!(v["storage"], true);
             assert_eq!(
                 v["subresources"]["status"],
                 serde_json::json!({}),
@@ -465,14 +495,23 @@ fn crd_objects_use_v1_20_fields() {
 
 #[test]
 fn printer_columns_match_the_reference() {
-    let cols = |kind: &str| -> Vec<String> {
-        super::crd(kind).crd["spec"]["versions"][0]["additionalPrinterColumns"]
+    // The stored version's columns (v1.9.0's `v1beta1` for ImagePullJob and NodeImage).
+    let stored = |kind: &str| -> Value {
+        super::crd(kind)
+            .versions()
+            .find(|v| v["storage"] == true)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let names = |version: &Value| -> Vec<String> {
+        version["additionalPrinterColumns"]
             .as_array()
             .into_iter()
             .flatten()
             .map(|c| c["name"].as_str().unwrap_or_default().to_owned())
             .collect()
     };
+    let cols = |kind: &str| names(&stored(kind));
     assert_eq!(
         cols("CloneSet"),
         [
@@ -490,6 +529,16 @@ fn printer_columns_match_the_reference() {
     );
     assert_eq!(
         cols("ImagePullJob"),
+        ["TOTAL", "ACTIVE", "SUCCEED", "FAILED", "AGE"]
+    );
+    // v1.9.0's ImagePullJob v1alpha1 keeps the MESSAGE column its v1beta1 dropped.
+    let alpha = super::crd("ImagePullJob")
+        .versions()
+        .find(|v| v["name"] == "v1alpha1")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        names(&alpha),
         ["TOTAL", "ACTIVE", "SUCCEED", "FAILED", "AGE", "MESSAGE"]
     );
     assert_eq!(
@@ -500,7 +549,7 @@ fn printer_columns_match_the_reference() {
         cols("ContainerRecreateRequest"),
         ["PHASE", "POD", "NODE", "AGE"]
     );
-    let scale = &super::crd("CloneSet").crd["spec"]["versions"][0]["subresources"]["scale"];
+    let scale = &stored("CloneSet")["subresources"]["scale"];
     assert_eq!(scale["labelSelectorPath"], ".status.labelSelector");
     assert_eq!(scale["specReplicasPath"], ".spec.replicas");
     assert_eq!(scale["statusReplicasPath"], ".status.replicas");

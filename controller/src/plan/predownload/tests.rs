@@ -400,8 +400,10 @@ fn jobs_carry_the_reference_fields() {
         panic!("expected jobs");
     };
     let job = serde_json::to_value(&jobs[0]).unwrap();
+    // v1beta1: the version OpenKruise v1.9.0 creates them in (its imagejob utility
+    // builds an appsv1beta1.ImagePullJob) and stores.
     let want = json!({
-        "apiVersion": "apps.kruise.io/v1alpha1",
+        "apiVersion": "apps.kruise.io/v1beta1",
         "kind": "ImagePullJob",
         "metadata": {
             "name": format!("{UPDATE}-main"),
