@@ -1,11 +1,11 @@
 //! The manifests under `deploy/`: every plain YAML document parses and names a kind and an
-//! apiVersion, the kustomizations take every object file, the Helm chart's `crds/` equals
-//! `deploy/crds/` byte for byte, the ClusterRoles grant what each binary calls (tables below,
+//! apiVersion, the kustomizations take every object file, the Helm chart's `files/crds/`
+//! (its CRD templates' source) equals `deploy/crds/` byte for byte, the ClusterRoles grant what each binary calls (tables below,
 //! read from the code), and the controller Deployment and daemon DaemonSet keep their HA and
 //! least-privilege settings.
 //!
 //! Helm templates (`deploy/chart/*/templates/`) are not parsed here: `tests/chart/check`
-//! renders them (no `helm` binary is available) and compares them with the kustomize output.
+//! renders them with real Helm 3 and 4 and compares them with the kustomize output.
 //!
 //! The server-side dry run (of `kubectl kustomize deploy/k8s-1.20`) needs the test bed:
 //!
@@ -257,19 +257,19 @@ fn chart_crds_equal_the_generated_crds() {
             .collect()
     };
     let generated = list(deploy_dir().join("crds"));
-    let chart = list(deploy_dir().join("chart/inplace/crds"));
+    let chart = list(deploy_dir().join("chart/inplace/files/crds"));
     assert!(!generated.is_empty());
     assert_eq!(
         generated.keys().collect::<Vec<_>>(),
         chart.keys().collect::<Vec<_>>(),
-        "deploy/chart/inplace/crds/ lists other files than deploy/crds/ \
-         (refresh: cp deploy/crds/*.yaml deploy/chart/inplace/crds/)"
+        "deploy/chart/inplace/files/crds/ lists other files than deploy/crds/ \
+         (refresh: cp deploy/crds/*.yaml deploy/chart/inplace/files/crds/)"
     );
     for (name, bytes) in &generated {
         assert!(
             chart.get(name) == Some(bytes),
-            "deploy/chart/inplace/crds/{name} differs from deploy/crds/{name} \
-             (refresh: cp deploy/crds/*.yaml deploy/chart/inplace/crds/)"
+            "deploy/chart/inplace/files/crds/{name} differs from deploy/crds/{name} \
+             (refresh: cp deploy/crds/*.yaml deploy/chart/inplace/files/crds/)"
         );
     }
 }

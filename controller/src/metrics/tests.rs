@@ -107,7 +107,7 @@ fn vm_rss_is_read_in_bytes() {
     assert!(text.contains("inplace_build_info{version=\""), "{text}");
 }
 
-/// Every registered family is in the exposition under the name the README gives it.
+/// Every registered family is in the exposition under the name docs/operations.md gives it.
 #[test]
 fn every_metric_is_exported() {
     let text = every_family_touched();
@@ -142,14 +142,14 @@ fn every_metric_is_exported() {
         "inplace_cached_pods",
     ];
     assert_eq!(families, want, "{text}");
-    let readme = include_str!("../../../README.md");
+    let readme = include_str!("../../../docs/operations.md");
     for name in want {
         let documented = readme.contains(&format!("`{name}"))
             || readme.contains(&format!("`{}", name.trim_start_matches("inplace_")))
             || (name.starts_with("inplace_pods_") && readme.contains("inplace_pods_{created"))
             || (name.starts_with("inplace_cloneset_")
                 && readme.contains("inplace_cloneset_{replicas"));
-        assert!(documented, "{name} is not in README.md");
+        assert!(documented, "{name} is not in docs/operations.md");
     }
 }
 
