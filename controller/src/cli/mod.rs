@@ -27,12 +27,14 @@
 //! Online commands (`rollout status|pause|resume|history|undo`, `set image`, `scale-down`,
 //! `warm-up`; `--kubeconfig`, `--context`, `-n` like kubectl) are in [`online`], their
 //! decisions in [`day2`]; exit 0 done, 1 rollout/warm-up failed or timed out, 2 bad input or
-//! API errors. `completion bash|zsh` prints a completion script.
+//! API errors. `completion bash|zsh` prints a completion script; `kubectl inplace <TAB>`
+//! completes through `kubectl_complete-inplace` ([`complete`]).
 //!
 //! Everything here is a library function over texts so that it is tested without a
 //! process; the binary only passes `std::env::args` and the standard streams.
 
 pub mod checks;
+pub mod complete;
 pub mod day2;
 pub mod input;
 pub mod online;
@@ -505,6 +507,17 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    if args.get(1).is_some_and(|a| a == complete::COMPLETE_ARG) {
+        use clap::CommandFactory;
+        let words: Vec<String> = args
+            .iter()
+            .skip(2)
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let _ = out.write_all(complete::answer(&Cli::command(), &words).as_bytes());
+        return 0;
+    }
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) => {
