@@ -107,11 +107,12 @@ pub fn plan(snapshot: Snapshot<'_>) -> Result<Plan, PlanError> {
             actions.extend(scale_actions);
         }
         // The update step names the refused pods; a scale step (or an update step with no
-        // pod to move) says why no pod is made from the update revision.
-        if let Some(reason) = scale::inplace_only_refusal(&ctx)
-            && !problems
-                .iter()
-                .any(|p| p.reason == scale::REFUSED_IN_PLACE_ONLY)
+        // pod to move) says why no pod is made from the update revision. Checked first, so
+        // that the templates are compared again only when the update step did not.
+        if !problems
+            .iter()
+            .any(|p| p.reason == scale::REFUSED_IN_PLACE_ONLY)
+            && let Some(reason) = scale::inplace_only_refusal(&ctx)
         {
             problems.push(super::model::PlanProblem {
                 condition: inplace_proto::keys::CONDITION_FAILED_UPDATE,

@@ -9,9 +9,9 @@
 //!    out).
 //! 2. **Create** `min(scaleUp, scaleUpLimit)` pods, the first `scaleUpOldRevision` from the
 //!    current revision, the rest from the update revision; all from the current revision
-//!    while an `InPlaceOnly` template change cannot go in place ([`inplace_only_refusal`]). When `scaleUp > 0` the step
-//!    ends here even if the limit allows no creation (the reference returns; the update
-//!    step may then run). The `ScaleUpLimited` event is due when `scaleUp > scaleUpLimit`
+//!    while an `InPlaceOnly` template change cannot go in place ([`inplace_only_refusal`]).
+//!    When `scaleUp > 0` the step ends here even if the limit allows no creation (the
+//!    reference returns; the update step may then run). The `ScaleUpLimited` event is due when `scaleUp > scaleUpLimit`
 //!    (visible in [`Diffs`]).
 //! 3. **Finish deletions**: PreparingDelete pods whose preDelete hook is released are
 //!    deleted.
