@@ -366,8 +366,9 @@ impl Executor {
     /// updated container whose old container id the state does not record (a state written
     /// by OpenKruise): the in-place contract then judges by images, and must see them as
     /// the controller sees them in the pod status. A failed read leaves the runtime's
-    /// listing (whose image id is never the recorded one's form), so the container counts
-    /// as updated once it runs the spec image's id, which `decide` checks first.
+    /// listing: containerd lists the image id where the kubelet reports the repo digest (if
+    /// the image has one), so the container then counts as updated once it runs the spec
+    /// image's id, which `decide` checks first.
     async fn read_reported_images(&self, pod: &Pod, runtime: &mut [RuntimeContainer]) {
         let annotations = pod.metadata.annotations.clone().unwrap_or_default();
         let Some(Ok(state)) = InPlaceUpdateState::from_annotations(&annotations) else {
