@@ -1,6 +1,6 @@
-//! Per-phase timing of one plan over the bench's snapshot (same fixture as
-//! `benches/plan.rs`, from `benches/support`). Usage:
-//! `cargo run --release -p inplace-controller --example phase_timing -- [pods] [iterations]`.
+//! Per-phase timing of one plan over the bench's snapshot (same fixture as the plan
+//! crate's `benches/plan.rs`, from its `benches/support`), under the controller's
+//! allocator. Usage: `cargo run --release -p inplace-controller --example phase_timing -- [pods] [iterations]`.
 //! Under `valgrind --tool=callgrind` pass a small iteration count.
 #![allow(
     clippy::unwrap_used,
@@ -9,7 +9,7 @@
     clippy::print_stdout
 )]
 
-#[path = "../benches/support/mod.rs"]
+#[path = "../../plan/benches/support/mod.rs"]
 mod support;
 
 use std::hint::black_box;

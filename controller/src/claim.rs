@@ -138,7 +138,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::plan::fixtures::cloneset;
+    use inplace_testkit::pods::cloneset;
 
     fn pod(name: &str, labels: Value, owner_uid: Option<&str>) -> Pod {
         let owners = owner_uid.map(|uid| {

@@ -6,7 +6,8 @@
 //!   [`runtime::status_writer`]), with [`watch`], [`expectations`], [`events`], [`metrics`],
 //!   [`leader`], [`discovery`].
 
-pub mod plan;
+/// The planner, its own crate (`inplace-plan`): no client, no runtime.
+pub use inplace_plan as plan;
 
 pub mod cli;
 

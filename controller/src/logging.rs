@@ -9,6 +9,8 @@ pub use inplace_proto::logging::*;
 
 #[cfg(test)]
 mod tests {
+    use inplace_testkit::logs::capture;
+
     use super::*;
     /// Logs a reconcile's lines, in the span the reconciler opens, with `format`.
     fn log_a_reconcile(format: LogFormat) -> String {

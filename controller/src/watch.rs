@@ -12,7 +12,7 @@ use std::sync::Arc;
 use futures::{Stream, StreamExt};
 use inplace_proto::{CloneSet, keys};
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim};
 use kube::core::Expression;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -20,7 +20,8 @@ use kube::{Api, Client, Resource, ResourceExt};
 
 use crate::expectations::{CacheView, Seen};
 
-pub mod cached;
+/// The compact cached pod is the planner's input type; it lives in the plan crate.
+pub use inplace_plan::cached;
 
 pub use cached::{CachedPod, PodPlacement};
 
@@ -86,40 +87,6 @@ impl std::fmt::Debug for Streams {
 
 fn strip<K: Resource>(obj: &mut K) {
     obj.meta_mut().managed_fields = None;
-}
-
-/// Drops what neither the planner nor the act layer reads from a full `Pod`: managed
-/// fields, volumes, tolerations, and per container env, mounts, probes, commands and
-/// ports. The watches no longer store `Pod`s (see [`cached`], 4x smaller for 10,000
-/// pods); this stays for callers holding full pods and as the memory test's baseline.
-pub fn strip_pod(pod: &mut Pod) {
-    pod.metadata.managed_fields = None;
-    if let Some(spec) = pod.spec.as_mut() {
-        spec.volumes = None;
-        spec.tolerations = None;
-        for c in spec
-            .containers
-            .iter_mut()
-            .chain(spec.init_containers.iter_mut().flatten())
-        {
-            c.env = None;
-            c.env_from = None;
-            c.volume_mounts = None;
-            c.liveness_probe = None;
-            c.readiness_probe = None;
-            c.startup_probe = None;
-            c.command = None;
-            c.args = None;
-            c.ports = None;
-            c.lifecycle = None;
-            c.security_context = None;
-        }
-    }
-    if let Some(status) = pod.status.as_mut() {
-        for c in status.container_statuses.iter_mut().flatten() {
-            c.last_state = None;
-        }
-    }
 }
 
 fn reflected<K>(

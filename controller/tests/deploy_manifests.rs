@@ -20,7 +20,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
@@ -601,57 +600,9 @@ fn daemon_set_matches_the_daemon_binary() {
     assert_eq!(volume["hostPath"]["type"], "Directory");
 }
 
-fn kubectl_path() -> String {
-    if let Ok(k) = std::env::var("INPLACE_KUBECTL") {
-        return k;
-    }
-    std::fs::read_to_string("/var/tmp/inplace-testbed/env")
-        .ok()
-        .and_then(|env| {
-            env.lines().find_map(|l| {
-                l.trim()
-                    .strip_prefix("export INPLACE_KUBECTL=")
-                    .map(|v| v.trim_matches('"').to_string())
-            })
-        })
-        .unwrap_or_else(|| "kubectl".into())
-}
-
-fn kubeconfig() -> String {
-    std::env::var("INPLACE_TESTBED_KUBECONFIG")
-        .unwrap_or_else(|_| "/var/tmp/inplace-testbed/kubeconfig".into())
-}
-
+/// kubectl on the bed; the error as text.
 fn kubectl(args: &[&str], stdin: Option<&str>) -> Result<String, String> {
-    use std::io::Write;
-    let mut cmd = Command::new(kubectl_path());
-    cmd.arg("--kubeconfig").arg(kubeconfig()).args(args);
-    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    cmd.stdin(if stdin.is_some() {
-        Stdio::piped()
-    } else {
-        Stdio::null()
-    });
-    let mut child = cmd.spawn().map_err(|e| e.to_string())?;
-    if let Some(input) = stdin {
-        child
-            .stdin
-            .take()
-            .expect("stdin")
-            .write_all(input.as_bytes())
-            .map_err(|e| e.to_string())?;
-    }
-    let out = child.wait_with_output().map_err(|e| e.to_string())?;
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    if out.status.success() {
-        Ok(stdout)
-    } else {
-        Err(format!(
-            "kubectl {}: {stdout}{}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    }
+    inplace_testkit::bed::kubectl(args, stdin).map_err(|e| e.to_string())
 }
 
 /// `kubectl apply --dry-run=server` of what `kubectl apply -k deploy/k8s-1.20` applies (the

@@ -3,72 +3,18 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::WatchStreamExt;
+use kube::api::{Api, Patch};
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::watch;
 
 use crate::api::{NodeImage, NodeImageStatus};
+use crate::apiserver::{Health, RETRY_MAX, patch_params, retry_backoff, watch};
 use crate::metrics::Metrics;
 use crate::puller::{SecretFetcher, Snapshot, plan};
-
-/// Field manager name of every write the daemon makes.
-pub const FIELD_MANAGER: &str = "inplace-daemon";
-
-/// Patch parameters of every daemon write (merge and strategic patches).
-pub fn patch_params() -> PatchParams {
-    PatchParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..Default::default()
-    }
-}
-
-/// What `/healthz` looks at.
-#[derive(Debug, Default)]
-pub struct Health {
-    pub node_image_synced: AtomicBool,
-    pub pods_synced: AtomicBool,
-    pub crr_synced: AtomicBool,
-    pub runtime_ok: AtomicBool,
-    pub runtime_error: std::sync::Mutex<String>,
-}
-
-impl Health {
-    /// `Ok` or the list of what is not ready.
-    pub fn check(&self) -> Result<(), String> {
-        let mut bad = Vec::new();
-        for (flag, what) in [
-            (&self.node_image_synced, "NodeImage watch not synced"),
-            (&self.pods_synced, "pod watch not synced"),
-            (
-                &self.crr_synced,
-                "ContainerRecreateRequest watch not synced",
-            ),
-        ] {
-            if !flag.load(Ordering::Relaxed) {
-                bad.push(what.to_string());
-            }
-        }
-        if !self.runtime_ok.load(Ordering::Relaxed) {
-            let e = self
-                .runtime_error
-                .lock()
-                .map(|e| e.clone())
-                .unwrap_or_default();
-            bad.push(format!("container runtime not answering: {e}"));
-        }
-        if bad.is_empty() {
-            Ok(())
-        } else {
-            Err(bad.join("; "))
-        }
-    }
-}
 
 /// Watches the NodeImage named `node` and publishes it (None while it does not exist).
 pub async fn watch_node_image(
@@ -78,7 +24,6 @@ pub async fn watch_node_image(
     health: Arc<Health>,
 ) {
     let cfg = watcher::Config::default().fields(&format!("metadata.name={node}"));
-    let mut stream = watcher::watcher(api, cfg).default_backoff().boxed();
     let mut init: Option<Option<NodeImage>> = None;
     let publish = |o: Option<NodeImage>| {
         let snap = o.map(|ni| Snapshot {
@@ -95,19 +40,17 @@ pub async fn watch_node_image(
             }
         });
     };
-    while let Some(ev) = stream.next().await {
-        match ev {
-            Ok(Event::Init) => init = Some(None),
-            Ok(Event::InitApply(o)) => init = Some(Some(o)),
-            Ok(Event::InitDone) => {
-                publish(init.take().flatten());
-                health.node_image_synced.store(true, Ordering::Relaxed);
-            }
-            Ok(Event::Apply(o)) => publish(Some(o)),
-            Ok(Event::Delete(_)) => publish(None),
-            Err(e) => tracing::warn!(error = %e, "NodeImage watch error (retrying)"),
+    watch(api, cfg, "NodeImage", |ev| match ev {
+        Event::Init => init = Some(None),
+        Event::InitApply(o) => init = Some(Some(o)),
+        Event::InitDone => {
+            publish(init.take().flatten());
+            health.node_image_synced.store(true, Ordering::Relaxed);
         }
-    }
+        Event::Apply(o) => publish(Some(o)),
+        Event::Delete(_) => publish(None),
+    })
+    .await;
 }
 
 /// A token bucket: `burst` writes at once, then one per `1/qps` (governor's GCRA
@@ -188,7 +131,7 @@ pub async fn write_node_image_status(
     // left is the base (else the next patch would be refused for our own write).
     let mut written: Option<(Option<String>, NodeImageStatus, Option<String>)> = None;
     // failed writes and reads are retried with exponential back-off and jitter
-    let mut backoff = crate::inplace::retry_backoff();
+    let mut backoff = retry_backoff();
     loop {
         if !retry && status_rx.changed().await.is_err() {
             return;
@@ -223,7 +166,7 @@ pub async fn write_node_image_status(
             .await
         {
             Ok(ni) => {
-                backoff = crate::inplace::retry_backoff();
+                backoff = retry_backoff();
                 written = Some((
                     rv.clone(),
                     ni.status.unwrap_or_default(),
@@ -258,7 +201,7 @@ pub async fn write_node_image_status(
                     // gone: written again once it exists (the watch says so)
                     Ok(None) => {}
                     Err(e) => {
-                        let delay = backoff.next().unwrap_or(crate::inplace::RETRY_MAX);
+                        let delay = backoff.next().unwrap_or(RETRY_MAX);
                         tracing::warn!(error = %e, retry_in = ?delay, "reading the NodeImage after a conflict failed; retrying");
                         tokio::time::sleep(delay).await;
                         retry = true;
@@ -270,7 +213,7 @@ pub async fn write_node_image_status(
                     .status_writes
                     .get_or_create(&Metrics::result("error"))
                     .inc();
-                let delay = backoff.next().unwrap_or(crate::inplace::RETRY_MAX);
+                let delay = backoff.next().unwrap_or(RETRY_MAX);
                 tracing::warn!(error = %e, retry_in = ?delay, "NodeImage status write failed; retrying");
                 tokio::time::sleep(delay).await;
                 retry = true;

@@ -2,6 +2,7 @@
 //! recreate requests, over CRI.
 
 pub mod api;
+pub mod apiserver;
 pub mod containerd_events;
 pub mod cri;
 pub mod crr;
@@ -13,5 +14,3 @@ pub mod puller;
 pub mod recorder;
 pub mod resize;
 pub mod server;
-#[cfg(feature = "test-support")]
-pub mod testkit;

@@ -29,6 +29,8 @@ pub fn pull_span(image: &str) -> tracing::Span {
 
 #[cfg(test)]
 mod tests {
+    use inplace_testkit::logs::capture;
+
     use super::*;
     /// Logs two lines in the span the in-place executor opens for a pod, with `format`.
     fn log_a_reconcile(format: LogFormat) -> String {

@@ -9,7 +9,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use prometheus_client::registry::Registry;
 
-use crate::kube_io::Health;
+use crate::apiserver::Health;
 
 #[derive(Clone, Debug)]
 struct AppState {

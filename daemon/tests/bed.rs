@@ -21,35 +21,18 @@ use std::time::{Duration, Instant};
 use inplace_daemon::api::{ContainerRecreateRequest, CrrPhase, NodeImage, TagPhase};
 use inplace_daemon::cri::CriClient;
 use inplace_daemon::inplace::runtime_containers;
-use inplace_daemon::testkit::{Fixture, SlowProxy, free_port};
-use inplace_proto::freezable_proxy::FreezableProxy;
+use inplace_testkit::bed::dir as bed_dir;
+use inplace_testkit::containerd::{Fixture, SlowProxy, free_port};
+use inplace_testkit::freezable_proxy::FreezableProxy;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
-
-fn bed_dir() -> PathBuf {
-    PathBuf::from(
-        std::env::var("INPLACE_TESTBED_DIR").unwrap_or_else(|_| "/var/tmp/inplace-testbed".into()),
-    )
-}
 
 const NODE: &str = "inplace-node-0";
 const REGISTRY: &str = "127.0.0.1:5000";
 
 async fn client() -> kube::Client {
-    let kc = bed_dir().join("kubeconfig");
-    assert!(
-        kc.exists(),
-        "test bed not up: {} missing (run tests/testbed/up)",
-        kc.display()
-    );
-    let cfg = kube::Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::read_from(&kc).unwrap(),
-        &Default::default(),
-    )
-    .await
-    .unwrap();
-    kube::Client::try_from(cfg).unwrap()
+    inplace_testkit::bed::client().await.unwrap()
 }
 
 fn bed_cri() -> CriClient {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use inplace_daemon::containerd_events;
 use inplace_daemon::cri::CriClient;
-use inplace_daemon::testkit::{Fixture, free_port, remove_sandbox, run_app};
+use inplace_testkit::containerd::{Fixture, free_port, remove_sandbox, run_app};
 use tokio::sync::Notify;
 
 async fn wait_topic(seen: &Arc<Mutex<Vec<String>>>, topic: &str, limit: Duration) {
@@ -26,10 +26,10 @@ async fn wait_topic(seen: &Arc<Mutex<Vec<String>>>, topic: &str, limit: Duration
     );
 }
 
-/// Host process: restarts a fixture containerd of its own (daemon/src/testkit.rs), not on
+/// Host process: restarts a fixture containerd of its own (testkit/src/containerd.rs), not on
 /// the bed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs root + containerd/docker-registry/skopeo (daemon/src/testkit.rs)"]
+#[ignore = "needs root + containerd/docker-registry/skopeo (testkit/src/containerd.rs)"]
 async fn host_task_events_wake_and_survive_a_containerd_restart() {
     let mut fx = Fixture::start().unwrap();
     let cri = CriClient::new(&fx.socket, Duration::from_secs(30)).unwrap();

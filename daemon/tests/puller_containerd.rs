@@ -13,10 +13,10 @@ use inplace_daemon::api::{
 use inplace_daemon::cri::CriClient;
 use inplace_daemon::metrics::Metrics;
 use inplace_daemon::puller::{Puller, PullerConfig, Snapshot, no_secrets};
-use inplace_daemon::testkit::{BlackHole, Fixture, SlowProxy, free_port};
+use inplace_testkit::containerd::{BlackHole, Fixture, SlowProxy, free_port};
 use tokio::sync::watch;
 
-const NEEDS: &str = "needs root + containerd/docker-registry/skopeo (daemon/src/testkit.rs)";
+const NEEDS: &str = "needs root + containerd/docker-registry/skopeo (testkit/src/containerd.rs)";
 
 fn tag(t: &str, timeout: i32, backoff: i32) -> ImageTagSpec {
     ImageTagSpec {
@@ -112,9 +112,9 @@ fn the_tag(s: &NodeImageStatus, image: &str) -> ImageTagStatus {
 }
 
 /// Host process: the puller on a fixture containerd and registry of its own
-/// (daemon/src/testkit.rs), not on the bed.
+/// (testkit/src/containerd.rs), not on the bed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs root + containerd/docker-registry/skopeo (daemon/src/testkit.rs)"]
+#[ignore = "needs root + containerd/docker-registry/skopeo (testkit/src/containerd.rs)"]
 async fn host_k_images_at_parallelism_p_never_exceed_p() {
     let _ = NEEDS;
     let fx = Fixture::start().unwrap();
@@ -167,9 +167,9 @@ async fn host_k_images_at_parallelism_p_never_exceed_p() {
 }
 
 /// Host process: the puller on a fixture containerd and registry of its own
-/// (daemon/src/testkit.rs), not on the bed.
+/// (testkit/src/containerd.rs), not on the bed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs root + containerd/docker-registry/skopeo (daemon/src/testkit.rs)"]
+#[ignore = "needs root + containerd/docker-registry/skopeo (testkit/src/containerd.rs)"]
 async fn host_failures_land_in_status_with_the_runtime_message() {
     let fx = Fixture::start().unwrap();
     let hole = BlackHole::start().await.unwrap();
@@ -254,7 +254,7 @@ async fn host_failures_land_in_status_with_the_runtime_message() {
 /// registry queued behind the stalled one completes once the window has passed, the
 /// stalled attempt counts as failed with the reason, and the retry stalls again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs root + containerd/docker-registry/skopeo (daemon/src/testkit.rs)"]
+#[ignore = "needs root + containerd/docker-registry/skopeo (testkit/src/containerd.rs)"]
 async fn a_stalled_registry_frees_its_pull_slot_within_the_stall_window() {
     let fx = Fixture::start().unwrap();
     let hole = BlackHole::start().await.unwrap();

@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use inplace_daemon::cri::CriClient;
 use inplace_daemon::resize::{self, Limits, Source};
-use inplace_daemon::testkit::{Fixture, free_port, remove_sandbox, run_app};
+use inplace_testkit::containerd::{Fixture, free_port, remove_sandbox, run_app};
 
-/// Host process: a fixture containerd of its own (daemon/src/testkit.rs), not on the bed.
+/// Host process: a fixture containerd of its own (testkit/src/containerd.rs), not on the bed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs root + containerd/docker-registry/skopeo (daemon/src/testkit.rs)"]
+#[ignore = "needs root + containerd/docker-registry/skopeo (testkit/src/containerd.rs)"]
 async fn host_resize_through_cri_changes_the_cgroup_v1_limits() {
     let fx = Fixture::start().unwrap();
     let cri = CriClient::new(&fx.socket, Duration::from_secs(30)).unwrap();

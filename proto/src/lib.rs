@@ -1,15 +1,13 @@
 //! The contract between the inplace controller and daemon: the `apps.kruise.io` resource
 //! types (at the versions OpenKruise v1.9.0 stores), the well-known keys, the in-place
 //! update state, and the CRDs generated from the types ([`crdgen`], with the validation of
-//! [`validation`]). No I/O (but for the test fixtures of the `test-support` feature).
+//! [`validation`]). No I/O.
 
 pub mod cloneset;
 pub mod crdgen;
 pub mod crr;
 pub mod defaults;
 pub mod downward;
-#[cfg(feature = "test-support")]
-pub mod freezable_proxy;
 pub mod image_ref;
 pub mod imagepulljob;
 pub mod inplace_contract;

@@ -68,42 +68,6 @@ pub fn init(format: LogFormat, default_filter: &str) -> Result<(), LogInitError>
 #[error("a log subscriber is installed already")]
 pub struct LogInitError;
 
-/// The lines `work` logs in `format` (info and above, no colours): for the tests of the
-/// spans each binary opens.
-#[cfg(any(test, feature = "test-support"))]
-pub fn capture(format: LogFormat, work: impl FnOnce()) -> String {
-    use std::sync::{Arc, Mutex, PoisonError};
-
-    /// Collects what the subscriber writes.
-    #[derive(Clone, Default)]
-    struct Buffer(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Buffer {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    let buf = Buffer::default();
-    let writer = buf.clone();
-    let sub = subscriber(
-        format,
-        EnvFilter::new("info"),
-        move || writer.clone(),
-        false,
-    );
-    tracing::subscriber::with_default(sub, work);
-    let bytes = buf.0.lock().unwrap_or_else(PoisonError::into_inner);
-    String::from_utf8_lossy(&bytes).into_owned()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

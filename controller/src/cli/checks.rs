@@ -107,7 +107,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::plan::fixtures::cloneset;
+    use inplace_testkit::pods::cloneset;
 
     #[test]
     fn a_valid_cloneset_has_no_warnings() {

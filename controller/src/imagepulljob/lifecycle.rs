@@ -393,7 +393,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::plan::fixtures::t;
+    use inplace_testkit::pods::t;
 
     fn node(ready_at: Option<i64>) -> Node {
         let mut n = json!({"metadata": {"name": "n1", "uid": "node-uid"}});

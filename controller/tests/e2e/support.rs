@@ -2,10 +2,7 @@
 //! per test, the controller (the installed one or a child process) and the daemon, and
 //! waiting.
 //!
-//! Environment:
-//! - `INPLACE_TESTBED_KUBECONFIG` (default `${INPLACE_TESTBED_DIR:-/var/tmp/inplace-testbed}/kubeconfig`)
-//! - `INPLACE_KUBECTL` (default `kubectl` on PATH)
-//! - `INPLACE_TEST_IMAGE_V1|V2|V3` (default `127.0.0.1:5000/inplace-test/app:v1|v2|v3`)
+//! Environment: the bed's (`inplace_testkit::bed`), and
 //! - `INPLACE_E2E_INSTALLED=1`: [`Controller::start`] and [`Daemon::start`] use the installed
 //!   product ([`installed_mode`])
 
@@ -27,60 +24,17 @@ use serde_json::Value;
 
 pub type TestResult<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
-pub fn kubeconfig() -> PathBuf {
-    if let Ok(p) = std::env::var("INPLACE_TESTBED_KUBECONFIG") {
-        return PathBuf::from(p);
-    }
-    let dir =
-        std::env::var("INPLACE_TESTBED_DIR").unwrap_or_else(|_| "/var/tmp/inplace-testbed".into());
-    PathBuf::from(dir).join("kubeconfig")
-}
-
-pub fn kubectl_bin() -> String {
-    std::env::var("INPLACE_KUBECTL").unwrap_or_else(|_| "kubectl".into())
-}
-
-pub fn image(version: &str) -> String {
-    let var = format!("INPLACE_TEST_IMAGE_{}", version.to_uppercase());
-    std::env::var(var).unwrap_or_else(|_| format!("127.0.0.1:5000/inplace-test/app:{version}"))
-}
+pub use inplace_testkit::bed::{image, kubeconfig, kubectl_bin};
 
 /// A client of the bed.
 pub async fn client() -> TestResult<Client> {
-    let config = kube::Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::read_from(kubeconfig())?,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await?;
-    Ok(Client::try_from(config)?)
+    Ok(inplace_testkit::bed::client().await?)
 }
 
-/// Runs kubectl with the bed's kubeconfig; stdout on success, an error with stderr otherwise.
+/// Runs kubectl with the bed's kubeconfig; stdout on success, an error with its output
+/// otherwise.
 pub fn kubectl(args: &[&str], stdin: Option<&str>) -> TestResult<String> {
-    let mut cmd = Command::new(kubectl_bin());
-    cmd.arg("--kubeconfig").arg(kubeconfig()).args(args);
-    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    if stdin.is_some() {
-        cmd.stdin(Stdio::piped());
-    }
-    let mut child = cmd.spawn()?;
-    if let Some(input) = stdin {
-        child
-            .stdin
-            .take()
-            .expect("stdin")
-            .write_all(input.as_bytes())?;
-    }
-    let out = child.wait_with_output()?;
-    if !out.status.success() {
-        return Err(format!(
-            "kubectl {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        )
-        .into());
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    Ok(inplace_testkit::bed::kubectl(args, stdin)?)
 }
 
 pub fn kubectl_json(args: &[&str]) -> TestResult<Value> {
@@ -1214,7 +1168,7 @@ impl Drop for DaemonProcess {
 
 // ---------- cutting a process off the API server ----------
 
-pub use inplace_proto::freezable_proxy::FreezableProxy;
+pub use inplace_testkit::freezable_proxy::FreezableProxy;
 
 /// A [`FreezableProxy`] in front of the bed's API server.
 pub async fn freezable_proxy() -> TestResult<FreezableProxy> {

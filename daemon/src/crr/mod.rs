@@ -9,29 +9,26 @@ pub mod decide;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use futures::StreamExt;
 use inplace_proto::keys;
 use k8s_cri::v1::ContainerState;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, Patch};
-use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::watcher::{self};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Notify;
 
 use crate::api::{ContainerRecreateRequest, ContainerRecreateRequestStatus, ProbeHandler};
+use crate::apiserver::{Health, patch_params, watch_into_store};
 use crate::cri::CriClient;
 use crate::inplace::{self, ExecError};
-use crate::kube_io::{Health, patch_params};
 use crate::metrics::{Metrics, PhaseLabel};
 use decide::{Instance, Kill};
 
-/// Watches the active CRRs of `node`.
+/// Watches the active CRRs of `node` into `writer`, poking `notify` on every change.
 pub async fn watch_crrs(
     api: Api<ContainerRecreateRequest>,
     node: String,
@@ -46,18 +43,7 @@ pub async fn watch_crrs(
     .into_iter()
     .collect();
     let cfg = watcher::Config::default().labels_from(&selector);
-    let mut stream = watcher::watcher(api, cfg)
-        .default_backoff()
-        .reflect(writer)
-        .boxed();
-    while let Some(ev) = stream.next().await {
-        match ev {
-            Ok(Event::InitDone) => health.crr_synced.store(true, Ordering::Relaxed),
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "CRR watch error (retrying)"),
-        }
-        notify.notify_one();
-    }
+    watch_into_store(api, cfg, "CRR", writer, &notify, &health.crr_synced).await;
 }
 
 /// A status write of the handler: the request's version it was made over (as the watch

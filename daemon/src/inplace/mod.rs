@@ -20,21 +20,18 @@ pub mod decide;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use futures::StreamExt;
 use inplace_proto::{InPlaceUpdateState, keys};
 use k8s_cri::v1::ContainerState;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch};
-use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, Store};
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::watcher::{self};
 use tokio::sync::Notify;
 
+use crate::apiserver::{Health, RETRY_MAX, patch_params, retry_backoff, watch_into_store};
 use crate::cri::{CriClient, CriError};
-use crate::kube_io::{Health, patch_params};
 use crate::metrics::{Metrics, ReasonLabel};
 use crate::resize;
 use decide::{Decision, RuntimeContainer};
@@ -66,18 +63,7 @@ pub async fn watch_pods(
     health: Arc<Health>,
 ) {
     let cfg = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
-    let mut stream = watcher::watcher(api, cfg)
-        .default_backoff()
-        .reflect(writer)
-        .boxed();
-    while let Some(ev) = stream.next().await {
-        match ev {
-            Ok(Event::InitDone) => health.pods_synced.store(true, Ordering::Relaxed),
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "pod watch error (retrying)"),
-        }
-        notify.notify_one();
-    }
+    watch_into_store(api, cfg, "pod", writer, &notify, &health.pods_synced).await;
 }
 
 /// Lists the runtime containers of a pod.
@@ -184,21 +170,6 @@ impl Retry {
     pub(crate) fn waiting(&self, version: &str) -> bool {
         self.version == version && tokio::time::Instant::now() < self.not_before
     }
-}
-
-/// The longest wait between two tries of a failing pod.
-pub(crate) const RETRY_MAX: Duration = Duration::from_secs(30);
-
-/// Exponential back-off with jitter from half a second to [`RETRY_MAX`], never ending:
-/// the daemon's retry of a failed pod sync, CRR sync or NodeImage status write.
-pub(crate) fn retry_backoff() -> backon::ExponentialBackoff {
-    use backon::BackoffBuilder;
-    backon::ExponentialBuilder::default()
-        .with_jitter()
-        .with_min_delay(Duration::from_millis(500))
-        .with_max_delay(RETRY_MAX)
-        .without_max_times()
-        .build()
 }
 
 /// Env-from-metadata restarts of one container for one revision at most.
@@ -705,18 +676,6 @@ impl std::fmt::Debug for Executor {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A failing pod is tried again after half a second at first, backing off to about
-    /// half a minute (with jitter), and never given up on.
-    #[test]
-    fn retries_back_off_from_half_a_second_to_half_a_minute_and_never_stop() {
-        let delays: Vec<Duration> = retry_backoff().take(100).collect();
-        assert_eq!(delays.len(), 100, "never gives up");
-        assert!(delays[0] >= Duration::from_millis(500) && delays[0] <= Duration::from_secs(1));
-        assert!(delays.iter().all(|d| *d >= Duration::from_millis(500)));
-        assert!(delays.iter().all(|d| *d <= 2 * RETRY_MAX), "{delays:?}");
-        assert!(delays[99] >= RETRY_MAX, "{:?}", delays[99]);
-    }
 
     /// A failed version waits out its back-off; a newer version of the object is tried
     /// at once; the delays grow.

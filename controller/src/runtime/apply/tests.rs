@@ -565,7 +565,7 @@ async fn conflicting_server() -> Result<
 #[tokio::test]
 async fn a_completion_answered_409_is_let_pass_and_counted_for_a_quick_recheck()
 -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    use crate::plan::fixtures;
+    use inplace_testkit::pods as fixtures;
     let (client, seen, server) = conflicting_server().await?;
     let ctx = test_context(client);
     let cs = fixtures::cloneset(json!({}));
@@ -582,7 +582,7 @@ async fn a_completion_answered_409_is_let_pass_and_counted_for_a_quick_recheck()
         }]);
     }
     let owned = Owned {
-        pods: vec![fixtures::cached(&pod)],
+        pods: vec![Arc::new(cached(&pod))],
         ..Owned::default()
     };
     let plan = Plan {
@@ -672,7 +672,7 @@ fn test_context(client: kube::Client) -> Context {
 async fn the_applier_sends_the_write_the_plan_holds_and_derives_one_only_without_it()
 -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     use crate::plan::action_write::{self, ActionInputs, Write};
-    use crate::plan::fixtures;
+    use inplace_testkit::pods as fixtures;
     let (client, seen, server) = recording_server(
         r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"demo-a","namespace":"default","uid":"uid-demo-a","resourceVersion":"9"}}"#,
     )
@@ -682,7 +682,7 @@ async fn the_applier_sends_the_write_the_plan_holds_and_derives_one_only_without
     let mut pod = fixtures::pod("demo-a", "demo-2").build();
     pod.metadata.namespace = Some("default".into());
     let owned = Owned {
-        pods: vec![fixtures::cached(&pod)],
+        pods: vec![Arc::new(cached(&pod))],
         ..Owned::default()
     };
     let action = Action::SetTemplateHash {
@@ -704,7 +704,11 @@ async fn the_applier_sends_the_write_the_plan_holds_and_derives_one_only_without
             update_revision: "demo-2",
             short_hash: false,
         },
-        &crate::plan::fixtures::facts_of(&owned.pods),
+        &owned
+            .pods
+            .iter()
+            .map(|p| crate::plan::PodFacts::from_pod(p, &Default::default()))
+            .collect::<Vec<_>>(),
         &plan.actions,
     );
     if let Some(Write::Patch(p)) = writes.first_mut().map(|w| &mut w.write) {
@@ -745,7 +749,7 @@ async fn the_applier_sends_the_write_the_plan_holds_and_derives_one_only_without
 #[tokio::test]
 async fn an_action_not_yet_started_is_small() -> Result<(), Box<dyn std::error::Error + Send + Sync>>
 {
-    use crate::plan::fixtures;
+    use inplace_testkit::pods as fixtures;
     use std::mem::size_of_val;
     // never contacted: no future is polled
     let client = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse()?))?;

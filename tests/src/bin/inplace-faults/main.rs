@@ -608,7 +608,7 @@ fn check_records(
         .extend(ledger.violations(target as usize, max_pods, converged));
     out.pods_created += ledger.created.len() as u64;
     out.pods_deleted += ledger.deleted.len() as u64;
-    // `<vct>-<cloneset>-<id>` of pod `<cloneset>-<id>` (controller/src/plan/build.rs).
+    // `<vct>-<cloneset>-<id>` of pod `<cloneset>-<id>` (plan/src/build.rs).
     out.record_violations
         .extend(records::pvc_deletes(records, |claim| {
             claim.strip_prefix("data-").map(str::to_owned)
