@@ -13,7 +13,7 @@ use axum::http::{Method, Request, Response};
 use futures::future::BoxFuture;
 use tower::{Layer, Service};
 
-use crate::fence::FencedWrite;
+use crate::fence::{FencedWrite, WriteOutlivedLease};
 use crate::metrics::Metrics;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -33,6 +33,8 @@ pub fn verb(method: &Method, query: Option<&str>) -> String {
 pub fn error_code(e: &BoxError) -> &'static str {
     if e.downcast_ref::<FencedWrite>().is_some() {
         "fenced"
+    } else if e.downcast_ref::<WriteOutlivedLease>().is_some() {
+        "lease-deadline"
     } else {
         "error"
     }
@@ -94,6 +96,24 @@ mod tests {
 
     use axum::http::StatusCode;
     use tower::ServiceExt;
+
+    #[test]
+    fn refused_and_abandoned_writes_have_codes_of_their_own() {
+        let fenced: BoxError = Box::new(FencedWrite {
+            method: Method::PATCH,
+            path: "/api/v1/namespaces/ns/pods/p".into(),
+            since: std::time::Duration::from_secs(20),
+        });
+        let outlived: BoxError = Box::new(WriteOutlivedLease {
+            method: Method::DELETE,
+            path: "/api/v1/namespaces/ns/pods/p".into(),
+            deadline: std::time::Duration::from_secs(3),
+        });
+        let other: BoxError = "connection reset".into();
+        assert_eq!(error_code(&fenced), "fenced");
+        assert_eq!(error_code(&outlived), "lease-deadline");
+        assert_eq!(error_code(&other), "error");
+    }
 
     #[test]
     fn verbs() {

@@ -11,7 +11,16 @@
 //! own, before the Lease expires for the others; when it reaches the API server again it
 //! either renews (nobody took over: the gate opens) or finds another holder and exits.
 //!
-//! Without leader election the fence is always open.
+//! A write let through still must not outlive the validity it was let through in: a
+//! request held for 30 s by a slow network or API server would otherwise land long after
+//! another replica took over. So each write carries a deadline of what remains of the
+//! validity when it is sent: as the API server's `timeout` parameter (the server gives up
+//! on a request it cannot finish by then), and on the client (the write fails with
+//! [`WriteOutlivedLease`] and its answer, if any comes later, is never acted on). What no
+//! deadline can cover is a request delayed *before* it reaches the server; for those the
+//! writes' preconditions (resourceVersion, UID) are the guard.
+//!
+//! Without leader election the fence is always open and writes have no such deadline.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -33,6 +42,18 @@ pub struct FencedWrite {
     pub method: Method,
     pub path: String,
     pub since: Duration,
+}
+
+/// A write let through the fence that had no answer within what remained of the
+/// leadership's validity when it was sent.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{method} {path}: no answer within the {deadline:?} left of the leader lease's validity; abandoned (it may or may not have been applied)"
+)]
+pub struct WriteOutlivedLease {
+    pub method: Method,
+    pub path: String,
+    pub deadline: Duration,
 }
 
 /// How long after a renewal was sent this replica may still write: the lease duration
@@ -128,6 +149,19 @@ impl Fence {
         }
     }
 
+    /// What remains at `now` of the validity: `Ok(None)` without election (no bound),
+    /// `Ok(Some(left))` while open, `Err(time since the last renewal)` when closed.
+    pub fn remaining(&self, now: Instant) -> Result<Option<Duration>, Duration> {
+        if !self.0.enforced {
+            return Ok(None);
+        }
+        self.check(now)?;
+        let left = self.last_renewal().map_or(Duration::ZERO, |t| {
+            (t + self.0.validity).saturating_duration_since(now)
+        });
+        Ok(Some(left))
+    }
+
     /// Records whether the gate is open now; true when that changed.
     fn note(&self, open: bool) -> bool {
         self.0.open.swap(open, Ordering::AcqRel) != open
@@ -217,30 +251,76 @@ where
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
-    fn call(&mut self, req: Request<B>) -> Self::Future {
+    fn call(&mut self, mut req: Request<B>) -> Self::Future {
+        let mut deadline = None;
         if is_write(req.method()) {
-            let verdict = self.fence.check(Instant::now());
+            let verdict = self.fence.remaining(Instant::now());
             if self.fence.note(verdict.is_ok()) {
                 match verdict {
-                    Ok(()) => tracing::warn!("leader lease renewed: writes allowed again"),
+                    Ok(_) => tracing::warn!("leader lease renewed: writes allowed again"),
                     Err(since) => tracing::error!(
                         since = ?since,
                         "leader lease not renewed in time: refusing every write until it is (fenced)"
                     ),
                 }
             }
-            if let Err(since) = verdict {
-                let refused = FencedWrite {
-                    method: req.method().clone(),
-                    path: req.uri().path().to_owned(),
-                    since,
-                };
-                return Box::pin(async move { Err(Box::new(refused) as BoxError) });
+            match verdict {
+                Err(since) => {
+                    let refused = FencedWrite {
+                        method: req.method().clone(),
+                        path: req.uri().path().to_owned(),
+                        since,
+                    };
+                    return Box::pin(async move { Err(Box::new(refused) as BoxError) });
+                }
+                Ok(Some(left)) => {
+                    if let Some(uri) = with_server_timeout(req.uri(), left) {
+                        *req.uri_mut() = uri;
+                    }
+                    deadline = Some(WriteOutlivedLease {
+                        method: req.method().clone(),
+                        path: req.uri().path().to_owned(),
+                        deadline: left,
+                    });
+                }
+                Ok(None) => {}
             }
         }
         let fut = self.inner.call(req);
-        Box::pin(async move { fut.await.map_err(Into::into) })
+        Box::pin(async move {
+            let Some(outlived) = deadline else {
+                return fut.await.map_err(Into::into);
+            };
+            match tokio::time::timeout(outlived.deadline, fut).await {
+                Ok(result) => result.map_err(Into::into),
+                Err(_) => Err(Box::new(outlived) as BoxError),
+            }
+        })
     }
+}
+
+/// `uri` with the API server's `timeout` parameter set to `left` (whole milliseconds, at
+/// least one), unless it carries a shorter one already; `None` when it is kept as it is.
+pub fn with_server_timeout(uri: &axum::http::Uri, left: Duration) -> Option<axum::http::Uri> {
+    let millis = left.as_millis().max(1);
+    let query = uri.query().unwrap_or_default();
+    let mut pairs: Vec<&str> = query.split('&').filter(|p| !p.is_empty()).collect();
+    if let Some(existing) = pairs.iter().position(|p| p.starts_with("timeout=")) {
+        let shorter = pairs[existing]
+            .strip_prefix("timeout=")
+            .and_then(|v| humantime::parse_duration(v).ok())
+            .is_some_and(|d| d <= left);
+        if shorter {
+            return None;
+        }
+        pairs.remove(existing);
+    }
+    let timeout = format!("timeout={millis}ms");
+    pairs.push(&timeout);
+    let path_and_query = format!("{}?{}", uri.path(), pairs.join("&"));
+    let mut parts = uri.clone().into_parts();
+    parts.path_and_query = path_and_query.parse().ok();
+    axum::http::Uri::from_parts(parts).ok()
 }
 
 #[cfg(test)]

@@ -178,3 +178,120 @@ async fn only_successful_lease_writes_renew() -> Result<(), BoxError> {
     }
     Ok(())
 }
+
+/// (query before, time left, query after): the API server's `timeout` is what remains of
+/// the validity, unless the request carries a shorter one already.
+#[test]
+fn a_write_carries_what_remains_of_the_validity_as_the_servers_timeout() {
+    for (before, left_ms, after) in [
+        ("", 4_321, "timeout=4321ms"),
+        ("fieldManager=x", 2_000, "fieldManager=x&timeout=2000ms"),
+        ("timeout=30s&dryRun=All", 1_500, "dryRun=All&timeout=1500ms"),
+        ("timeout=500ms", 1_500, "timeout=500ms"),
+        ("timeout=junk", 1_500, "timeout=1500ms"),
+        ("", 0, "timeout=1ms"),
+    ] {
+        let uri: axum::http::Uri = if before.is_empty() {
+            format!("https://api:6443{POD}").parse().unwrap_or_default()
+        } else {
+            format!("https://api:6443{POD}?{before}")
+                .parse()
+                .unwrap_or_default()
+        };
+        let got = with_server_timeout(&uri, Duration::from_millis(left_ms)).unwrap_or(uri);
+        assert_eq!(
+            got.query().unwrap_or_default(),
+            after,
+            "{before:?}, {left_ms} ms left"
+        );
+        assert_eq!(got.path(), POD);
+        assert_eq!(got.authority().map(|a| a.as_str()), Some("api:6443"));
+    }
+}
+
+/// An API server stand-in that answers reads at once and holds every write for `hold`,
+/// recording the query each write arrived with.
+fn slow_writes(
+    hold: Duration,
+    queries: Arc<std::sync::Mutex<Vec<String>>>,
+) -> impl Service<
+    Request<String>,
+    Response = Response<String>,
+    Error = BoxError,
+    Future = BoxFuture<'static, Result<Response<String>, BoxError>>,
+> + Clone {
+    tower::service_fn(move |req: Request<String>| {
+        let write = is_write(req.method());
+        if write && let Ok(mut q) = queries.lock() {
+            q.push(req.uri().query().unwrap_or_default().to_owned());
+        }
+        Box::pin(async move {
+            if write {
+                tokio::time::sleep(hold).await;
+            }
+            Response::builder()
+                .status(StatusCode::OK)
+                .body(String::new())
+                .map_err(|e| Box::new(e) as BoxError)
+        }) as BoxFuture<'static, _>
+    })
+}
+
+#[tokio::test]
+async fn a_write_without_an_answer_is_abandoned_when_the_validity_ends() -> Result<(), BoxError> {
+    let validity = Duration::from_millis(400);
+    let fence = Fence::enforced(validity);
+    let queries = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let gate = WriteGateLayer(fence.clone()).layer(slow_writes(30 * SECOND, queries.clone()));
+    fence.renewed(Instant::now());
+
+    let started = Instant::now();
+    let outcome = tokio::time::timeout(
+        10 * SECOND,
+        gate.clone().oneshot(request(Method::PATCH, POD)),
+    )
+    .await?;
+    let waited = started.elapsed();
+    let err = outcome
+        .err()
+        .ok_or("a write held past the validity succeeded")?;
+    let outlived = err
+        .downcast_ref::<WriteOutlivedLease>()
+        .ok_or("not a WriteOutlivedLease")?;
+    assert_eq!(outlived.method, Method::PATCH);
+    assert_eq!(outlived.path, POD);
+    assert!(outlived.deadline <= validity, "{:?}", outlived.deadline);
+    assert!(
+        waited < validity + SECOND,
+        "abandoned at the end of the validity, not at the server's pace: {waited:?}"
+    );
+    let sent = queries.lock().map(|q| q.clone()).unwrap_or_default();
+    let [query] = sent.as_slice() else {
+        return Err(format!("one write reaches the server: {sent:?}").into());
+    };
+    let ms: u64 = query
+        .strip_prefix("timeout=")
+        .and_then(|v| v.strip_suffix("ms"))
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| format!("no server timeout in {query:?}"))?;
+    assert!(ms >= 1 && u128::from(ms) <= validity.as_millis(), "{ms} ms");
+
+    // Reads are not bounded by the lease: one goes through at once, without a timeout.
+    let read = gate.clone().oneshot(request(Method::GET, POD)).await?;
+    assert_eq!(read.status(), StatusCode::OK);
+    Ok(())
+}
+
+#[tokio::test]
+async fn without_election_writes_have_no_lease_deadline() -> Result<(), BoxError> {
+    let queries = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let gate = WriteGateLayer(Fence::unenforced())
+        .layer(slow_writes(Duration::from_millis(50), queries.clone()));
+    let answer = gate.oneshot(request(Method::DELETE, POD)).await?;
+    assert_eq!(answer.status(), StatusCode::OK);
+    assert_eq!(
+        queries.lock().map(|q| q.clone()).unwrap_or_default(),
+        vec![String::new()]
+    );
+    Ok(())
+}
