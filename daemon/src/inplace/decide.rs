@@ -314,15 +314,43 @@ pub fn decide_on_node(
     apply_resize: bool,
     clock: NodeClock,
 ) -> Decision {
+    let state = state_of(pod);
+    decide_with_state(
+        pod,
+        state.as_ref(),
+        runtime,
+        resolved,
+        observed,
+        apply_resize,
+        clock,
+    )
+}
+
+/// The pod's in-place update state annotation, read (`None`: the pod has none).
+pub fn state_of(pod: &Pod) -> Option<Result<InPlaceUpdateState, serde_json::Error>> {
+    InPlaceUpdateState::from_annotations(pod.metadata.annotations.as_ref()?)
+}
+
+/// [`decide_on_node`] over the pod's state as [`state_of`] read it: the executor reads it
+/// once per sync, for the decision and for what it asks the runtime beforehand.
+pub fn decide_with_state(
+    pod: &Pod,
+    state: Option<&Result<InPlaceUpdateState, serde_json::Error>>,
+    runtime: &[RuntimeContainer],
+    resolved: &BTreeMap<String, String>,
+    observed: &BTreeMap<String, Limits>,
+    apply_resize: bool,
+    clock: NodeClock,
+) -> Decision {
     if !in_update(pod) {
         return Decision::NotInUpdate;
     }
-    let annotations = pod.metadata.annotations.clone().unwrap_or_default();
-    let state = match InPlaceUpdateState::from_annotations(&annotations) {
+    let state = match state {
         None => return Decision::NotInUpdate,
         Some(Err(e)) => return Decision::Invalid(format!("unreadable in-place update state: {e}")),
         Some(Ok(s)) => s,
     };
+    let annotations = pod.metadata.annotations.clone().unwrap_or_default();
     // The label holds the full revision name, or only its hash with the short-hash gate,
     // while the state always names the full revision: the contract's rule accepts both.
     if !inplace_contract::at_revision(pod.metadata.labels.as_ref(), &state.revision) {
@@ -378,7 +406,7 @@ pub fn decide_on_node(
         done.insert(name.clone(), rc.id.clone());
     }
 
-    for name in resized_containers(&state) {
+    for name in resized_containers(state) {
         let Some(c) = spec.containers.iter().find(|c| c.name == name) else {
             continue;
         };
@@ -420,7 +448,7 @@ pub fn decide_on_node(
         let in_current_batch = |name: &str| {
             !later_batches || current.is_some_and(|b| b.containers.iter().any(|c| c == name))
         };
-        let stopped = env_stopped_ids(&state);
+        let stopped = env_stopped_ids(state);
         for c in spec.containers.iter().filter(|c| env_from_metadata(c)) {
             let Some(rc) = newest(runtime, &c.name) else {
                 return Decision::Wait(format!("no runtime container for {} yet", c.name));

@@ -276,15 +276,11 @@ impl Executor {
     /// Limits applied to the newest instance of each container a resize changes.
     async fn observe_resized(
         &self,
-        pod: &Pod,
+        state: &InPlaceUpdateState,
         runtime: &[RuntimeContainer],
     ) -> BTreeMap<String, resize::Limits> {
-        let annotations = pod.metadata.annotations.clone().unwrap_or_default();
-        let Some(Ok(state)) = InPlaceUpdateState::from_annotations(&annotations) else {
-            return BTreeMap::new();
-        };
         let mut out = BTreeMap::new();
-        for name in decide::resized_containers(&state) {
+        for name in decide::resized_containers(state) {
             let Some(rc) = decide::newest(runtime, &name) else {
                 continue;
             };
@@ -303,11 +299,12 @@ impl Executor {
     /// Fills in the env of the newest instance of each container whose env reads pod
     /// metadata, for an update that changes such env (`updateEnvFromMetadata`). A runtime
     /// that does not report it leaves `env` empty (the decision then falls back to times).
-    async fn read_metadata_env(&self, pod: &Pod, runtime: &mut [RuntimeContainer]) {
-        let annotations = pod.metadata.annotations.clone().unwrap_or_default();
-        let Some(Ok(state)) = InPlaceUpdateState::from_annotations(&annotations) else {
-            return;
-        };
+    async fn read_metadata_env(
+        &self,
+        pod: &Pod,
+        state: &InPlaceUpdateState,
+        runtime: &mut [RuntimeContainer],
+    ) {
         if !state.update_env_from_metadata {
             return;
         }
@@ -340,11 +337,11 @@ impl Executor {
     /// listing: containerd lists the image id where the kubelet reports the repo digest (if
     /// the image has one), so the container then counts as updated once it runs the spec
     /// image's id, which `decide` checks first.
-    async fn read_reported_images(&self, pod: &Pod, runtime: &mut [RuntimeContainer]) {
-        let annotations = pod.metadata.annotations.clone().unwrap_or_default();
-        let Some(Ok(state)) = InPlaceUpdateState::from_annotations(&annotations) else {
-            return;
-        };
+    async fn read_reported_images(
+        &self,
+        state: &InPlaceUpdateState,
+        runtime: &mut [RuntimeContainer],
+    ) {
         let unrecorded = state
             .last_container_statuses
             .iter()
@@ -409,12 +406,21 @@ impl Executor {
             ));
         }
         let mut runtime = runtime_containers(&self.cri, &uid).await?;
-        self.read_metadata_env(pod, &mut runtime).await;
-        self.read_reported_images(pod, &mut runtime).await;
+        // Read once: for what is asked of the runtime first, then for the decision.
+        let state = decide::state_of(pod);
+        let readable = state.as_ref().and_then(|s| s.as_ref().ok());
+        if let Some(state) = readable {
+            self.read_metadata_env(pod, state, &mut runtime).await;
+            self.read_reported_images(state, &mut runtime).await;
+        }
         let resolved = self.resolve_images(pod).await;
-        let observed = self.observe_resized(pod, &runtime).await;
-        let mut d = decide::decide_on_node(
+        let observed = match readable {
+            Some(state) => self.observe_resized(state, &runtime).await,
+            None => BTreeMap::new(),
+        };
+        let mut d = decide::decide_with_state(
             pod,
+            state.as_ref(),
             &runtime,
             &resolved,
             &observed,
