@@ -1075,3 +1075,145 @@ async fn crrs_of_different_pods_run_at_once_and_of_one_pod_in_order() {
         .await;
     assert_eq!(n, 3.0, "counted by this test: {m}");
 }
+
+/// The image a pod's container `name` runs, as the kubelet reports it, once running.
+fn running_image_id(p: &Pod, name: &str) -> Option<String> {
+    p.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == name && c.state.as_ref().is_some_and(|s| s.running.is_some()))
+        .map(|c| c.image_id.clone())
+}
+
+/// A daemon that starts when an in-place update is already under way on its node, the
+/// pod's new container started by the kubelet while no daemon ran (a daemon upgrade, a
+/// crash): the update ends, with nothing restarted again. With `reboot`, every container
+/// of the pod is also stopped before the daemon starts (what a node reboot leaves: the
+/// kubelet starts them all again, the app's with the new image).
+///
+/// Host process: no daemon may run on the node until the test starts its own (the
+/// product is not installed in the host phase).
+async fn a_daemon_started_mid_update_completes_it(reboot: bool) {
+    let c = client().await;
+    let ns = TestNs::new(&c).await;
+    let pods: Api<Pod> = Api::namespaced(c.clone(), &ns.name);
+    let cri = bed_cri();
+    let v1 = format!("{REGISTRY}/inplace-test/app:v1");
+    let v2 = format!("{REGISTRY}/inplace-test/app:v2");
+    let p = create_started(
+        &pods,
+        pod_json(
+            "cold",
+            json!([{"name": "main", "image": v1}, {"name": "side", "image": v1}]),
+        ),
+    )
+    .await;
+    let uid = p.metadata.uid.clone().unwrap();
+    let old_image_id = running_image_id(&p, "main").unwrap();
+    cri.pull_image(&v2, None, None, Duration::from_secs(60))
+        .await
+        .unwrap();
+    set_not_ready(&pods, "cold").await;
+
+    // What the controller writes to start an in-place update, with no daemon running.
+    let state = json!({"revision": "rev-2", "updateTimestamp": k8s_openapi::jiff::Timestamp::now().to_string(),
+        "lastContainerStatuses": {"main": {"imageID": old_image_id}}, "updateImages": true});
+    pods.patch(
+        "cold",
+        &PatchParams::default(),
+        &Patch::Strategic(json!({
+            "metadata": {"labels": {"controller-revision-hash": "rev-2"},
+                         "annotations": {"apps.kruise.io/inplace-update-state": state.to_string()}},
+            "spec": {"containers": [{"name": "main", "image": v2}]}
+        })),
+    )
+    .await
+    .unwrap();
+    let p = wait_pod(
+        &pods,
+        "cold",
+        "the kubelet runs the new image",
+        Duration::from_secs(60),
+        |p| running_image_id(p, "main").is_some_and(|id| id != old_image_id),
+    )
+    .await;
+    if reboot {
+        let before = (restart_count(&p, "main"), restart_count(&p, "side"));
+        for rc in runtime_containers(&cri, &uid).await.unwrap() {
+            if rc.running {
+                cri.stop_container(&rc.id, Duration::from_secs(2))
+                    .await
+                    .unwrap();
+            }
+        }
+        wait_pod(
+            &pods,
+            "cold",
+            "every container started again by the kubelet",
+            Duration::from_secs(90),
+            |p| {
+                all_started(p)
+                    && restart_count(p, "main") > before.0
+                    && restart_count(p, "side") > before.1
+            },
+        )
+        .await;
+    }
+    let p = pods.get("cold").await.unwrap();
+    assert_eq!(
+        condition(&p, "InPlaceUpdateReady").as_deref(),
+        Some("False"),
+        "nothing completes the update while no daemon runs"
+    );
+    let restarts = (restart_count(&p, "main"), restart_count(&p, "side"));
+    let ids = (container_id(&p, "main"), container_id(&p, "side"));
+
+    let d = Daemon::start(NODE, &bed_dir().join("containerd/containerd.sock"), "cold");
+    d.wait_healthy().await;
+    let p = wait_pod(
+        &pods,
+        "cold",
+        "InPlaceUpdateReady True from the daemon started mid-update",
+        Duration::from_secs(30),
+        |p| condition(p, "InPlaceUpdateReady").as_deref() == Some("True"),
+    )
+    .await;
+    let st: serde_json::Value = serde_json::from_str(
+        &p.metadata.annotations.as_ref().unwrap()["apps.kruise.io/inplace-update-state"],
+    )
+    .unwrap();
+    assert_eq!(
+        st["daemonContainerIDs"]["main"], ids.0,
+        "completed on the container the kubelet started\n{}",
+        d.logs()
+    );
+    // Nothing restarted by the daemon, then or a little later.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let p = pods.get("cold").await.unwrap();
+    assert_eq!(
+        (restart_count(&p, "main"), restart_count(&p, "side")),
+        restarts,
+        "a container was restarted again\n{}",
+        d.logs()
+    );
+    assert_eq!(
+        (container_id(&p, "main"), container_id(&p, "side")),
+        ids,
+        "a container was replaced again\n{}",
+        d.logs()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the test bed (tests/testbed/up), and no other daemon on its node"]
+async fn host_a_daemon_started_mid_update_completes_it_without_restarting_anything() {
+    a_daemon_started_mid_update_completes_it(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the test bed (tests/testbed/up), and no other daemon on its node"]
+async fn host_after_a_reboot_a_daemon_completes_the_update_it_did_not_see_begin() {
+    a_daemon_started_mid_update_completes_it(true).await;
+}
