@@ -22,7 +22,7 @@ use inplace_daemon::api::{ContainerRecreateRequest, CrrPhase, NodeImage, TagPhas
 use inplace_daemon::cri::CriClient;
 use inplace_daemon::inplace::runtime_containers;
 use inplace_testkit::bed::dir as bed_dir;
-use inplace_testkit::containerd::{Fixture, SlowProxy, free_port};
+use inplace_testkit::containerd::{Fixture, SlowProxy, free_port, remove_sandbox};
 use inplace_testkit::freezable_proxy::FreezableProxy;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -1089,9 +1089,10 @@ fn running_image_id(p: &Pod, name: &str) -> Option<String> {
 
 /// A daemon that starts when an in-place update is already under way on its node, the
 /// pod's new container started by the kubelet while no daemon ran (a daemon upgrade, a
-/// crash): the update ends, with nothing restarted again. With `reboot`, every container
-/// of the pod is also stopped before the daemon starts (what a node reboot leaves: the
-/// kubelet starts them all again, the app's with the new image).
+/// crash): the update ends, with nothing restarted again. With `reboot`, the pod's sandbox
+/// is also removed with every container in it before the daemon starts (what a node
+/// reboot leaves: the kubelet makes a new sandbox and starts them all again, the app's
+/// with the new image).
 ///
 /// Host process: no daemon may run on the node until the test starts its own (the
 /// product is not installed in the host phase).
@@ -1140,23 +1141,32 @@ async fn a_daemon_started_mid_update_completes_it(reboot: bool) {
     )
     .await;
     if reboot {
-        let before = (restart_count(&p, "main"), restart_count(&p, "side"));
-        for rc in runtime_containers(&cri, &uid).await.unwrap() {
-            if rc.running {
-                cri.stop_container(&rc.id, Duration::from_secs(2))
-                    .await
-                    .unwrap();
-            }
+        // What a reboot leaves of the pod on the node: nothing. Its sandbox is removed
+        // with every container in it; the kubelet makes a new sandbox and starts them all.
+        let sandboxes: std::collections::BTreeSet<String> = cri
+            .list_containers(std::collections::HashMap::from([(
+                inplace_daemon::inplace::POD_UID_LABEL.to_owned(),
+                uid.clone(),
+            )]))
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|c| c.pod_sandbox_id)
+            .collect();
+        assert!(!sandboxes.is_empty(), "the pod's sandbox on the node");
+        let before = (container_id(&p, "main"), container_id(&p, "side"));
+        for sandbox in &sandboxes {
+            remove_sandbox(&cri, sandbox).await.unwrap();
         }
         wait_pod(
             &pods,
             "cold",
-            "every container started again by the kubelet",
-            Duration::from_secs(90),
+            "every container started again by the kubelet in a new sandbox",
+            Duration::from_secs(120),
             |p| {
                 all_started(p)
-                    && restart_count(p, "main") > before.0
-                    && restart_count(p, "side") > before.1
+                    && container_id(p, "main") != before.0
+                    && container_id(p, "side") != before.1
             },
         )
         .await;
@@ -1185,7 +1195,8 @@ async fn a_daemon_started_mid_update_completes_it(reboot: bool) {
     )
     .unwrap();
     assert_eq!(
-        st["daemonContainerIDs"]["main"], ids.0,
+        st["daemonContainerIDs"]["main"],
+        ids.0,
         "completed on the container the kubelet started\n{}",
         d.logs()
     );
