@@ -11,6 +11,7 @@ pub mod downward;
 #[cfg(feature = "test-support")]
 pub mod freezable_proxy;
 pub mod image_ref;
+pub mod imagelistpulljob;
 pub mod imagepulljob;
 pub mod inplace_contract;
 pub mod inplace_state;
@@ -24,6 +25,9 @@ pub mod validation;
 
 pub use cloneset::*;
 pub use crr::*;
+pub use imagelistpulljob::{
+    FailedImageStatus, ImageListPullJob, ImageListPullJobSpec, ImageListPullJobStatus,
+};
 pub use imagepulljob::*;
 pub use inplace_state::*;
 pub use nodeimage::{
