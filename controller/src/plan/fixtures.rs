@@ -296,6 +296,7 @@ impl Fixture {
             nodes: &[],
             now: self.now,
             options: &self.options,
+            pods_to_delete_seen: &crate::plan::pods_to_delete::NO_NAMES,
         }
     }
 
