@@ -40,6 +40,25 @@ pub async fn run<S>(client: Client, scope: Scope, events: EventSink, stop: S)
 where
     S: Future<Output = ()> + Send + Sync + 'static,
 {
+    // a cluster with CRDs from before this kind (e.g. Helm with crds.install=false and
+    // the CRDs not yet re-applied) gets one warning, not a watch failing forever
+    match client
+        .list_api_group_resources(&ImageListPullJob::api_version(&()))
+        .await
+    {
+        Ok(list) if list.resources.iter().any(|r| r.name == "imagelistpulljobs") => {}
+        Ok(_) => {
+            warn!(
+                "imagelistpulljobs.apps.kruise.io/v1beta1 is not served (apply deploy/crds): \
+                 the ImageListPullJob controller does not run"
+            );
+            return;
+        }
+        Err(e) => {
+            warn!(error = %e, "cannot list apps.kruise.io/v1beta1 resources: the ImageListPullJob controller does not run");
+            return;
+        }
+    }
     let controller = Controller::new(
         scope.api::<ImageListPullJob>(&client),
         watcher::Config::default(),
