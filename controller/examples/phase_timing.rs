@@ -76,7 +76,10 @@ fn main() {
         let t4 = Instant::now();
         black_box(status::compute(&ctx, &revisions));
         let t5 = Instant::now();
-        actions.extend(housekeeping::prune_pods_to_delete(&ctx));
+        actions.extend(housekeeping::prune_pods_to_delete(
+            &ctx,
+            &inplace_controller::plan::pods_to_delete::check(&ctx, d.scale_down).kept(),
+        ));
         actions.extend(housekeeping::backfill_template_hash(&ctx));
         let t6 = Instant::now();
         let conditions = pod_conditions::initial(&ctx.pods, &actions);

@@ -312,6 +312,13 @@ const CONTROLLER_USES: &[(&str, &str, &[&str])] = &[
         &["list", "watch", "create", "delete"],
     ),
     ("apps.kruise.io", "imagepulljobs/status", &["patch"]),
+    // imagepulljob/list.rs: the list jobs (TTL delete), their status; their ImagePullJobs above
+    (
+        "apps.kruise.io",
+        "imagelistpulljobs",
+        &["list", "watch", "delete"],
+    ),
+    ("apps.kruise.io", "imagelistpulljobs/status", &["patch"]),
     (
         "apps.kruise.io",
         "nodeimages",

@@ -384,6 +384,7 @@ impl World {
             nodes: &[],
             now: ts(0),
             options: &options,
+            pods_to_delete_seen: &inplace_controller::plan::pods_to_delete::NO_NAMES,
         })
         .unwrap();
         let old_revision = first.revisions.update_revision.clone();
@@ -442,6 +443,7 @@ impl World {
             nodes: &[],
             now: ts(self.now),
             options: &self.options,
+            pods_to_delete_seen: &inplace_controller::plan::pods_to_delete::NO_NAMES,
         })
         .unwrap()
     }

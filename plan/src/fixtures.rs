@@ -91,6 +91,7 @@ impl Fixture {
             nodes: &[],
             now: self.now,
             options: &self.options,
+            pods_to_delete_seen: &crate::pods_to_delete::NO_NAMES,
         }
     }
 

@@ -84,13 +84,14 @@ pub fn pvc_cleanup(ctx: &PlanContext<'_>) -> Vec<Action> {
     actions
 }
 
-/// Removes `podsToDelete` entries naming no active pod.
-pub fn prune_pods_to_delete(ctx: &PlanContext<'_>) -> Option<Action> {
+/// Removes `podsToDelete` entries naming no active pod, but for those in `keep` (names
+/// that match no pod and hold back a scale-in, [`super::pods_to_delete`]).
+pub fn prune_pods_to_delete(ctx: &PlanContext<'_>, keep: &BTreeSet<&str>) -> Option<Action> {
     let listed = &ctx.cloneset().spec.scale_strategy.as_ref()?.pods_to_delete;
     let active: BTreeSet<&str> = ctx.active_pods().map(|p| p.name).collect();
     let gone: Vec<String> = listed
         .iter()
-        .filter(|n| !active.contains(n.as_str()))
+        .filter(|n| !active.contains(n.as_str()) && !keep.contains(n.as_str()))
         .cloned()
         .collect();
     (!gone.is_empty()).then_some(Action::PrunePodsToDelete { names: gone })
@@ -202,13 +203,13 @@ mod tests {
             ],
         );
         assert_eq!(
-            prune_pods_to_delete(&f.ctx()),
+            prune_pods_to_delete(&f.ctx(), &BTreeSet::new()),
             Some(Action::PrunePodsToDelete {
                 names: vec!["demo-gone".into(), "demo-t".into()]
             })
         );
         let f = Fixture::new(cloneset(json!({})), vec![]);
-        assert_eq!(prune_pods_to_delete(&f.ctx()), None);
+        assert_eq!(prune_pods_to_delete(&f.ctx(), &BTreeSet::new()), None);
     }
 
     #[test]

@@ -43,6 +43,7 @@ pub mod output;
 pub mod pod_conditions;
 pub mod pod_lookup;
 pub mod pod_summary;
+pub mod pods_to_delete;
 pub mod predownload;
 pub mod protection;
 pub mod quantity;

@@ -64,6 +64,9 @@ pub struct Snapshot<'a> {
     pub nodes: &'a [Node],
     pub now: Timestamp,
     pub options: &'a PlanOptions,
+    /// `podsToDelete` names the controller saw matching a pod of this CloneSet in an
+    /// earlier reconcile ([`super::pods_to_delete`]); empty for a fresh controller.
+    pub pods_to_delete_seen: &'a BTreeSet<String>,
 }
 
 /// What the planner knows about one pod, extracted once per plan.

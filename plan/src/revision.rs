@@ -473,6 +473,7 @@ mod tests {
             nodes: &[],
             now: Timestamp::UNIX_EPOCH,
             options,
+            pods_to_delete_seen: &crate::pods_to_delete::NO_NAMES,
         };
         plan_revisions(&snapshot, pods).unwrap()
     }

@@ -91,6 +91,7 @@ pub fn plan(snapshot: Snapshot<'_>) -> Result<Plan, PlanError> {
         update_diffs
     };
     let mut reported = update_diffs;
+    let unmatched_deletes = super::pods_to_delete::check(&ctx, scale_diffs.scale_down);
 
     let mut actions = housekeeping::pvc_cleanup(&ctx);
     let mut problems = Vec::new();
@@ -123,10 +124,25 @@ pub fn plan(snapshot: Snapshot<'_>) -> Result<Plan, PlanError> {
             });
         }
     }
+    if cloneset.metadata.deletion_timestamp.is_none()
+        && !unmatched_deletes.unmatched.not_found.is_empty()
+    {
+        problems.push(super::model::PlanProblem {
+            condition: inplace_proto::keys::CONDITION_FAILED_SCALE,
+            reason: super::pods_to_delete::REASON_NOT_FOUND.to_owned(),
+            message: super::pods_to_delete::message(
+                &unmatched_deletes.unmatched.not_found,
+                unmatched_deletes.held,
+            ),
+        });
+    }
     let (mut status, status_requeue) = status::compute(&ctx, &revisions);
     let previous = cloneset.status.clone().unwrap_or_default();
     status::apply_problems(&mut status, &problems, &previous, ctx.now());
-    actions.extend(housekeeping::prune_pods_to_delete(&ctx));
+    actions.extend(housekeeping::prune_pods_to_delete(
+        &ctx,
+        &unmatched_deletes.kept(),
+    ));
     actions.extend(housekeeping::backfill_template_hash(&ctx));
     let pod_conditions = pod_conditions::initial(&ctx.pods, &actions);
     let mut lifecycle_writes = lifecycle_write::all(cloneset, &actions);
@@ -194,6 +210,7 @@ mod tests {
                 nodes: &[],
                 now: t(1000),
                 options: &self.options,
+                pods_to_delete_seen: &crate::pods_to_delete::NO_NAMES,
             })
         }
     }

@@ -115,8 +115,14 @@ pub fn plan_scale(ctx: &PlanContext<'_>, diffs: &Diffs) -> Vec<Action> {
         let (updated, not_updated): (Vec<usize>, Vec<usize>) = active
             .iter()
             .partition(|&&i| ctx.is_updated_for_scale(&ctx.pods[i]));
-        let total = usize::try_from(diffs.scale_down).unwrap_or(0);
-        let old_first = usize::try_from(diffs.scale_down_old_revision).unwrap_or(0);
+        // podsToDelete names that match no pod hold back a default-order victim each
+        let held = super::pods_to_delete::check(ctx, diffs.scale_down).held;
+        let total = usize::try_from(diffs.scale_down)
+            .unwrap_or(0)
+            .saturating_sub(held);
+        let old_first = usize::try_from(diffs.scale_down_old_revision)
+            .unwrap_or(0)
+            .min(total);
         let chosen = victims::choose(ctx, total, old_first, &not_updated, &updated);
         let victims: Vec<usize> = chosen
             .into_iter()

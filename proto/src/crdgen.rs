@@ -32,7 +32,7 @@ use serde_json::{Map, Value};
 
 use crate::defaults::{self, SchemaDefault};
 use crate::validation::{self, CelRule, KeywordValue, SchemaKeyword};
-use crate::{CloneSet, ContainerRecreateRequest, ImagePullJob, NodeImage};
+use crate::{CloneSet, ContainerRecreateRequest, ImageListPullJob, ImagePullJob, NodeImage};
 
 /// Where the files go by default, relative to the workspace root.
 pub const DEFAULT_OUT_DIR: &str = "deploy/crds";
@@ -67,8 +67,7 @@ pub struct ServedVersion {
 /// one `served: true, storage: false`, the derived `v1beta1` stored.
 /// - ImagePullJob `v1alpha1`: the same schema; one printer column more, `MESSAGE`.
 /// - NodeImage `v1alpha1`: no `spec.images.*.pullSecrets[].mode`.
-///
-/// ImageListPullJob, the third kind v1.9.0 moved to `v1beta1`, is not provided here.
+/// - ImageListPullJob `v1alpha1`: the same schema and printer columns.
 pub const SERVED_VERSIONS: &[ServedVersion] = &[
     ServedVersion {
         kind: "ImagePullJob",
@@ -82,6 +81,12 @@ pub const SERVED_VERSIONS: &[ServedVersion] = &[
         kind: "NodeImage",
         name: "v1alpha1",
         absent: &["spec.images.*.pullSecrets[].mode"],
+        extra_columns: &[],
+    },
+    ServedVersion {
+        kind: "ImageListPullJob",
+        name: "v1alpha1",
+        absent: &[],
         extra_columns: &[],
     },
 ];
@@ -181,6 +186,12 @@ fn sources() -> Result<Vec<Source>, CrdGenError> {
             defaults: defaults::IMAGEPULLJOB_DEFAULTS,
         },
         Source {
+            crd: serde_json::to_value(ImageListPullJob::crd())?,
+            rules: validation::IMAGELISTPULLJOB_RULES,
+            keywords: validation::IMAGELISTPULLJOB_KEYWORDS,
+            defaults: defaults::IMAGELISTPULLJOB_DEFAULTS,
+        },
+        Source {
             crd: serde_json::to_value(NodeImage::crd())?,
             rules: validation::NODEIMAGE_RULES,
             keywords: validation::NODEIMAGE_KEYWORDS,
@@ -195,8 +206,8 @@ fn sources() -> Result<Vec<Source>, CrdGenError> {
     ])
 }
 
-/// The four CRDs, post-processed, in a fixed order (CloneSet, ImagePullJob, NodeImage,
-/// ContainerRecreateRequest).
+/// The five CRDs, post-processed, in a fixed order (CloneSet, ImagePullJob,
+/// ImageListPullJob, NodeImage, ContainerRecreateRequest).
 pub fn generate() -> Result<Vec<GeneratedCrd>, CrdGenError> {
     sources()?.into_iter().map(process).collect()
 }
@@ -576,6 +587,7 @@ mod tests {
         assert_eq!(versions_of("ContainerRecreateRequest")?, alpha_only);
         assert_eq!(versions_of("ImagePullJob")?, both);
         assert_eq!(versions_of("NodeImage")?, both);
+        assert_eq!(versions_of("ImageListPullJob")?, both);
         Ok(())
     }
 
@@ -640,6 +652,44 @@ mod tests {
     }
 
     #[test]
+    fn image_list_pull_job_versions_are_the_same_schema_and_columns() -> Result<(), CrdGenError> {
+        let crds = generate()?;
+        let ilpj =
+            crds.iter()
+                .find(|c| c.kind == "ImageListPullJob")
+                .ok_or(CrdGenError::NoSchema {
+                    kind: "ImageListPullJob".into(),
+                })?;
+        assert_eq!(
+            ilpj.version_schema("v1alpha1"),
+            ilpj.version_schema("v1beta1")
+        );
+        let schema = ilpj.version_schema("v1beta1").cloned().unwrap_or_default();
+        let images = schema
+            .pointer("/properties/spec/properties/images")
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(images["minItems"], 1);
+        assert_eq!(images["maxItems"], 255);
+        assert_eq!(images["x-kubernetes-list-type"], "set");
+        for v in ["v1alpha1", "v1beta1"] {
+            let columns: Vec<String> = ilpj
+                .versions()
+                .filter(|e| e["name"] == v)
+                .flat_map(|e| {
+                    e["additionalPrinterColumns"]
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default()
+                })
+                .map(|c| c["name"].as_str().unwrap_or_default().to_owned())
+                .collect();
+            assert_eq!(columns, ["TOTAL", "SUCCEEDED", "COMPLETED", "AGE"], "{v}");
+        }
+        Ok(())
+    }
+
+    #[test]
     fn removing_an_unknown_field_is_an_error() -> Result<(), CrdGenError> {
         let mut crd = serde_json::to_value(NodeImage::crd())?;
         let schema = crd
@@ -663,6 +713,7 @@ mod tests {
             [
                 "apps.kruise.io_clonesets.yaml",
                 "apps.kruise.io_imagepulljobs.yaml",
+                "apps.kruise.io_imagelistpulljobs.yaml",
                 "apps.kruise.io_nodeimages.yaml",
                 "apps.kruise.io_containerrecreaterequests.yaml",
             ]

@@ -103,6 +103,16 @@ pub const IMAGEPULLJOB_DEFAULTS: &[SchemaDefault] = &[
     string("spec.imagePullPolicy", "IfNotPresent"),
 ];
 
+/// ImageListPullJob (`SetDefaultsImageListPullJobV1beta1`): ImagePullJob's but for
+/// `imagePullPolicy`, which the jobs it creates get from their own defaults.
+pub const IMAGELISTPULLJOB_DEFAULTS: &[SchemaDefault] = &[
+    object("spec.completionPolicy"),
+    string("spec.completionPolicy.type", "Always"),
+    object("spec.pullPolicy"),
+    int("spec.pullPolicy.timeoutSeconds", 600),
+    int("spec.pullPolicy.backoffLimit", 3),
+];
+
 /// NodeImage (`SetDefaultsNodeImage`): every tag gets a pull policy with timeout and
 /// backoff limit.
 pub const NODEIMAGE_DEFAULTS: &[SchemaDefault] = &[
@@ -123,6 +133,7 @@ pub fn of_kind(kind: &str) -> &'static [SchemaDefault] {
     match kind {
         "CloneSet" => CLONESET_DEFAULTS,
         "ImagePullJob" => IMAGEPULLJOB_DEFAULTS,
+        "ImageListPullJob" => IMAGELISTPULLJOB_DEFAULTS,
         "NodeImage" => NODEIMAGE_DEFAULTS,
         "ContainerRecreateRequest" => CRR_DEFAULTS,
         _ => &[],
@@ -212,6 +223,7 @@ mod tests {
         for kind in [
             "CloneSet",
             "ImagePullJob",
+            "ImageListPullJob",
             "NodeImage",
             "ContainerRecreateRequest",
         ] {

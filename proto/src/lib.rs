@@ -9,6 +9,7 @@ pub mod crr;
 pub mod defaults;
 pub mod downward;
 pub mod image_ref;
+pub mod imagelistpulljob;
 pub mod imagepulljob;
 pub mod inplace_contract;
 pub mod inplace_state;
@@ -22,6 +23,9 @@ pub mod validation;
 
 pub use cloneset::*;
 pub use crr::*;
+pub use imagelistpulljob::{
+    FailedImageStatus, ImageListPullJob, ImageListPullJobSpec, ImageListPullJobStatus,
+};
 pub use imagepulljob::*;
 pub use inplace_state::*;
 pub use nodeimage::{

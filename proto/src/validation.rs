@@ -245,6 +245,16 @@ pub const IMAGEPULLJOB_RULES: &[CelRule] = &[
 /// enums).
 pub const IMAGEPULLJOB_KEYWORDS: &[SchemaKeyword] = &[];
 
+/// CEL rules of ImageListPullJob, after the reference's validating webhook
+/// (`pkg/webhook/imagelistpulljob/validating/`): its template checks are ImagePullJob's,
+/// at the same paths. The list's own (1–255 unique images) are schema keywords of the
+/// derived type. `active_deadline_exceeds_pull_timeout` is not in the list webhook, but the
+/// jobs it creates are refused without it; it is checked here, where the user sees it.
+pub const IMAGELISTPULLJOB_RULES: &[CelRule] = IMAGEPULLJOB_RULES;
+
+/// Schema keywords of ImageListPullJob beyond the derived ones (images a set of 1–255).
+pub const IMAGELISTPULLJOB_KEYWORDS: &[SchemaKeyword] = &[];
+
 /// CEL rules of NodeImage: none; it is written by the controller and the daemons only.
 pub const NODEIMAGE_RULES: &[CelRule] = &[];
 /// Schema keywords of NodeImage beyond the derived ones (tags keyed by tag, progress

@@ -364,6 +364,17 @@ async fn main() -> anyhow::Result<()> {
             stop.clone(),
         ))
     });
+    // ImageListPullJobs make ImagePullJobs: they run with the controller that pulls those
+    let imagelistpulljob = args.imagepulljob_controller.then(|| {
+        tokio::spawn(imagepulljob::list::run(
+            client.clone(),
+            Scope {
+                namespace: args.namespace.clone(),
+            },
+            events.clone(),
+            stop.clone(),
+        ))
+    });
     let lifecycle = match (args.nodeimage_lifecycle, &args.namespace) {
         (true, None) => Some(tokio::spawn(imagepulljob::nodeimages::run(
             client.clone(),
@@ -400,6 +411,11 @@ async fn main() -> anyhow::Result<()> {
         && let Err(e) = task.await
     {
         warn!(error = %e, "ImagePullJob controller task failed");
+    }
+    if let Some(task) = imagelistpulljob
+        && let Err(e) = task.await
+    {
+        warn!(error = %e, "ImageListPullJob controller task failed");
     }
     if let Some(task) = crr
         && let Err(e) = task.await

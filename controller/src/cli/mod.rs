@@ -345,6 +345,7 @@ pub fn compute(
         nodes: &[],
         now,
         options: &options,
+        pods_to_delete_seen: &crate::plan::pods_to_delete::NO_NAMES,
     };
     let plan = crate::plan::plan(snapshot).map_err(|e| plan_error(cloneset_file, &e))?;
     let mut warnings = checks::warnings(&inputs.cloneset);

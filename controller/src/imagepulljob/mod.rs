@@ -13,6 +13,8 @@
 //! bound (node changes and the job's own NodeImages still wake it at once).
 
 pub mod lifecycle;
+pub mod list;
+pub mod list_plan;
 pub mod nodeimages;
 pub mod plan;
 pub mod secrets;

@@ -81,6 +81,9 @@ pub struct Context {
     pub(super) failures: Mutex<HashMap<String, u32>>,
     /// Per CloneSet UID: the status and resourceVersion our last status write left.
     pub status_writes: LastWrites<CloneSetStatus>,
+    /// Per CloneSet UID: its `podsToDelete` names seen matching one of its pods
+    /// ([`crate::plan::pods_to_delete`]); bounded by the names listed.
+    pub(super) pods_to_delete_seen: Mutex<HashMap<String, std::collections::BTreeSet<String>>>,
     /// Turns true once every cache has synced. A watch channel wakes every waiting
     /// reconcile; awaiting the stores' readiness from each reconcile does not (only the
     /// last waiter was woken, and the others sat out their whole timeout).

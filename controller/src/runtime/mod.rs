@@ -93,6 +93,7 @@ async fn reconcile_now(cs: Arc<CloneSet>, ctx: &Context) -> Result<Action, Error
         // Deleted while it was reconciled: the series just written go with it.
         ctx.metrics.forget(&labels);
         ctx.status_writes.forget(&cs.uid().unwrap_or_default());
+        seen_pods_to_delete(ctx, &cs).forget();
     }
     let result = end_of_deleted(result, gone);
     if result.is_ok() {
@@ -151,6 +152,7 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context, key: &str) -> Result<Acti
         // Pods, PVCs and revisions carry owner references: the garbage collector removes them.
         ctx.expectations.forget(key);
         ctx.status_writes.forget(&cs.uid().unwrap_or_default());
+        seen_pods_to_delete(ctx, cs).forget();
         ctx.metrics
             .forget(&CloneSetLabels::new(&ns, &cs.name_any()));
         return Ok(Action::await_change());
@@ -207,6 +209,7 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context, key: &str) -> Result<Acti
         crate::claim::apply(&api, &pp, cs, &claims, &ctx.expectations, key).await?;
         return Ok(Action::requeue(Duration::from_millis(200)));
     }
+    let seen = seen_pods_to_delete(ctx, cs).update(&owned.pods);
     let snapshot = crate::plan::Snapshot {
         cloneset: cs,
         pods: &owned.pods,
@@ -215,6 +218,7 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context, key: &str) -> Result<Acti
         nodes: &owned.nodes,
         now: k8s_openapi::jiff::Timestamp::now(),
         options: &ctx.settings.plan_options,
+        pods_to_delete_seen: &seen,
     };
     let plan = match run_planner(snapshot) {
         Ok(plan) => plan,
@@ -247,6 +251,61 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context, key: &str) -> Result<Acti
         plan.requeue_after,
         conflicts_passed,
     )))
+}
+
+/// The memory of `cs`'s `podsToDelete` names seen matching a pod.
+struct SeenPodsToDelete<'c> {
+    ctx: &'c Context,
+    cs: &'c CloneSet,
+}
+
+fn seen_pods_to_delete<'c>(ctx: &'c Context, cs: &'c CloneSet) -> SeenPodsToDelete<'c> {
+    SeenPodsToDelete { ctx, cs }
+}
+
+impl SeenPodsToDelete<'_> {
+    /// The names seen before this reconcile; remembers those matching one of `pods` now
+    /// (of the names still listed only).
+    fn update(
+        &self,
+        pods: &[std::sync::Arc<crate::watch::CachedPod>],
+    ) -> std::collections::BTreeSet<String> {
+        let uid = self.cs.uid().unwrap_or_default();
+        let listed = self
+            .cs
+            .spec
+            .scale_strategy
+            .as_ref()
+            .map_or(&[][..], |s| s.pods_to_delete.as_slice());
+        let mut memory = self
+            .ctx
+            .pods_to_delete_seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let before = memory.get(&uid).cloned().unwrap_or_default();
+        let present: std::collections::BTreeSet<&str> = if listed.is_empty() {
+            std::collections::BTreeSet::new()
+        } else {
+            pods.iter()
+                .map(|p| p.metadata.name.as_deref().unwrap_or_default())
+                .collect()
+        };
+        let next = crate::plan::pods_to_delete::remember(listed, &present, &before);
+        if next.is_empty() {
+            memory.remove(&uid);
+        } else {
+            memory.insert(uid, next);
+        }
+        before
+    }
+
+    fn forget(&self) {
+        self.ctx
+            .pods_to_delete_seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&self.cs.uid().unwrap_or_default());
+    }
 }
 
 /// How soon a conflict that was let pass is checked again when no watch event came first.
@@ -481,6 +540,7 @@ pub async fn run(
         caps,
         settings,
         failures: Mutex::new(HashMap::new()),
+        pods_to_delete_seen: Mutex::new(HashMap::new()),
         status_writes: last_write::LastWrites::default(),
         synced,
         turns,

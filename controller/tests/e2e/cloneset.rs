@@ -572,3 +572,97 @@ async fn host_a_status_write_from_a_stale_cloneset_is_refused_and_decided_again(
     );
     Ok(())
 }
+
+/// A `podsToDelete` name that matches no pod (OpenKruise's webhook refuses it) with
+/// `replicas` lowered in the same change: no other pod is deleted in its place, the name
+/// stays listed and is reported (FailedScale `PodsToDeleteNotFound`, a Warning event);
+/// naming a real pod instead deletes exactly that one and clears the report.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the test bed"]
+async fn pods_to_delete_naming_no_pod_deletes_no_other_pod() -> TestResult {
+    let ns = Namespace::create("ptdnf")?;
+    let _ctl = Controller::start(&ns.name)?;
+    ns.apply(&sample_cloneset("nf", 3, &image("v1"), "ReCreate"))?;
+    wait_rolled_out(&ns, "nf", 3, ROLLOUT)?;
+    let before = uids_and_ips(&ns)?;
+
+    ns.patch_cloneset(
+        "nf",
+        &json!({"spec": {"replicas": 2, "scaleStrategy": {"podsToDelete": ["nf-nosuch"]}}}),
+    )?;
+    let not_found = |cs: &Value| {
+        cs["status"]["conditions"].as_array().and_then(|cs| {
+            cs.iter()
+                .find(|c| {
+                    c["type"] == "FailedScale"
+                        && c["status"] == "True"
+                        && c["reason"] == "PodsToDeleteNotFound"
+                })
+                .cloned()
+        })
+    };
+    let mut condition = None;
+    wait_for(
+        "a FailedScale PodsToDeleteNotFound condition",
+        ROLLOUT,
+        || {
+            condition = not_found(&ns.cloneset("nf")?);
+            Ok(condition.is_some())
+        },
+    )?;
+    let message = condition
+        .as_ref()
+        .and_then(|c| c["message"].as_str())
+        .unwrap_or_default()
+        .to_owned();
+    eprintln!("condition: {message}");
+    assert!(message.contains("nf-nosuch"), "{message}");
+    wait_for(
+        "a PodsToDeleteNotFound warning event",
+        Duration::from_secs(30),
+        || {
+            Ok(ns.events()?.iter().any(|e| {
+                e["type"] == "Warning"
+                    && e["reason"] == "PodsToDeleteNotFound"
+                    && e.to_string().contains("nf-nosuch")
+            }))
+        },
+    )?;
+    // a few reconciles later: nothing deleted, the name still listed
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(uids_and_ips(&ns)?, before, "no pod deleted in its place");
+    let cs = ns.cloneset("nf")?;
+    assert_eq!(
+        cs["spec"]["scaleStrategy"]["podsToDelete"],
+        json!(["nf-nosuch"])
+    );
+
+    // the user names the pod meant: exactly that one goes, the report clears
+    let victim = before.keys().next().cloned().unwrap_or_default();
+    ns.patch_cloneset(
+        "nf",
+        &json!({"spec": {"scaleStrategy": {"podsToDelete": [victim.clone()]}}}),
+    )?;
+    wait_for(
+        "the named pod gone, the list and the report cleared",
+        ROLLOUT,
+        || {
+            let pods = ns.pods()?;
+            let cs = ns.cloneset("nf")?;
+            let cleared = cs["spec"]["scaleStrategy"]["podsToDelete"]
+                .as_array()
+                .is_none_or(|a| a.is_empty());
+            Ok(!pods.contains_key(&victim) && cleared && not_found(&cs).is_none())
+        },
+    )?;
+    wait_rolled_out(&ns, "nf", 2, ROLLOUT)?;
+    let left: BTreeSet<String> = ns
+        .pods()?
+        .into_iter()
+        .filter(|(_, p)| !pod_terminating(p))
+        .map(|(n, _)| n)
+        .collect();
+    let want: BTreeSet<String> = before.keys().filter(|n| **n != victim).cloned().collect();
+    assert_eq!(left, want, "exactly the named pod was deleted");
+    Ok(())
+}

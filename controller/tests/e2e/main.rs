@@ -30,6 +30,7 @@ mod support;
 mod adoption;
 mod cloneset;
 mod crr;
+mod imagelistpulljob;
 mod imagepulljob;
 mod inplace_containers;
 mod install;

@@ -77,6 +77,7 @@ pub fn snapshot(input: &Input) -> Snapshot<'_> {
         nodes: &[],
         now: Timestamp::from_second(EPOCH + 1000).unwrap(),
         options: &input.options,
+        pods_to_delete_seen: &inplace_plan::pods_to_delete::NO_NAMES,
     }
 }
 
@@ -93,6 +94,7 @@ pub fn input(n: usize) -> Input {
             nodes: &[],
             now: Timestamp::from_second(EPOCH).unwrap(),
             options: &options,
+            pods_to_delete_seen: &inplace_plan::pods_to_delete::NO_NAMES,
         })
         .unwrap();
         (

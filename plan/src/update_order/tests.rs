@@ -552,6 +552,7 @@ mod equals_reference {
                 nodes: &[],
                 now: t(1000),
                 options: &options,
+                pods_to_delete_seen: &crate::pods_to_delete::NO_NAMES,
             };
             let strategy = cs.spec.update_strategy.as_ref();
             let precomputed = PodFacts::extract_all(&snapshot);

@@ -145,13 +145,14 @@ pub fn lost_fields(input: &Value, output: &Value, path: &str) -> Vec<String> {
 
 /// `generated` exposes CRD names the tests refer to.
 #[test]
-fn the_four_kinds_are_generated() {
+fn the_five_kinds_are_generated() {
     let kinds: Vec<&str> = generated().iter().map(|c| c.kind.as_str()).collect();
     assert_eq!(
         kinds,
         [
             "CloneSet",
             "ImagePullJob",
+            "ImageListPullJob",
             "NodeImage",
             "ContainerRecreateRequest"
         ]

@@ -431,7 +431,9 @@ fn crd_objects_use_v1_20_fields() {
             })
             .collect();
         let want: &[(&str, bool, bool)] = match crd.kind.as_str() {
-            "ImagePullJob" | "NodeImage" => &[("v1alpha1", true, false), ("v1beta1", true, true)],
+            "ImagePullJob" | "NodeImage" | "ImageListPullJob" => {
+                &[("v1alpha1", true, false), ("v1beta1", true, true)]
+            }
             _ => &[("v1alpha1", true, true)],
         };
         assert_eq!(names, want, "{}: versions", crd.kind);

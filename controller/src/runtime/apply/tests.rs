@@ -662,6 +662,7 @@ fn test_context(client: kube::Client) -> Context {
         settings: crate::runtime::Settings::default(),
         predownload: None,
         failures: std::sync::Mutex::default(),
+        pods_to_delete_seen: std::sync::Mutex::default(),
         status_writes: crate::runtime::last_write::LastWrites::default(),
         synced: tokio::sync::watch::channel(true).1,
         turns: Arc::new(crate::turns::Turns::new(3)),
