@@ -237,3 +237,101 @@ fn the_next_write() {
         assert_eq!(step(&pending, "u1", barrier.as_ref()), want, "{case}");
     }
 }
+
+/// The loop and a kubelet together, for any priorities: a key is released only once every
+/// container of a higher priority is Ready, the keys go out highest first, and in the end
+/// every container's key is released (nothing waits forever) and the pod is marked
+/// completed unless its containers all became Ready first.
+mod release_order {
+    use std::collections::BTreeSet;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn simulate(priorities: &[i64], ready_order: &[usize]) -> Result<(), TestCaseError> {
+        let names: Vec<String> = (0..priorities.len()).map(|i| format!("c{i}")).collect();
+        let keys: Vec<String> = priorities.iter().map(|p| format!("p_{p}")).collect();
+        let mut ready = vec![false; priorities.len()];
+        let mut barrier: Option<BTreeSet<String>> = None;
+        let mut completed = false;
+        let mut released: Vec<i64> = Vec::new();
+        let mut kubelet_turn = 0;
+        for _ in 0..100 {
+            let containers: Vec<(&str, Option<&str>, bool)> = names
+                .iter()
+                .zip(&keys)
+                .zip(&ready)
+                .map(|((n, k), r)| (n.as_str(), Some(k.as_str()), *r))
+                .collect();
+            let annotations = if completed {
+                json!({"apps.kruise.io/container-launch-priority-completed": "true"})
+            } else {
+                json!({})
+            };
+            let all_ready = ready.iter().all(|r| *r);
+            let conditions = json!([{"type": "ContainersReady", "status": if all_ready { "True" } else { "False" }}]);
+            let p = pod(&containers, annotations, conditions);
+            let cm_keys: Vec<&str> = barrier.iter().flatten().map(String::as_str).collect();
+            let cm = barrier.as_ref().map(|_| cm(&cm_keys, Some("u1")));
+            let next = pending(&p).map(|pend| step(&pend, "u1", cm.as_ref()));
+            let mut release =
+                |key: String, complete: bool, barrier: &mut Option<BTreeSet<String>>| {
+                    let priority: i64 = key[2..].parse().unwrap();
+                    // every container of a higher priority is Ready
+                    for (i, q) in priorities.iter().enumerate() {
+                        if *q > priority {
+                            assert!(ready[i], "{key} released before c{i} ({q}) is Ready");
+                        }
+                    }
+                    released.push(priority);
+                    barrier.get_or_insert_with(BTreeSet::new).insert(key);
+                    completed |= complete;
+                };
+            match next {
+                Some(Step::Create { key, complete }) => {
+                    prop_assert!(barrier.is_none());
+                    release(key, complete, &mut barrier);
+                }
+                Some(Step::Release { key, complete }) => release(key, complete, &mut barrier),
+                Some(Step::Complete) => completed = true,
+                Some(Step::ReplaceStale) => prop_assert!(false, "no stale ConfigMap here"),
+                Some(Step::Nothing) | None => {
+                    // the kubelet: one released container becomes Ready, in the given order
+                    let startable: Vec<usize> = (0..priorities.len())
+                        .filter(|i| !ready[*i] && barrier.iter().flatten().any(|k| *k == keys[*i]))
+                        .collect();
+                    if startable.is_empty() {
+                        break;
+                    }
+                    let pick = startable
+                        [ready_order.get(kubelet_turn).copied().unwrap_or(0) % startable.len()];
+                    kubelet_turn += 1;
+                    ready[pick] = true;
+                }
+            }
+        }
+        prop_assert!(
+            released.windows(2).all(|w| w[0] > w[1]),
+            "released highest first, once each: {released:?}"
+        );
+        for key in &keys {
+            prop_assert!(
+                barrier.iter().flatten().any(|k| k == key),
+                "{key} never released"
+            );
+        }
+        prop_assert!(ready.iter().all(|r| *r), "every container started");
+        Ok(())
+    }
+
+    proptest! {
+        #[test]
+        fn containers_are_released_by_priority(
+            priorities in prop::collection::vec(-3i64..=3, 2..6),
+            ready_order in prop::collection::vec(0usize..6, 0..12),
+        ) {
+            simulate(&priorities, &ready_order)?;
+        }
+    }
+}
