@@ -23,6 +23,7 @@ pub mod expectations;
 pub mod feature_gates;
 pub mod fence;
 pub mod imagepulljob;
+pub mod launch_priority;
 pub mod leader;
 pub mod logging;
 pub mod metrics;

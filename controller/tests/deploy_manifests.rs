@@ -277,7 +277,8 @@ fn chart_crds_equal_the_generated_crds() {
 /// CloneSets, Pods, PVCs, ControllerRevisions, Nodes), runtime/apply/ (pod/PVC/revision
 /// create/delete/patch, pod status patch, CloneSet spec patch of podsToDelete),
 /// runtime/status_writer.rs (CloneSet status merge patch), events.rs (kube Recorder: events.k8s.io
-/// create/patch), imagepulljob/secrets.rs (the pull secrets jobs name, read by name).
+/// create/patch), imagepulljob/secrets.rs (the pull secrets jobs name, read by name),
+/// launch_priority/mod.rs (the per-pod barrier ConfigMaps).
 /// The Lease and the pull-secret copies are in namespaced Roles (checked below).
 const CONTROLLER_USES: &[(&str, &str, &[&str])] = &[
     (
@@ -305,6 +306,9 @@ const CONTROLLER_USES: &[(&str, &str, &[&str])] = &[
     ("", "nodes", &["get", "list", "watch"]),
     ("events.k8s.io", "events", &["create", "patch"]),
     ("", "secrets", &["get"]),
+    // launch_priority/mod.rs: the per-pod barrier ConfigMap (read by name, created, a key
+    // patched in, an earlier pod's deleted)
+    ("", "configmaps", &["get", "create", "patch", "delete"]),
     // imagepulljob/mod.rs; runtime/predownload_jobs.rs (create, delete, watch; revision label patch above)
     (
         "apps.kruise.io",

@@ -15,6 +15,8 @@
 //! - the template spec, with the `InPlaceUpdateReady` readiness gate appended once, and
 //!   the `KruisePodReady` gate appended once (the reference's pod webhook adds that one;
 //!   inplace has no webhook, and the applier starts both conditions True);
+//! - the container launch barrier env where the template declares launch priorities (the
+//!   reference's pod webhook injects it; see [`super::launch_barrier`]);
 //! - one volume per volumeClaimTemplate, named after it, claiming `<vct>-<cloneset>-<id>`,
 //!   first, followed by the template's other volumes (a template volume with a VCT's name
 //!   is replaced).
@@ -160,6 +162,7 @@ pub fn pod_json_with_labels(
         }
     }
     spec.insert("readinessGates".into(), Value::Array(gates));
+    super::launch_barrier::render(&template.0.0, &mut spec, &pod_name(&cs_name, instance_id));
     let claims: Vec<(String, String)> = cs
         .spec
         .volume_claim_templates

@@ -34,6 +34,7 @@ pub mod inplace;
 pub mod inplace_progress;
 pub mod inplace_write;
 pub mod instance_ids;
+pub mod launch_barrier;
 pub mod lifecycle;
 pub mod lifecycle_write;
 pub mod model;

@@ -41,6 +41,11 @@ pub const CONTAINER_LAUNCH_ORDERED: &str = "Ordered";
 pub const CONTAINER_PRIORITY_ENV: &str = "KRUISE_CONTAINER_PRIORITY";
 /// Container env injected by the reference's webhook: a ConfigMap key `p_<priority>`.
 pub const CONTAINER_BARRIER_ENV: &str = "KRUISE_CONTAINER_BARRIER";
+/// Suffix of the per-pod ConfigMap the barrier env reads: `<pod>-barrier`.
+pub const CONTAINER_BARRIER_CONFIGMAP_SUFFIX: &str = "-barrier";
+/// Pod annotation: `"true"` once every launch priority of the pod has been released.
+pub const CONTAINER_LAUNCH_PRIORITY_COMPLETED_ANNOTATION: &str =
+    "apps.kruise.io/container-launch-priority-completed";
 /// Pod template annotation that `kubectl rollout restart` (and `kubectl inplace rollout
 /// restart`) sets to the time of the request: a change of it alone restarts every
 /// container in place.

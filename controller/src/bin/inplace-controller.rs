@@ -396,6 +396,13 @@ async fn main() -> anyhow::Result<()> {
             stop.clone(),
         ))
     });
+    let launch_priority = tokio::spawn(inplace_controller::launch_priority::run(
+        client.clone(),
+        Scope {
+            namespace: args.namespace.clone(),
+        },
+        stop.clone(),
+    ));
     health.stopping.store(false, Ordering::Relaxed);
     runtime::run(
         client,
@@ -421,6 +428,9 @@ async fn main() -> anyhow::Result<()> {
         && let Err(e) = task.await
     {
         warn!(error = %e, "ContainerRecreateRequest controller task failed");
+    }
+    if let Err(e) = launch_priority.await {
+        warn!(error = %e, "container launch-priority task failed");
     }
     if let Some(task) = lifecycle
         && let Err(e) = task.await

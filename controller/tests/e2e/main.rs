@@ -35,6 +35,7 @@ mod imagepulljob;
 mod inplace_containers;
 mod install;
 mod kruise_versions;
+mod launch_priority;
 mod parity;
 mod plugin;
 mod pod_writes;

@@ -1,10 +1,13 @@
 //! Pull credentials: docker config JSON (the `.dockerconfigjson` / `.dockercfg` key of a
-//! pull Secret) to CRI `AuthConfig`s for one image, and image reference checks.
+//! pull Secret) to CRI `AuthConfig`s for one image (entries chosen as the kubelet chooses
+//! them, [`super::keyring`]), and image reference checks.
 
 use std::collections::BTreeMap;
 
 use k8s_cri::v1::AuthConfig;
 use serde::Deserialize;
+
+use super::keyring;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum AuthError {
@@ -66,7 +69,17 @@ fn key_host(key: &str) -> &str {
     normalize_registry(k.split('/').next().unwrap_or(k))
 }
 
-/// The credentials in one Secret's data that apply to `image`, most specific first.
+/// The repository of an image as the kubelet looks pull secrets up for it: registry and
+/// path, no tag or digest (`docker.io/library/nginx`); a name that is no reference as it is.
+pub fn repository_of(image: &str) -> String {
+    inplace_proto::image_ref::ImageRef::parse(image).map_or_else(
+        |_| image.to_owned(),
+        |r| format!("{}/{}", normalize_registry(r.registry()), r.repository()),
+    )
+}
+
+/// The credentials in one Secret's data that apply to `image`, most specific first, by
+/// the kubelet's rules ([`keyring`]: host globs, port, path prefixes, the Docker Hub entry).
 pub fn credentials_for(
     image: &str,
     secret: &str,
@@ -87,10 +100,11 @@ pub fn credentials_for(
     } else {
         return Err(AuthError::NoDockerConfig(secret.into()));
     };
-    let want = registry_of(image);
-    Ok(auths
-        .iter()
-        .filter(|(k, _)| key_host(k) == want)
+    let entries: Vec<(&String, &DockerAuth)> = auths.iter().collect();
+    let keys: Vec<String> = entries.iter().map(|(k, _)| keyring::key_of(k)).collect();
+    Ok(keyring::lookup(&keys, &repository_of(image))
+        .into_iter()
+        .filter_map(|i| entries.get(i))
         .map(|(k, a)| AuthConfig {
             username: a.username.clone(),
             password: a.password.clone(),

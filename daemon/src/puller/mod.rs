@@ -10,6 +10,7 @@
 //! server. That keeps it testable against a real containerd without a cluster.
 
 pub mod auth;
+pub mod keyring;
 pub mod plan;
 pub mod stall;
 
