@@ -351,3 +351,46 @@ async fn get_all_namespaces_lists_clonesets_and_pods_once() {
         ]
     );
 }
+
+/// `rollout status` against the fake server: the CloneSet and the pods are each listed
+/// once; the reason the rollout waits is printed under the progress line, and the rollout
+/// ends when a watch event of the CloneSet says it is done.
+#[tokio::test]
+async fn rollout_status_watches_and_says_why_it_waits() {
+    let mut done = demo();
+    done["status"] = json!({"observedGeneration": 1, "replicas": 3, "readyReplicas": 3,
+        "availableReplicas": 3, "updatedReplicas": 3, "updatedReadyReplicas": 3,
+        "updateRevision": "demo-new", "currentRevision": "demo-new"});
+    done["metadata"]["resourceVersion"] = json!("3");
+    let server = FakeServer {
+        lists: Arc::new(vec![
+            (CLONESETS, json!([demo()])),
+            (PODS, json!([pod("demo-0", true), pod("demo-1", false)])),
+        ]),
+        watches: Arc::new(vec![(
+            CLONESETS,
+            vec![json!({"type": "MODIFIED", "object": done})],
+        )]),
+        seen: Arc::default(),
+    };
+    let client = server.client();
+    let mut out = Vec::new();
+    crate::cli::online::rollout_status(&client, "ns", "demo", Duration::from_secs(5), &mut out)
+        .await
+        .unwrap();
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        "updated 1/3, ready 1, available 0\n\
+         waiting: maxUnavailable reached: 1 unavailable of 1 allowed\n\
+         updated 3/3, ready 3, available 3\n\
+         cloneset demo successfully rolled out\n"
+    );
+    let seen = server.seen.lock().unwrap().clone();
+    for path in [CLONESETS, PODS] {
+        let lists = seen
+            .iter()
+            .filter(|l| **l == format!("LIST {path}"))
+            .count();
+        assert_eq!(lists, 1, "{path}: {seen:#?}");
+    }
+}
