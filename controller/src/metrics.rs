@@ -63,31 +63,6 @@ fn api_duration_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.002, 2.0, 14))
 }
 
-// The process figures below come from `/proc/self/stat` and `/proc/self/status` (Linux;
-// absent elsewhere); times in clock ticks of 1/100 s (`USER_HZ`, fixed on Linux).
-
-/// `utime + stime` and `starttime` from the text of `/proc/self/stat` (fields 14, 15, 22;
-/// the command name, field 2, may hold spaces and parentheses, so fields are counted after
-/// its last `)`).
-pub fn parse_proc_stat(text: &str) -> Option<(u64, u64)> {
-    let rest = &text[text.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // After the name: field 3 is at index 0, so field N is at index N - 3.
-    let num = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
-    Some((num(14)? + num(15)?, num(22)?))
-}
-
-/// `VmRSS` in bytes from the text of `/proc/self/status`.
-pub fn parse_vm_rss(text: &str) -> Option<u64> {
-    let line = text.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let mut parts = line["VmRSS:".len()..].split_whitespace();
-    let value: u64 = parts.next()?.parse().ok()?;
-    match parts.next() {
-        Some("kB") | None => value.checked_mul(1024),
-        Some(_) => None,
-    }
-}
-
 /// The `revision` label of `inplace_build_info`: the git revision the build was given
 /// (`INPLACE_GIT_REVISION` at compile time, set by `deploy/images/build` and the
 /// Containerfile), or `unknown`.
@@ -119,9 +94,6 @@ pub struct Metrics {
     pub api_requests: Family<ApiRequestLabels, Counter>,
     pub api_request_duration: DurationFamily,
     pub build_info: Family<BuildInfoLabels, Gauge>,
-    pub process_cpu_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
-    pub process_resident_memory_bytes: Gauge,
-    pub process_start_time_seconds: Gauge,
     /// CloneSets waiting for a reconcile (see [`Metrics::queue_add`]).
     pub workqueue_depth: Gauge,
     /// From a CloneSet's first trigger to the start of its reconcile.
@@ -139,7 +111,10 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("inplace");
+        // The standard process metrics are unprefixed; everything else is `inplace_`.
+        let mut root = Registry::default();
+        root.register_collector(Box::new(inplace_proto::process_metrics::ProcessCollector));
+        let registry = root.sub_registry_with_prefix("inplace");
         let reconciles = Family::<CloneSetLabels, Counter>::default();
         let reconcile_duration = Histogram::new(exponential_buckets(0.001, 2.0, 16));
         let reconcile_errors = Family::<ErrorLabels, Counter>::default();
@@ -159,9 +134,6 @@ impl Metrics {
         let api_request_duration: DurationFamily =
             Family::new_with_constructor(api_duration_histogram);
         let build_info = Family::<BuildInfoLabels, Gauge>::default();
-        let process_cpu_seconds = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
-        let process_resident_memory_bytes = Gauge::default();
-        let process_start_time_seconds = Gauge::default();
         let workqueue_depth = Gauge::default();
         let workqueue_queue_duration = Histogram::new(exponential_buckets(0.001, 2.0, 16));
         build_info
@@ -184,21 +156,6 @@ impl Metrics {
             "build_info",
             "1, labelled with the version and the source revision of the binary",
             build_info.clone(),
-        );
-        registry.register(
-            "process_cpu_seconds",
-            "CPU time (user + system) used by the process",
-            process_cpu_seconds.clone(),
-        );
-        registry.register(
-            "process_resident_memory_bytes",
-            "Resident memory of the process",
-            process_resident_memory_bytes.clone(),
-        );
-        registry.register(
-            "process_start_time_seconds",
-            "Start time of the process, seconds since the Unix epoch",
-            process_start_time_seconds.clone(),
         );
         registry.register(
             "workqueue_depth",
@@ -292,13 +249,10 @@ impl Metrics {
             api_requests,
             api_request_duration,
             build_info,
-            process_cpu_seconds,
-            process_resident_memory_bytes,
-            process_start_time_seconds,
             workqueue_depth,
             workqueue_queue_duration,
             waiting: std::sync::Mutex::default(),
-            registry,
+            registry: root,
         }
     }
 
@@ -355,33 +309,6 @@ impl Metrics {
                     verb: verb.to_owned(),
                 })
                 .observe(took.as_secs_f64());
-        }
-    }
-
-    /// Reads the process figures again (at every scrape).
-    pub fn refresh_process(&self) {
-        let stat = std::fs::read_to_string("/proc/self/stat").ok();
-        let status = std::fs::read_to_string("/proc/self/status").ok();
-        let uptime = std::fs::read_to_string("/proc/uptime").ok();
-        const TICKS_PER_SECOND: f64 = 100.0;
-        if let Some((cpu, start)) = stat.as_deref().and_then(parse_proc_stat) {
-            self.process_cpu_seconds.set(cpu as f64 / TICKS_PER_SECOND);
-            // Boot time = now - uptime; start = boot + start ticks.
-            let up = uptime
-                .as_deref()
-                .and_then(|u| u.split_whitespace().next()?.parse::<f64>().ok());
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs_f64())
-                .ok();
-            if let (Some(up), Some(now)) = (up, now) {
-                let started = now - up + start as f64 / TICKS_PER_SECOND;
-                self.process_start_time_seconds.set(started as i64);
-            }
-        }
-        if let Some(rss) = status.as_deref().and_then(parse_vm_rss) {
-            self.process_resident_memory_bytes
-                .set(i64::try_from(rss).unwrap_or(i64::MAX));
         }
     }
 

@@ -88,7 +88,6 @@ struct HttpState {
 }
 
 async fn metrics_handler(State(state): State<HttpState>) -> impl IntoResponse {
-    state.metrics.refresh_process();
     match state.metrics.encode() {
         Ok(body) => (
             StatusCode::OK,

@@ -50,8 +50,10 @@ fn duration_histogram() -> Histogram {
 }
 
 impl Metrics {
-    /// New metrics, registered in `registry` under the `inplace_daemon` prefix.
+    /// New metrics, registered in `registry` under the `inplace_daemon` prefix, and the
+    /// standard (unprefixed) process metrics.
     pub fn new(registry: &mut Registry) -> Self {
+        registry.register_collector(Box::new(inplace_proto::process_metrics::ProcessCollector));
         let m = Self {
             pulls_in_flight: Gauge::default(),
             pulls: Family::default(),
@@ -152,6 +154,25 @@ mod tests {
             "inplace_daemon_runtime_events_total 1",
         ] {
             assert!(text.contains(name), "{name} missing from:\n{text}");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn the_standard_process_metrics_are_exported() -> Result<(), std::fmt::Error> {
+        let text = every_family_touched()?;
+        for family in [
+            "process_cpu_seconds counter",
+            "process_resident_memory_bytes gauge",
+            "process_virtual_memory_bytes gauge",
+            "process_start_time_seconds gauge",
+            "process_open_fds gauge",
+            "process_max_fds gauge",
+        ] {
+            assert!(
+                text.contains(&format!("# TYPE {family}\n")),
+                "{family} missing from:\n{text}"
+            );
         }
         Ok(())
     }

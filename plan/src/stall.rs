@@ -30,7 +30,7 @@ pub const DEFAULT_IN_PLACE_DEADLINE: Duration = Duration::from_secs(300);
 
 /// Waiting reasons of the kubelet that mean a container cannot start as it is: reported at
 /// once, not after the deadline.
-const FAILING_REASONS: &[&str] = &[
+pub const FAILING_REASONS: &[&str] = &[
     "ErrImagePull",
     "ImagePullBackOff",
     "InvalidImageName",

@@ -17,6 +17,7 @@ pub mod keys;
 pub mod logging;
 pub mod monitoring;
 pub mod nodeimage;
+pub mod process_metrics;
 pub mod quantity;
 pub mod template;
 pub mod validation;

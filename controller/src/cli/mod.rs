@@ -37,9 +37,11 @@ pub mod checks;
 pub mod complete;
 pub mod day2;
 pub mod input;
+pub mod listing;
 pub mod online;
 pub mod render;
 pub mod view;
+pub mod waiting;
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -582,7 +584,7 @@ fn run_rollout(
         let api: kube::Api<CloneSet> = kube::Api::namespaced(client.clone(), &ns);
         match args.command {
             online::RolloutCommand::Status { cloneset, timeout } => {
-                online::rollout_status(api, &cloneset, timeout, out).await
+                online::rollout_status(&client, &ns, &cloneset, timeout, out).await
             }
             online::RolloutCommand::Pause { cloneset, output } => {
                 online::set_paused(&api, &cloneset, true, output.output, out).await
@@ -651,12 +653,17 @@ fn run_get(
     out: &mut dyn Write,
 ) -> Result<(), online::OnlineError> {
     let terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let scope = online::scope(
+        args.cloneset.as_deref(),
+        args.all_namespaces,
+        args.selector.as_deref(),
+    )?;
     runtime()?.block_on(async {
         let (client, ns) = online::connect(connect).await?;
         online::get(
             &client,
             &ns,
-            &args.cloneset,
+            &scope,
             args.watch,
             args.output.output,
             terminal,

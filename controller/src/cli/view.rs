@@ -37,6 +37,10 @@ pub struct View {
     pub images: Vec<String>,
     pub revisions: Vec<RevisionRow>,
     pub pods: Vec<PodRow>,
+    /// Why the rollout waits ([`super::waiting::reasons`]); set by the command, which knows
+    /// the time ([`build`] leaves it empty).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub waiting: Vec<super::waiting::Waiting>,
 }
 
 /// The CloneSet's status counters.
@@ -281,11 +285,12 @@ pub fn build(
         images: template_images,
         revisions: rows,
         pods: pod_rows,
+        waiting: Vec::new(),
     }
 }
 
 /// Rows of cells, left-aligned in columns two spaces apart, trailing blanks trimmed.
-fn columns(rows: &[Vec<String>]) -> String {
+pub fn columns(rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = Vec::new();
     for row in rows {
         for (i, cell) in row.iter().enumerate() {
@@ -307,11 +312,12 @@ fn columns(rows: &[Vec<String>]) -> String {
     out
 }
 
-/// The view in words: a status line, the revisions, the pods.
+/// The view in words: a status line, why the rollout waits (if it does), the revisions,
+/// the pods.
 pub fn table(view: &View) -> String {
     let s = &view.status;
     let mut out = format!(
-        "cloneset.apps.kruise.io/{}: replicas {}/{}, ready {}, updated {}, updated ready {}{}\n\n",
+        "cloneset.apps.kruise.io/{}: replicas {}/{}, ready {}, updated {}, updated ready {}{}\n",
         view.cloneset,
         s.replicas,
         view.replicas,
@@ -320,6 +326,10 @@ pub fn table(view: &View) -> String {
         s.updated_ready,
         if view.paused { ", paused" } else { "" }
     );
+    for w in &view.waiting {
+        out.push_str(&format!("waiting: {w}\n"));
+    }
+    out.push('\n');
     let mut rows = vec![
         ["REVISION", "NAME", "ROLE", "PODS", "READY", "IMAGES"]
             .map(str::to_owned)

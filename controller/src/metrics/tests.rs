@@ -19,7 +19,6 @@ fn every_family_touched() -> String {
     let t0 = std::time::Instant::now();
     m.queue_add("ns/demo", t0);
     m.queue_start("ns/demo", t0 + Duration::from_millis(5));
-    m.refresh_process();
     m.encode().unwrap_or_default()
 }
 
@@ -77,33 +76,10 @@ fn the_dashboard_and_alerts_use_only_exported_metrics() {
 }
 
 #[test]
-fn proc_stat_fields_are_counted_after_the_command_name() {
-    // A command name with spaces and a parenthesis must not shift the fields.
-    let stat = "4242 (inplace (ctl) x) S 1 4242 4242 0 -1 4194560 1200 0 0 0 \
-                    250 50 0 0 20 0 9 0 123456 30000000 5000 18446744073709551615";
-    assert_eq!(parse_proc_stat(stat), Some((300, 123_456)));
-    assert_eq!(parse_proc_stat("garbage"), None);
-    assert_eq!(parse_proc_stat("1 (x) S 1 2"), None);
-    let live = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    assert!(
-        live.is_empty() || parse_proc_stat(&live).is_some(),
-        "{live}"
-    );
-}
-
-#[test]
-fn vm_rss_is_read_in_bytes() {
-    let status = "Name:\tinplace\nVmPeak:\t  9000 kB\nVmRSS:\t   2048 kB\nThreads:\t9\n";
-    assert_eq!(parse_vm_rss(status), Some(2048 * 1024));
-    assert_eq!(parse_vm_rss("VmRSS: 12 MB"), None);
-    assert_eq!(parse_vm_rss("Name: x"), None);
+fn the_standard_process_metrics_are_exported_unprefixed() {
     let m = Metrics::new();
-    m.refresh_process();
     let text = m.encode().unwrap_or_default();
-    assert!(
-        text.contains("inplace_process_resident_memory_bytes "),
-        "{text}"
-    );
+    assert!(text.contains("\nprocess_resident_memory_bytes "), "{text}");
     assert!(text.contains("inplace_build_info{version=\""), "{text}");
 }
 
@@ -117,12 +93,15 @@ fn every_metric_is_exported() {
         .filter_map(|l| l.split_whitespace().next())
         .collect();
     let want = [
+        "process_cpu_seconds",
+        "process_virtual_memory_bytes",
+        "process_start_time_seconds",
+        "process_resident_memory_bytes",
+        "process_open_fds",
+        "process_max_fds",
         "inplace_api_requests",
         "inplace_api_request_duration_seconds",
         "inplace_build_info",
-        "inplace_process_cpu_seconds",
-        "inplace_process_resident_memory_bytes",
-        "inplace_process_start_time_seconds",
         "inplace_workqueue_depth",
         "inplace_workqueue_queue_duration_seconds",
         "inplace_reconciles",

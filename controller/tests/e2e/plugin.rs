@@ -904,3 +904,85 @@ async fn host_live_plan_is_the_offline_plan_of_the_same_objects() -> TestResult 
     assert!(updates.iter().all(|u| u["method"] == "inPlace"), "{plan}");
     Ok(())
 }
+
+/// `get` and `rollout status` say why a rollout waits: an in-place update to an image that
+/// does not exist leaves one pod unable to pull, which spends the budget of maxUnavailable
+/// 1; paused, it says so. `get -l` lists the CloneSet with the same reasons.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the test bed"]
+async fn get_and_rollout_status_say_why_a_rollout_waits() -> TestResult {
+    let ns = Namespace::create("plugin-waits")?;
+    let _ctl = Controller::start(&ns.name)?;
+    let manifest = sample_cloneset("ww", 2, &image("v1"), "InPlaceIfPossible").replace(
+        "    type: InPlaceIfPossible",
+        "    type: InPlaceIfPossible\n    maxUnavailable: 1",
+    );
+    ns.apply(&manifest)?;
+    wait_rolled_out(&ns, "ww", 2, ROLLOUT)?;
+    let missing = image("v1").replace(":v1", ":no-such-tag");
+    let (code, out, err) = plugin_in(&ns, &["set", "image", "ww", &format!("app={missing}")]);
+    assert_eq!(code, 0, "{out}{err}");
+
+    let mut view = Value::Null;
+    wait_for("get ww to say why the rollout waits", ROLLOUT, || {
+        let (code, out, err) = plugin_in(&ns, &["get", "ww", "-o", "json"]);
+        if code != 0 {
+            return Err(format!("get: exit {code}: {err}").into());
+        }
+        view = serde_json::from_str(&out)?;
+        let waiting = view["waiting"].as_array().cloned().unwrap_or_default();
+        let budget = waiting
+            .iter()
+            .any(|w| w["reason"] == "maxUnavailable" && w["unavailable"] == 1 && w["allowed"] == 1);
+        let pulling = waiting.iter().any(|w| {
+            w["reason"] == "pod"
+                && w["why"]
+                    .as_str()
+                    .is_some_and(|s| s.contains("ErrImagePull") || s.contains("ImagePullBackOff"))
+        });
+        Ok(budget && pulling)
+    })
+    .map_err(|e| format!("{e}: last view {view}"))?;
+
+    let (code, table, err) = plugin_in(&ns, &["get", "ww"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        table.contains("\nwaiting: maxUnavailable reached: 1 unavailable of 1 allowed\n"),
+        "{table}"
+    );
+    assert!(table.contains("\nwaiting: pod ww-"), "{table}");
+
+    let (code, list, err) = plugin_in(&ns, &["get", "-l", "app=ww"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(list.starts_with("NAME  "), "{list}");
+    assert!(
+        list.contains("maxUnavailable reached: 1 unavailable of 1 allowed"),
+        "{list}"
+    );
+    let (code, list, _) = plugin_in(&ns, &["get", "-l", "app=nothing"]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        list,
+        format!("No resources found in {} namespace.\n", ns.name)
+    );
+    let (code, _, err) = plugin_in(&ns, &["get", "ww", "-A"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("across all namespaces"), "{err}");
+
+    let (code, out, err) = plugin_in(&ns, &["rollout", "status", "ww", "--timeout", "5s"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains("waiting: maxUnavailable reached: 1 unavailable of 1 allowed"),
+        "{out}"
+    );
+    assert!(out.contains("waiting: pod ww-"), "{out}");
+    assert!(err.contains("timed out after 5s"), "{err}");
+
+    let (code, _, err) = plugin_in(&ns, &["rollout", "pause", "ww"]);
+    assert_eq!(code, 0, "{err}");
+    wait_for("get ww to say paused", Duration::from_secs(30), || {
+        let (_, out, _) = plugin_in(&ns, &["get", "ww"]);
+        Ok(out.contains("\nwaiting: paused: 1 pod(s) left to update"))
+    })?;
+    Ok(())
+}

@@ -7,6 +7,7 @@
 //! kubectl-inplace rollout undo CLONESET [--to-revision N] [-o json|yaml]
 //! kubectl-inplace rollout restart CLONESET [-o json|yaml]
 //! kubectl-inplace get CLONESET [--watch] [-o json|yaml]
+//! kubectl-inplace get [-A] [-l SELECTOR] [--watch] [-o json|yaml]
 //! kubectl-inplace set image CLONESET CONTAINER=IMAGE... [-o json|yaml]
 //! kubectl-inplace scale-down CLONESET --pods a,b [-o json|yaml]
 //! kubectl-inplace warm-up IMAGE (--nodes n1,n2 | --selector k=v,...) [--parallelism N]
@@ -25,20 +26,22 @@
 //!
 //! This module holds the arguments, the errors, the connection and the output; the
 //! commands are in `rollout` (status, pause/resume, restart, history, undo), `get` (the
-//! view, and what `plan NAME` reads), `edit` (set image, scale-down) and `warm_up`.
+//! view, and what `plan NAME` reads), `edit` (set image, scale-down) and `warm_up`;
+//! `stores` holds what the watches of `get --watch` and `rollout status` have seen.
 
 mod edit;
 mod get;
 mod rollout;
+pub mod stores;
 #[cfg(test)]
 mod tests;
 mod warm_up;
 
 pub use edit::{scale_down, set_image};
-pub use get::{get, plan_objects, read_view};
+pub use get::{Scope, get, named, plan_objects, read_view, scope};
 pub use rollout::{
     Progress, Verdict, pause_patch, progress, rollout_history, rollout_restart, rollout_status,
-    rollout_undo, set_paused,
+    rollout_undo, set_paused, status_block,
 };
 pub use warm_up::{parse_match_labels, warm_up, warm_up_job, warm_up_progress};
 
@@ -234,8 +237,15 @@ pub enum SetCommand {
 
 #[derive(Debug, Args)]
 pub struct GetArgs {
+    /// The CloneSet; without it, one line per CloneSet of the namespace.
     #[arg(value_parser = parse_cloneset)]
-    pub cloneset: String,
+    pub cloneset: Option<String>,
+    /// Without a name: the CloneSets of every namespace.
+    #[arg(short = 'A', long)]
+    pub all_namespaces: bool,
+    /// Without a name: only the CloneSets matching this label selector (k=v,k2!=v2,...).
+    #[arg(short = 'l', long, value_name = "SELECTOR")]
+    pub selector: Option<String>,
     /// Keep watching: redraw on every change (in place on a terminal, appended otherwise).
     #[arg(short = 'w', long)]
     pub watch: bool,

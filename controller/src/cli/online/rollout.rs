@@ -94,31 +94,63 @@ pub fn pause_patch(paused: bool) -> serde_json::Value {
     serde_json::json!({"spec": {"updateStrategy": {"paused": paused}}})
 }
 
-/// `rollout status`: prints a line per change until done (Ok), failed or timed out.
+/// What `rollout status` prints of one reading: the progress line, then a `waiting:` line
+/// per reason the rollout waits ([`crate::cli::waiting::reasons`]; those the progress line
+/// already says, an unobserved generation and a failure, are left out).
+pub fn status_block(cs: &CloneSet, pods: &[k8s_openapi::api::core::v1::Pod]) -> (String, Verdict) {
+    use crate::cli::waiting::{Waiting, reasons};
+    let p = progress(cs);
+    let mut block = p.line;
+    for w in reasons(cs, pods, k8s_openapi::jiff::Timestamp::now()) {
+        if !matches!(w, Waiting::NotObserved { .. } | Waiting::Failed { .. }) {
+            block.push_str(&format!("\nwaiting: {w}"));
+        }
+    }
+    (block, p.verdict)
+}
+
+/// `rollout status`: prints the progress (and why it waits) on each change until done
+/// (Ok), failed or timed out. One watch of the CloneSet and one of the namespace's pods
+/// feed stores ([`super::stores`]); nothing is listed again per event.
 pub async fn rollout_status(
-    api: Api<CloneSet>,
+    client: &Client,
+    ns: &str,
     name: &str,
     timeout: Duration,
     out: &mut dyn Write,
 ) -> Result<(), OnlineError> {
-    let namespace = api.namespace().unwrap_or_default().to_string();
+    use super::stores::{self, Change, Kind, Stores};
     let watch = async {
-        let mut stream = watcher::watch_object(api, name).boxed();
+        let mut changes = futures::stream::select_all([
+            stores::watch(
+                Api::<CloneSet>::namespaced(client.clone(), ns),
+                watcher::Config::default().fields(&format!("metadata.name={name}")),
+                Kind::CloneSet,
+                Change::CloneSet,
+            )
+            .boxed(),
+            stores::watch(
+                Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), ns),
+                watcher::Config::default(),
+                Kind::Pod,
+                Change::Pod,
+            )
+            .boxed(),
+        ]);
+        let mut stores = Stores::new(&[Kind::CloneSet, Kind::Pod]);
         let mut last = String::new();
-        while let Some(event) = stream.next().await {
-            let Some(cs) = event? else {
-                return Err(OnlineError::NotFound {
-                    kind: "cloneset",
-                    name: name.to_string(),
-                    namespace: namespace.clone(),
-                });
-            };
-            let p = progress(&cs);
-            if p.line != last {
-                writeln!(out, "{}", p.line)?;
-                last = p.line.clone();
+        while let Some(change) = changes.next().await {
+            stores.apply(change)?;
+            if !stores.ready() {
+                continue;
             }
-            match p.verdict {
+            let cs = super::named(&stores, ns, name)?;
+            let (block, verdict) = status_block(&cs, &stores.pods.objects());
+            if block != last {
+                writeln!(out, "{block}")?;
+                last = block;
+            }
+            match verdict {
                 Verdict::Done => {
                     writeln!(out, "cloneset {name} successfully rolled out")?;
                     return Ok(());

@@ -203,3 +203,28 @@ fn exit_codes() {
     assert_eq!(OnlineError::Failed("x".into()).exit_code(), 1);
     assert_eq!(OnlineError::Config("x".into()).exit_code(), 2);
 }
+
+#[test]
+fn get_scope_refuses_a_name_with_all_namespaces_or_a_selector_like_kubectl() {
+    assert_eq!(
+        scope(Some("web"), false, None).unwrap(),
+        Scope::Named("web".into())
+    );
+    assert_eq!(
+        scope(None, true, Some("app=web")).unwrap(),
+        Scope::List {
+            all_namespaces: true,
+            selector: Some("app=web".into())
+        }
+    );
+    let err = |r: Result<Scope, OnlineError>| r.unwrap_err().to_string();
+    assert_eq!(
+        err(scope(Some("web"), true, None)),
+        "a resource cannot be retrieved by name across all namespaces"
+    );
+    assert_eq!(
+        err(scope(Some("web"), false, Some("app=web"))),
+        "name cannot be provided when a selector is specified"
+    );
+    assert_eq!(scope(Some("web"), true, None).unwrap_err().exit_code(), 2);
+}
