@@ -27,7 +27,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use inplace_proto::crr::ContainerRecreateRequest;
 use inplace_proto::keys;
 use k8s_openapi::api::core::v1::Pod;
@@ -120,30 +119,19 @@ where
         events,
     });
     info!("ContainerRecreateRequest controller started");
-    controller
-        .graceful_shutdown_on(stop)
-        .run(
-            |crr, ctx| {
-                // every line of a reconcile names its object
-                let span = tracing::info_span!(
-                    "reconcile",
-                    crr = %format_args!("{}/{}", crr.namespace().unwrap_or_default(), crr.name_any())
-                );
-                tracing::Instrument::instrument(reconcile(crr, ctx), span)
-            },
-            error_policy,
-            ctx,
-        )
-        .for_each(|r| async move {
-            match (crate::runtime::StreamOutcome::of(&r), r) {
-                (crate::runtime::StreamOutcome::Gone, Err(e)) => {
-                    tracing::trace!(error = %e, "deleted; nothing to do");
-                }
-                (_, Err(e)) => tracing::debug!(error = %e, "crr reconcile"),
-                (_, Ok(_)) => {}
-            }
-        })
-        .await;
+    let results = controller.graceful_shutdown_on(stop).run(
+        |crr, ctx| {
+            // every line of a reconcile names its object
+            let span = tracing::info_span!(
+                "reconcile",
+                crr = %format_args!("{}/{}", crr.namespace().unwrap_or_default(), crr.name_any())
+            );
+            tracing::Instrument::instrument(reconcile(crr, ctx), span)
+        },
+        error_policy,
+        ctx,
+    );
+    crate::runtime::drain_results(results, "crr").await;
     info!("ContainerRecreateRequest controller stopped");
 }
 

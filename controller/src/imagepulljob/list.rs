@@ -13,7 +13,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use inplace_proto::imagelistpulljob::{ImageListPullJob, ImageListPullJobStatus};
 use inplace_proto::imagepulljob::ImagePullJob;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -69,7 +68,7 @@ where
     );
     let ctx = Arc::new(Ctx { client, events });
     info!("ImageListPullJob controller started");
-    controller
+    let results = controller
         .graceful_shutdown_on(stop)
         .run(
             |list, ctx| {
@@ -81,17 +80,8 @@ where
             },
             error_policy,
             ctx,
-        )
-        .for_each(|r| async move {
-            match (crate::runtime::StreamOutcome::of(&r), r) {
-                (crate::runtime::StreamOutcome::Gone, Err(e)) => {
-                    tracing::trace!(error = %e, "deleted; nothing to do");
-                }
-                (_, Err(e)) => tracing::debug!(error = %e, "imagelistpulljob reconcile"),
-                (_, Ok(_)) => {}
-            }
-        })
-        .await;
+        );
+    crate::runtime::drain_results(results, "imagelistpulljob").await;
     info!("ImageListPullJob controller stopped");
 }
 

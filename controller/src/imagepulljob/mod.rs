@@ -24,7 +24,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use inplace_proto::imagepulljob::ImagePullJob;
 use inplace_proto::nodeimage::{NodeImage, NodeImageSpec};
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -187,7 +186,7 @@ pub async fn run<S>(
         turns: turns.clone(),
     });
     info!("ImagePullJob controller started");
-    controller
+    let results = controller
         .graceful_shutdown_on(turns.close_after(stop))
         .run(
             |job, ctx| {
@@ -200,17 +199,8 @@ pub async fn run<S>(
             },
             error_policy,
             ctx,
-        )
-        .for_each(|r| async move {
-            match (crate::runtime::StreamOutcome::of(&r), r) {
-                (crate::runtime::StreamOutcome::Gone, Err(e)) => {
-                    tracing::trace!(error = %e, "deleted; nothing to do");
-                }
-                (_, Err(e)) => tracing::debug!(error = %e, "imagepulljob reconcile"),
-                (_, Ok(_)) => {}
-            }
-        })
-        .await;
+        );
+    crate::runtime::drain_results(results, "imagepulljob").await;
     info!("ImagePullJob controller stopped");
 }
 

@@ -134,7 +134,7 @@ where
     .filter(|p| std::future::ready(p.as_ref().map_or(true, |p| decide::pending(p).is_some())));
     let ctx = Arc::new(Ctx { client });
     info!("container launch-priority loop started");
-    Controller::for_stream(pods, reader)
+    let results = Controller::for_stream(pods, reader)
         .with_config(Config::default().concurrency(CONCURRENCY))
         .graceful_shutdown_on(stop)
         .run(
@@ -147,17 +147,8 @@ where
             },
             error_policy,
             ctx,
-        )
-        .for_each(|r| async move {
-            match (crate::runtime::StreamOutcome::of(&r), r) {
-                (crate::runtime::StreamOutcome::Gone, Err(e)) => {
-                    tracing::trace!(error = %e, "pod deleted; nothing to do");
-                }
-                (_, Err(e)) => tracing::debug!(error = %e, "launch-priority reconcile"),
-                (_, Ok(_)) => {}
-            }
-        })
-        .await;
+        );
+    crate::runtime::drain_results(results, "launch-priority").await;
     info!("container launch-priority loop stopped");
 }
 

@@ -138,6 +138,29 @@ impl StreamOutcome {
     }
 }
 
+/// Drains the results of one of the binary's other controllers (ImagePullJob,
+/// ImageListPullJob, ContainerRecreateRequest, launch priority): an object gone before its
+/// reconcile is nothing to do; a failure was logged by the controller's error policy, and
+/// is noted here only at debug level.
+pub(crate) async fn drain_results<S, T, E, Q>(results: S, what: &'static str)
+where
+    S: futures::Stream<Item = Result<T, kube::runtime::controller::Error<E, Q>>>,
+    E: std::error::Error + 'static,
+    Q: std::error::Error + 'static,
+{
+    results
+        .for_each(|r| async move {
+            match (StreamOutcome::of(&r), r) {
+                (StreamOutcome::Gone, Err(e)) => {
+                    tracing::trace!(error = %e, "deleted; nothing to do");
+                }
+                (_, Err(e)) => tracing::debug!(error = %e, "{what} reconcile"),
+                (_, Ok(_)) => {}
+            }
+        })
+        .await;
+}
+
 async fn reconcile_inner(cs: &CloneSet, ctx: &Context, key: &str) -> Result<Action, Error> {
     ctx.metrics
         .cached_pods
