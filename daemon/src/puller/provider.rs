@@ -385,6 +385,9 @@ pub fn cache_ttl(provider: &Provider, response: &Response) -> Option<Duration> {
     .filter(|d| !d.is_zero())
 }
 
+/// Longer than any daemon runs: the expiry of a cache duration an `Instant` cannot reach.
+const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
 /// A cached `auth` map and when it expires.
 type CacheEntry = (Instant, BTreeMap<String, Credential>);
 
@@ -427,9 +430,14 @@ impl Cache {
     ) {
         if let Some(ttl) = cache_ttl(provider, response) {
             let k = response.cache_key_type;
+            // a duration past what an Instant can hold is "for as long as the daemon runs"
+            let expires = now
+                .checked_add(ttl)
+                .or_else(|| now.checked_add(FOREVER))
+                .unwrap_or(now);
             self.entries.insert(
                 (provider.name.clone(), k, cache_key(k, repository)),
-                (now + ttl, response.auth.clone()),
+                (expires, response.auth.clone()),
             );
         }
     }
@@ -778,6 +786,13 @@ providers:
             assert_eq!(got.is_some(), hit, "{r:?} {cached_for} {asked} +{after}s");
             assert!(c.get("other-provider", cached_for, t0).is_none());
         }
+        let mut c = Cache::default();
+        let huge = parse_duration("5000000000000000h").unwrap();
+        c.put(&p, "r/a", &resp(CacheKeyType::Image, Some(huge)), t0);
+        assert!(
+            c.get("p", "r/a", t0 + Duration::from_secs(3600)).is_some(),
+            "a duration past Instant's range is cached, not a panic"
+        );
         let mut c = Cache::default();
         c.put(
             &provider(&["*"], Duration::ZERO),
