@@ -1338,7 +1338,8 @@ printf '{{"apiVersion":"credentialprovider.kubelet.k8s.io/v1","kind":"Credential
     for node in &nodes {
         let ni: NodeImage = serde_json::from_value(json!({
             "apiVersion": "apps.kruise.io/v1alpha1", "kind": "NodeImage",
-            "metadata": {"name": node},
+            // an installed controller deletes NodeImages of nodes that do not exist but these
+            "metadata": {"name": node, "labels": {"apps.kruise.io/fake-nodeimage": "true"}},
             "spec": {"images": {image.clone(): {"tags": [{"tag": "v1", "version": 1,
                 "pullPolicy": {"timeoutSeconds": 60, "backoffLimit": 0}}]}}}
         }))
