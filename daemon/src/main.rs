@@ -14,6 +14,7 @@ use inplace_daemon::inplace::{self, Executor};
 use inplace_daemon::kube_io::{self, RateLimiter};
 use inplace_daemon::logging::{self, LogFormat};
 use inplace_daemon::metrics::Metrics;
+use inplace_daemon::puller::provider_exec::CredentialProviders;
 use inplace_daemon::puller::{Puller, PullerConfig};
 use inplace_daemon::recorder::EventRecorder;
 use inplace_daemon::{containerd_events, crr, server};
@@ -72,6 +73,15 @@ struct Args {
     /// ContainerRecreateRequest or image worked on); the level comes from RUST_LOG.
     #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "INPLACE_LOG_FORMAT")]
     log_format: LogFormat,
+    /// The kubelet's `CredentialProviderConfig` (YAML or JSON): image credential provider
+    /// plugins asked for images no pull secret has credentials of. Needs
+    /// --image-credential-provider-bin-dir; unset (the default): no providers.
+    #[arg(long, requires = "image_credential_provider_bin_dir")]
+    image_credential_provider_config: Option<std::path::PathBuf>,
+    /// The directory of the credential provider plugin binaries (each named as its
+    /// provider), as the kubelet's flag of the same name.
+    #[arg(long, requires = "image_credential_provider_config")]
+    image_credential_provider_bin_dir: Option<std::path::PathBuf>,
 }
 
 #[tokio::main]
@@ -138,7 +148,15 @@ async fn main() -> anyhow::Result<()> {
         kube_io::secret_fetcher(client.clone(), args.secrets_namespace.clone()),
         metrics.clone(),
     );
-    let puller = puller.with_events(recorder.clone(), &node);
+    let mut puller = puller.with_events(recorder.clone(), &node);
+    if let (Some(config), Some(bin_dir)) = (
+        &args.image_credential_provider_config,
+        &args.image_credential_provider_bin_dir,
+    ) {
+        let providers = CredentialProviders::load(config, bin_dir)?;
+        tracing::info!(config = %config.display(), bin_dir = %bin_dir.display(), providers = ?providers.names(), "image credential providers");
+        puller = puller.with_credential_providers(Arc::new(providers));
+    }
     tokio::spawn(kube_io::watch_node_image(
         ni_api.clone(),
         node.clone(),

@@ -135,6 +135,17 @@ impl Daemon {
         tag: &str,
         kubeconfig: &std::path::Path,
     ) -> Daemon {
+        Self::start_with_args(node, cri, tag, kubeconfig, &[])
+    }
+
+    /// [`Self::start_through`], with `extra` arguments.
+    fn start_with_args(
+        node: &str,
+        cri: &std::path::Path,
+        tag: &str,
+        kubeconfig: &std::path::Path,
+        extra: &[std::ffi::OsString],
+    ) -> Daemon {
         let port = free_port().unwrap();
         let log =
             std::env::temp_dir().join(format!("inplace-daemon-{tag}-{}.log", std::process::id()));
@@ -149,6 +160,7 @@ impl Daemon {
             .arg(format!("127.0.0.1:{port}"))
             .arg("--poll-interval-ms")
             .arg("200")
+            .args(extra)
             .stdout(f.try_clone().unwrap())
             .stderr(f)
             .stdin(Stdio::null())
@@ -1227,4 +1239,200 @@ async fn host_a_daemon_started_mid_update_completes_it_without_restarting_anythi
 #[ignore = "needs the test bed (tests/testbed/up), and no other daemon on its node"]
 async fn host_after_a_reboot_a_daemon_completes_the_update_it_did_not_see_begin() {
     a_daemon_started_mid_update_completes_it(true).await;
+}
+
+/// Deletes the named NodeImages when dropped (on a thread of its own: a test's runtime
+/// may be gone by then).
+struct NodeImagesCleanup(Api<NodeImage>, Vec<String>);
+
+impl Drop for NodeImagesCleanup {
+    fn drop(&mut self) {
+        let (api, names) = (self.0.clone(), std::mem::take(&mut self.1));
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                for n in names {
+                    let _ = api.delete(&n, &DeleteParams::default()).await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// Writes an executable shell script.
+fn write_script(path: &std::path::Path, body: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// Pulls from a registry that wants a login (htpasswd), with no pull secret: only the
+/// kubelet's credential provider plugins can give the daemon credentials. Three daemons
+/// on the fixture's containerd, each with a NodeImage of its own asking for the image:
+/// without providers the pull fails (401); with a provider whose plugin fails, it fails
+/// with the plugin's error in the tag's message (which the PullImageFailed event repeats:
+/// not checked here, the bed's 1.20 API server refuses the daemon's events on NodeImages,
+/// a separate bug); with a plugin that
+/// answers (registry in its args, user and password in its env, as the config says), it
+/// succeeds, and the plugin got the kubelet's request for the image repository.
+/// Then containerd's CRI itself: the same credentials with `server_address` set to the bare
+/// `host:port` are refused (containerd url.Parses it), with it empty they are used, which
+/// is why the daemon sends it empty, as the kubelet does.
+///
+/// Host process: its daemons run with the provider flags, on the fixture's containerd that
+/// reaches the login registry (the installed daemon has neither).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the test bed (tests/testbed/up) + root for the fixture containerd"]
+async fn host_credential_provider_plugins_log_pulls_in() {
+    let c = client().await;
+    let mut fx = Fixture::start().unwrap();
+    let user = "node-identity";
+    let password = format!("pw-{:08x}", rand::random::<u32>());
+    let reg = fx.start_auth_registry(user, &password).unwrap();
+    let image = format!("{reg}/inplace-test/app");
+
+    let plugins = tempfile::tempdir().unwrap();
+    let requests = plugins.path().join("requests.log");
+    write_script(
+        &plugins.path().join("node-identity"),
+        &format!(
+            r#"req=$(cat)
+echo "$req" >> {requests}
+printf '{{"apiVersion":"credentialprovider.kubelet.k8s.io/v1","kind":"CredentialProviderResponse","cacheKeyType":"Registry","cacheDuration":"1m","auth":{{"%s":{{"username":"%s","password":"%s"}}}}}}' "$1" "$REG_USER" "$REG_PASSWORD""#,
+            requests = requests.display()
+        ),
+    );
+    write_script(
+        &plugins.path().join("broken"),
+        "cat >/dev/null; echo 'metadata server unreachable' >&2; exit 1",
+    );
+    let config = |provider: &str, extra: &str| {
+        let path = plugins.path().join(format!("{provider}.yaml"));
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n  - name: {provider}\n    matchImages: [\"{reg}\"]\n    defaultCacheDuration: 10m\n    apiVersion: credentialprovider.kubelet.k8s.io/v1\n{extra}"
+            ),
+        )
+        .unwrap();
+        let mut args: Vec<std::ffi::OsString> = vec!["--image-credential-provider-config".into()];
+        args.push(path.into());
+        args.push("--image-credential-provider-bin-dir".into());
+        args.push(plugins.path().into());
+        args
+    };
+    let good = config(
+        "node-identity",
+        &format!(
+            "    args: [\"{reg}\"]\n    env:\n      - {{name: REG_USER, value: {user}}}\n      - {{name: REG_PASSWORD, value: \"{password}\"}}\n"
+        ),
+    );
+    let broken = config("broken", "");
+
+    let nis: Api<NodeImage> = Api::all(c.clone());
+    let run = format!("{:08x}", rand::random::<u32>());
+    let nodes = ["none", "broken", "good"].map(|k| format!("inplace-daemon-cp-{k}-{run}"));
+    let _cleanup = NodeImagesCleanup(nis.clone(), nodes.to_vec());
+    for node in &nodes {
+        let ni: NodeImage = serde_json::from_value(json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "NodeImage",
+            // an installed controller deletes NodeImages of nodes that do not exist but these
+            "metadata": {"name": node, "labels": {"apps.kruise.io/fake-nodeimage": "true"}},
+            "spec": {"images": {image.clone(): {"tags": [{"tag": "v1", "version": 1,
+                "pullPolicy": {"timeoutSeconds": 60, "backoffLimit": 0}}]}}}
+        }))
+        .unwrap();
+        nis.create(&PostParams::default(), &ni).await.unwrap();
+    }
+    let kubeconfig = bed_dir().join("kubeconfig");
+    let daemons = [
+        Daemon::start_with_args(&nodes[0], &fx.socket, "cp-none", &kubeconfig, &[]),
+        Daemon::start_with_args(&nodes[1], &fx.socket, "cp-broken", &kubeconfig, &broken),
+        Daemon::start_with_args(&nodes[2], &fx.socket, "cp-good", &kubeconfig, &good),
+    ];
+    let mut outcome = Vec::new();
+    for (node, d) in nodes.iter().zip(&daemons) {
+        let t0 = Instant::now();
+        let t = loop {
+            let n = nis.get(node).await.unwrap();
+            if let Some(t) = n.tag_status(&image, "v1").filter(|t| t.phase.is_finished()) {
+                break t.clone();
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(90),
+                "{node}: not finished: {:?}\n{}",
+                n.status,
+                d.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        println!("{node}: {:?} {:?}", t.phase, t.message);
+        outcome.push(t);
+    }
+    let logs = |i: usize| daemons[i].logs();
+    assert_eq!(outcome[0].phase, TagPhase::Failed, "{}", logs(0));
+    assert!(
+        outcome[0].message.to_lowercase().contains("unauthorized"),
+        "no credentials, no pull: {}",
+        outcome[0].message
+    );
+    assert_eq!(outcome[1].phase, TagPhase::Failed, "{}", logs(1));
+    let broken_note = "credential provider broken: the plugin failed (exit status: 1): metadata server unreachable";
+    assert!(
+        outcome[1].message.contains(broken_note),
+        "{}",
+        outcome[1].message
+    );
+    assert_eq!(
+        outcome[2].phase,
+        TagPhase::Succeeded,
+        "{:?}\n{}",
+        outcome[2],
+        logs(2)
+    );
+    assert!(
+        outcome[2].image_id.starts_with(&format!("{image}@sha256:")),
+        "{}",
+        outcome[2].image_id
+    );
+    let sent: Vec<serde_json::Value> = std::fs::read_to_string(&requests)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        sent,
+        [json!({"apiVersion": "credentialprovider.kubelet.k8s.io/v1",
+            "kind": "CredentialProviderRequest", "image": image})],
+        "one request, the kubelet's, for the repository"
+    );
+
+    // containerd's CRI and server_address
+    let cri = CriClient::new(&fx.socket, Duration::from_secs(10)).unwrap();
+    let auth = |server_address: &str| k8s_cri::v1::AuthConfig {
+        username: user.into(),
+        password: password.clone(),
+        server_address: server_address.into(),
+        ..Default::default()
+    };
+    let v2 = format!("{image}:v2");
+    let bare = cri
+        .pull_image(&v2, Some(auth(&reg)), None, Duration::from_secs(60))
+        .await;
+    let Err(bare) = bare else {
+        panic!("containerd used credentials with server_address {reg:?}")
+    };
+    println!("server_address {reg:?}: {}", bare.runtime_message());
+    assert!(
+        bare.runtime_message().contains("parse server address"),
+        "{}",
+        bare.runtime_message()
+    );
+    cri.pull_image(&v2, Some(auth("")), None, Duration::from_secs(60))
+        .await
+        .unwrap_or_else(|e| panic!("empty server_address: {}", e.runtime_message()));
 }

@@ -1,5 +1,6 @@
 //! Fuzzing of what the daemon reads from others (issue 12 item 7), with proptest on stable
-//! Rust: registry auth configs from pull Secrets, image references from NodeImages, the
+//! Rust: registry auth configs from pull Secrets, credential provider configs and plugin
+//! answers, image references from NodeImages, the
 //! in-place update state and labels other writers put on pods, and ContainerRecreateRequest
 //! specs and statuses. The property: no panic; bad input is an error or a decision to
 //! wait or report, never a crash.
@@ -13,6 +14,7 @@ use std::collections::BTreeMap;
 use inplace_daemon::crr::decide::{Instance, step};
 use inplace_daemon::inplace::decide::{self as inplace, RuntimeContainer};
 use inplace_daemon::puller::auth::{check_reference, credentials_for};
+use inplace_daemon::puller::provider;
 use inplace_proto::ContainerRecreateRequest;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
@@ -129,6 +131,43 @@ proptest! {
             let _ = credentials_for(&image, "s", &data);
         }
         let _ = credentials_for(&image, "s", &BTreeMap::new());
+    }
+
+    #[test]
+    fn any_provider_config_and_plugin_answer_is_credentials_or_an_error(
+        raw in prop::collection::vec(any::<u8>(), 0..200),
+        glob in tricky(),
+        duration in prop_oneof![Just("1h30m".to_owned()), Just("0.5µs".to_owned()), Just("5000000000000000h".to_owned()), tricky()],
+        location in tricky(),
+        image in tricky(),
+        key_type in prop_oneof![Just("Image".to_owned()), Just("Global".to_owned()), tricky()],
+    ) {
+        let _ = provider::parse_config(&String::from_utf8_lossy(&raw));
+        let config = format!(
+            "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n  - name: p\n    matchImages: [{}]\n    defaultCacheDuration: {}\n    apiVersion: credentialprovider.kubelet.k8s.io/v1\n",
+            serde_json::to_string(&glob).unwrap(),
+            serde_json::to_string(&duration).unwrap()
+        );
+        let _ = provider::parse_duration(&duration);
+        if let Ok(providers) = provider::parse_config(&config) {
+            let p = &providers[0];
+            let _ = provider::matches_image(p, &image);
+            let answer = serde_json::to_vec(&json!({
+                "apiVersion": "credentialprovider.kubelet.k8s.io/v1",
+                "kind": "CredentialProviderResponse", "cacheKeyType": key_type,
+                "cacheDuration": duration, "auth": {location.clone(): {"username": "u"}}
+            })).unwrap();
+            for out in [raw.clone(), answer] {
+                if let Ok(r) = provider::parse_response(p, &out) {
+                    let mut cache = provider::Cache::default();
+                    let now = std::time::Instant::now();
+                    cache.put(p, &image, &r, now);
+                    let auths: Vec<_> = cache.get("p", &image, now).into_iter().collect();
+                    let _ = provider::credentials_for(&auths, &image);
+                    let _ = provider::credentials_for(&[r.auth], &image);
+                }
+            }
+        }
     }
 
     #[test]

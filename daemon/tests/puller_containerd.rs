@@ -357,3 +357,120 @@ async fn wait_for_tag(
         let _ = tokio::time::timeout(left, run.status_rx.changed()).await;
     }
 }
+
+/// Writes an executable shell script.
+fn write_script(path: &std::path::Path, body: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// A registry that wants a login (htpasswd): with no credentials the pull fails
+/// (unauthorized); a pull secret's entry for it and the answer of a credential provider
+/// plugin (a script written here) each log the pull in, on containerd's CRI, which only
+/// uses credentials whose `server_address` is empty or the URL of the host it contacts.
+///
+/// Host process: the puller on a fixture containerd and registries of its own
+/// (testkit/src/containerd.rs), not on the bed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root + containerd/docker-registry/skopeo (testkit/src/containerd.rs)"]
+async fn host_a_login_registry_is_pulled_from_with_a_pull_secret_or_a_credential_provider() {
+    use inplace_daemon::api::ReferenceObject;
+    use inplace_daemon::puller::SecretFetcher;
+    use inplace_daemon::puller::provider::parse_config;
+    use inplace_daemon::puller::provider_exec::CredentialProviders;
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    let mut fx = Fixture::start().unwrap();
+    let password = format!("pw-{:08x}", rand::random::<u32>());
+    let reg = fx.start_auth_registry("puller", &password).unwrap();
+    let image = format!("{reg}/inplace-test/app");
+    let plugins = tempfile::tempdir().unwrap();
+    write_script(
+        &plugins.path().join("login"),
+        &format!(
+            r#"cat >/dev/null
+printf '{{"apiVersion":"credentialprovider.kubelet.k8s.io/v1","kind":"CredentialProviderResponse","cacheKeyType":"Image","auth":{{"{reg}":{{"username":"puller","password":"{password}"}}}}}}'"#
+        ),
+    );
+    let providers = CredentialProviders::new(
+        parse_config(&format!(
+            "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n  - name: login\n    matchImages: [\"{reg}\"]\n    defaultCacheDuration: 0s\n    apiVersion: credentialprovider.kubelet.k8s.io/v1\n"
+        ))
+        .unwrap(),
+        plugins.path(),
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    let providers = Arc::new(providers);
+    let docker_config =
+        format!(r#"{{"auths":{{"{reg}":{{"username":"puller","password":"{password}"}}}}}}"#);
+    let secrets: SecretFetcher = Arc::new(move |ns, name| {
+        let data = (ns == "inplace-system" && name == "login").then(|| {
+            BTreeMap::from([(
+                ".dockerconfigjson".to_string(),
+                docker_config.clone().into_bytes(),
+            )])
+        });
+        Box::pin(async move { Ok(data) })
+    });
+
+    // (case, with the secret, with the providers, tag, succeeds)
+    for (case, secret, with_providers, t, ok) in [
+        ("anonymous", false, false, "v1", false),
+        ("pull secret", true, false, "v1", true),
+        ("credential provider", false, true, "v2", true),
+    ] {
+        let cri = CriClient::new(&fx.socket, Duration::from_secs(10)).unwrap();
+        let fetch = if secret {
+            secrets.clone()
+        } else {
+            no_secrets()
+        };
+        let (mut puller, status_rx) = Puller::new(
+            cri,
+            PullerConfig {
+                max_concurrent: 1,
+                stall_window: None,
+            },
+            fetch,
+            Metrics::unregistered(),
+        );
+        if with_providers {
+            puller = puller.with_credential_providers(providers.clone());
+        }
+        let mut s = spec(vec![(image.clone(), vec![tag(t, 30, 0)])]);
+        if secret {
+            s.images.get_mut(&image).unwrap().pull_secrets = vec![ReferenceObject {
+                namespace: "inplace-system".into(),
+                name: "login".into(),
+                ..Default::default()
+            }];
+        }
+        let (snap_tx, snap_rx) = watch::channel(Some(Snapshot {
+            spec: s,
+            status: NodeImageStatus::default(),
+            resource_version: None,
+        }));
+        let mut run = Run {
+            snap_tx,
+            status_rx,
+            task: tokio::spawn(puller.run(snap_rx)),
+        };
+        let st = wait_done(&mut run, Duration::from_secs(60)).await;
+        let got = the_tag(&st, &image);
+        println!("{case}: {:?} {:?}", got.phase, got.message);
+        if ok {
+            assert_eq!(got.phase, TagPhase::Succeeded, "{case}: {}", got.message);
+        } else {
+            assert_eq!(got.phase, TagPhase::Failed, "{case}");
+            assert!(
+                got.message.to_lowercase().contains("unauthorized"),
+                "{case}: {}",
+                got.message
+            );
+        }
+        run.task.abort();
+    }
+}

@@ -168,8 +168,83 @@ impl Fixture {
         })
     }
 
+    /// Starts a second registry that wants `user`/`password` (htpasswd auth, bcrypt entry
+    /// made by perl's `crypt`, which is libxcrypt's: Debian has no `htpasswd` without
+    /// apache2-utils), pullable over HTTP, holding `inplace-test/app:{v1,v2}`; returns its
+    /// `127.0.0.1:<port>`. Stopped with the fixture.
+    pub fn start_auth_registry(
+        &mut self,
+        user: &str,
+        password: &str,
+    ) -> Result<String, FixtureError> {
+        let port = free_port()?;
+        let addr = format!("127.0.0.1:{port}");
+        let dir = self.dir.join(format!("auth-registry-{port}"));
+        std::fs::create_dir_all(&dir).map_err(|e| err(e.to_string()))?;
+        let salt: String = (0..22)
+            .map(|_| {
+                let chars = b"./ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+                chars[rand::random_range(0..chars.len())] as char
+            })
+            .collect();
+        let hash = Command::new("perl")
+            .args(["-e", "print crypt($ARGV[0], $ARGV[1])", password])
+            .arg(format!("$2b$05${salt}"))
+            .output()
+            .map_err(|e| err(format!("perl: {e}")))?;
+        let hash = String::from_utf8_lossy(&hash.stdout).into_owned();
+        if !hash.starts_with("$2b$05$") {
+            return Err(err(format!("perl crypt made no bcrypt hash: {hash:?}")));
+        }
+        let htpasswd = dir.join("htpasswd");
+        std::fs::write(&htpasswd, format!("{user}:{hash}\n")).map_err(|e| err(e.to_string()))?;
+        let cfg = dir.join("registry.yml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {addr}\nauth:\n  htpasswd:\n    realm: inplace-test\n    path: {}\n",
+                dir.join("data").display(),
+                htpasswd.display(),
+            ),
+        )
+        .map_err(|e| err(e.to_string()))?;
+        self.spawn(
+            &format!("auth-registry-{port}"),
+            Command::new("/usr/bin/docker-registry")
+                .arg("serve")
+                .arg(&cfg),
+        )?;
+        let a = addr.clone();
+        wait_until("auth registry", Duration::from_secs(20), || {
+            std::net::TcpStream::connect(&a).is_ok()
+        })?;
+        let images = self.dir.join("images");
+        for v in ["v1", "v2"] {
+            self.push_to(
+                &images.join("app"),
+                v,
+                &format!("{addr}/inplace-test/app:{v}"),
+                Some((user, password)),
+            )?;
+        }
+        self.allow_http(&addr)?;
+        Ok(addr)
+    }
+
     /// Pushes an OCI layout tag to `<registry>/<repo>`.
     pub fn push(&self, layout: &Path, tag: &str, repo: &str) -> Result<(), FixtureError> {
+        self.push_to(layout, tag, &format!("{}/{repo}", self.registry), None)
+    }
+
+    /// Pushes an OCI layout tag to the reference `dest` (`host:port/repo:tag`), logging in
+    /// with `creds` when given.
+    pub fn push_to(
+        &self,
+        layout: &Path,
+        tag: &str,
+        dest: &str,
+        creds: Option<(&str, &str)>,
+    ) -> Result<(), FixtureError> {
         let policy = self.dir.join("policy.json");
         if !policy.exists() {
             std::fs::write(
@@ -178,12 +253,16 @@ impl Fixture {
             )
             .map_err(|e| err(e.to_string()))?;
         }
-        run(Command::new("skopeo")
-            .arg("--policy")
+        let mut cmd = Command::new("skopeo");
+        cmd.arg("--policy")
             .arg(&policy)
-            .args(["copy", "-q", "--dest-tls-verify=false"])
+            .args(["copy", "-q", "--dest-tls-verify=false"]);
+        if let Some((u, p)) = creds {
+            cmd.arg(format!("--dest-creds={u}:{p}"));
+        }
+        run(cmd
             .arg(format!("oci:{}:{tag}", layout.display()))
-            .arg(format!("docker://{}/{repo}", self.registry)))?;
+            .arg(format!("docker://{dest}")))?;
         Ok(())
     }
 

@@ -60,15 +60,6 @@ fn normalize_registry(host: &str) -> &str {
     }
 }
 
-/// Host part of a docker config key (`https://index.docker.io/v1/`, `reg:5000`, ...).
-fn key_host(key: &str) -> &str {
-    let k = key
-        .strip_prefix("https://")
-        .or_else(|| key.strip_prefix("http://"))
-        .unwrap_or(key);
-    normalize_registry(k.split('/').next().unwrap_or(k))
-}
-
 /// The repository of an image as the kubelet looks pull secrets up for it: registry and
 /// path, no tag or digest (`docker.io/library/nginx`); a name that is no reference as it is.
 pub fn repository_of(image: &str) -> String {
@@ -80,6 +71,9 @@ pub fn repository_of(image: &str) -> String {
 
 /// The credentials in one Secret's data that apply to `image`, most specific first, by
 /// the kubelet's rules ([`keyring`]: host globs, port, path prefixes, the Docker Hub entry).
+/// `server_address` is left empty, as the kubelet leaves it: containerd's CRI url.Parses a
+/// non-empty one and uses the credentials only if its URL host is the host contacted, and
+/// a bare `host:port` is no URL with a host (`127.0.0.1:5000` does not even parse).
 pub fn credentials_for(
     image: &str,
     secret: &str,
@@ -105,11 +99,11 @@ pub fn credentials_for(
     Ok(keyring::lookup(&keys, &repository_of(image))
         .into_iter()
         .filter_map(|i| entries.get(i))
-        .map(|(k, a)| AuthConfig {
+        .map(|(_, a)| AuthConfig {
             username: a.username.clone(),
             password: a.password.clone(),
             auth: a.auth.clone(),
-            server_address: key_host(k).to_string(),
+            server_address: String::new(),
             identity_token: a.identity_token.clone(),
             registry_token: a.registry_token.clone(),
         })
@@ -161,7 +155,10 @@ mod tests {
         let c = credentials_for("127.0.0.1:5000/a/b", "ns/s", &d)?;
         assert_eq!(c.len(), 1);
         assert_eq!((c[0].username.as_str(), c[0].password.as_str()), ("u", "p"));
-        assert_eq!(c[0].server_address, "127.0.0.1:5000");
+        assert_eq!(
+            c[0].server_address, "",
+            "as the kubelet: containerd matches no bare host"
+        );
         let h = credentials_for("nginx", "ns/s", &d)?;
         assert_eq!(h.len(), 1);
         assert_eq!(h[0].auth, "dTpw");

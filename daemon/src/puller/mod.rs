@@ -12,6 +12,8 @@
 pub mod auth;
 pub mod keyring;
 pub mod plan;
+pub mod provider;
+pub mod provider_exec;
 pub mod stall;
 
 use std::collections::{BTreeMap, HashMap};
@@ -142,6 +144,8 @@ pub struct Puller {
     /// Kubernetes Events of failed pulls, on the NodeImage of `node`.
     recorder: crate::recorder::EventRecorder,
     node: String,
+    /// The kubelet's credential providers, for images no pull secret has credentials of.
+    providers: Option<Arc<provider_exec::CredentialProviders>>,
 }
 
 impl std::fmt::Debug for Puller {
@@ -189,6 +193,7 @@ impl Puller {
                 status_tx,
                 recorder: crate::recorder::EventRecorder::disabled(),
                 node: String::new(),
+                providers: None,
             },
             status_rx,
         )
@@ -198,6 +203,16 @@ impl Puller {
     pub fn with_events(mut self, recorder: crate::recorder::EventRecorder, node: &str) -> Self {
         self.recorder = recorder;
         self.node = node.to_owned();
+        self
+    }
+
+    /// Asks the kubelet's credential providers for images no pull secret has
+    /// credentials of.
+    pub fn with_credential_providers(
+        mut self,
+        providers: Arc<provider_exec::CredentialProviders>,
+    ) -> Self {
+        self.providers = Some(providers);
         self
     }
 
@@ -309,6 +324,7 @@ impl Puller {
                     start,
                     initial,
                     pull_secrets,
+                    self.providers.clone(),
                     sandbox,
                     self.events_tx.clone(),
                 ),
@@ -357,11 +373,13 @@ fn sandbox_for(sandbox: Option<SandboxConfig>) -> PodSandboxConfig {
     }
 }
 
-/// Reads the referenced secrets; problems become notes reported if the pull fails.
+/// Reads the referenced secrets and, when none has credentials for the image, asks the
+/// credential providers; problems become notes reported if the pull fails.
 async fn resolve_auth(
     shared: &Shared,
     reference: &str,
     secrets: &[ReferenceObject],
+    providers: Option<&provider_exec::CredentialProviders>,
 ) -> (Vec<AuthConfig>, Vec<String>) {
     let mut creds = Vec::new();
     let mut notes = Vec::new();
@@ -378,6 +396,19 @@ async fn resolve_auth(
             Ok(None) => notes.push(format!("pull secret {name} not found")),
             Err(e) => notes.push(format!("pull secret {name}: {e}")),
         }
+    }
+    if creds.is_empty()
+        && let Some(p) = providers
+    {
+        let (c, errors) = p.credentials(&auth::repository_of(reference)).await;
+        if !c.is_empty() {
+            tracing::info!(
+                credentials = c.len(),
+                "credentials from the credential providers"
+            );
+        }
+        creds.extend(c);
+        notes.extend(errors);
     }
     (creds, notes)
 }
@@ -408,6 +439,7 @@ async fn pull_task(
     start: Start,
     mut st: ImageTagStatus,
     secrets: Vec<ReferenceObject>,
+    providers: Option<Arc<provider_exec::CredentialProviders>>,
     sandbox: Option<SandboxConfig>,
     tx: mpsc::UnboundedSender<TagEvent>,
 ) {
@@ -457,7 +489,7 @@ async fn pull_task(
         send(&st);
         return;
     }
-    let (creds, notes) = resolve_auth(&shared, &reference, &secrets).await;
+    let (creds, notes) = resolve_auth(&shared, &reference, &secrets, providers.as_deref()).await;
     let sandbox = sandbox_for(sandbox);
     let repo_lock = shared.repo_lock(&key.image);
     let mut last_err = String::new();
