@@ -357,6 +357,25 @@ async fn set_not_ready(api: &Api<Pod>, name: &str) {
     .unwrap();
 }
 
+/// What the controller writes to start an in-place update of container `main` of pod
+/// `name` to `image` (revision `rev-2`): the revision label, the update state recording
+/// the old image id, and the new image.
+async fn start_image_update(pods: &Api<Pod>, name: &str, old_image_id: &str, image: &str) {
+    let state = json!({"revision": "rev-2", "updateTimestamp": k8s_openapi::jiff::Timestamp::now().to_string(),
+        "lastContainerStatuses": {"main": {"imageID": old_image_id}}, "updateImages": true});
+    pods.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Strategic(json!({
+            "metadata": {"labels": {"controller-revision-hash": "rev-2"},
+                         "annotations": {"apps.kruise.io/inplace-update-state": state.to_string()}},
+            "spec": {"containers": [{"name": "main", "image": image}]}
+        })),
+    )
+    .await
+    .unwrap();
+}
+
 fn pod_json(name: &str, containers: serde_json::Value) -> Pod {
     serde_json::from_value(json!({
         "metadata": {"name": name, "labels": {"controller-revision-hash": "rev-1", "x": "1"}},
@@ -414,20 +433,8 @@ async fn image_update_is_ready_only_after_the_new_container_runs() {
         "daemon must not touch a pod without update state"
     );
 
-    let state = json!({"revision": "rev-2", "updateTimestamp": k8s_openapi::jiff::Timestamp::now().to_string(),
-        "lastContainerStatuses": {"main": {"imageID": old_image_id}}, "updateImages": true});
     let t_patch = Instant::now();
-    pods.patch(
-        "ip",
-        &PatchParams::default(),
-        &Patch::Strategic(json!({
-            "metadata": {"labels": {"controller-revision-hash": "rev-2"},
-                         "annotations": {"apps.kruise.io/inplace-update-state": state.to_string()}},
-            "spec": {"containers": [{"name": "main", "image": v2}]}
-        })),
-    )
-    .await
-    .unwrap();
+    start_image_update(&pods, "ip", &old_image_id, &v2).await;
 
     let mut samples_false_with_old = 0;
     let t0 = Instant::now();
@@ -1130,20 +1137,8 @@ async fn a_daemon_started_mid_update_completes_it(reboot: bool) {
         .unwrap();
     set_not_ready(&pods, "cold").await;
 
-    // What the controller writes to start an in-place update, with no daemon running.
-    let state = json!({"revision": "rev-2", "updateTimestamp": k8s_openapi::jiff::Timestamp::now().to_string(),
-        "lastContainerStatuses": {"main": {"imageID": old_image_id}}, "updateImages": true});
-    pods.patch(
-        "cold",
-        &PatchParams::default(),
-        &Patch::Strategic(json!({
-            "metadata": {"labels": {"controller-revision-hash": "rev-2"},
-                         "annotations": {"apps.kruise.io/inplace-update-state": state.to_string()}},
-            "spec": {"containers": [{"name": "main", "image": v2}]}
-        })),
-    )
-    .await
-    .unwrap();
+    // The controller's write, with no daemon running.
+    start_image_update(&pods, "cold", &old_image_id, &v2).await;
     let p = wait_pod(
         &pods,
         "cold",
