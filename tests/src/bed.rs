@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use inplace_proto::cloneset::CloneSet;
+use inplace_proto::nodeimage::NodeImage;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -286,6 +287,25 @@ pub async fn delete_namespace_and_wait(
     )
     .await?;
     Ok(())
+}
+
+/// Deletes the NodeImages of the nodes named `prefix…`: the ImagePullJob controller makes
+/// them for simulated nodes, and no NodeImage lifecycle runs with `--namespace` to remove
+/// them with the nodes.
+pub async fn delete_node_images(client: &Client, prefix: &str) {
+    let api: Api<NodeImage> = Api::all(client.clone());
+    let Ok(list) = api.list(&ListParams::default()).await else {
+        return;
+    };
+    for name in list
+        .items
+        .iter()
+        .filter_map(|ni| ni.metadata.name.as_deref())
+    {
+        if name.starts_with(prefix) {
+            let _ = api.delete(name, &DeleteParams::default()).await;
+        }
+    }
 }
 
 /// Deletes the namespace (does not wait).

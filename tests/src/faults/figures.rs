@@ -18,6 +18,9 @@ pub struct RunOutcome {
     pub kills: u64,
     /// Daemon processes SIGKILLed (and restarted).
     pub daemon_kills: u64,
+    /// Outages of the API server (every connection cut for 30-60 s) and restarts of it.
+    pub outages: u64,
+    pub apiserver_restarts: u64,
     /// In-place completions (`InPlaceUpdateReady=True` on the new revision) checked
     /// against the pod's containers.
     pub completions_checked: u64,
@@ -59,6 +62,8 @@ pub struct Figures {
     pub faults: BTreeMap<Fault, u64>,
     pub kills: u64,
     pub daemon_kills: u64,
+    pub outages: u64,
+    pub apiserver_restarts: u64,
     pub completions_checked: u64,
     pub crashes: u64,
     /// Invariant violations, from the watches and from the records.
@@ -83,6 +88,8 @@ impl Figures {
         }
         self.kills += o.kills;
         self.daemon_kills += o.daemon_kills;
+        self.outages += o.outages;
+        self.apiserver_restarts += o.apiserver_restarts;
         self.completions_checked += o.completions_checked;
         self.crashes += o.crashes.len() as u64;
         self.violations += o.violations.len() as u64;
@@ -142,6 +149,13 @@ impl Figures {
             "faults: pods created={} deleted={}; writes applied after their sender was killed={}",
             self.pods_created, self.pods_deleted, self.applied_after_kill
         );
+        if self.outages > 0 || self.apiserver_restarts > 0 {
+            let _ = writeln!(
+                out,
+                "faults: API server outages={} (30-60 s each), API server restarts={}",
+                self.outages, self.apiserver_restarts
+            );
+        }
         if self.daemon_kills > 0 || self.completions_checked > 0 {
             let _ = writeln!(
                 out,
@@ -194,7 +208,7 @@ mod tests {
         let text = f.render();
         assert!(
             text.starts_with(
-                "faults: runs=3 requests=150 faults_injected=6 (409=4 429=0 500=0 500-after-commit=0 reset=0 reset-after-commit=0 watch-drop=2 latency=0) kills=1 crashes=1 invariant_violations=2 (watch=1 records=1) run_errors=1 failed_runs=2\n"
+                "faults: runs=3 requests=150 faults_injected=6 (409=4 429=0 500=0 500-after-commit=0 reset=0 reset-after-commit=0 watch-drop=2 410-expired=0 stale-list=0 latency=0 outage=0) kills=1 crashes=1 invariant_violations=2 (watch=1 records=1) run_errors=1 failed_runs=2\n"
             ),
             "{text}"
         );

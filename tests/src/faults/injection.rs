@@ -11,7 +11,15 @@
 //!   and before its answer;
 //! - a watch stream ended after a few seconds (as when the API server or a load balancer
 //!   closes it);
-//! - latency before forwarding.
+//! - a watch answered `410 Gone` at once (an `ERROR` event with reason `Expired`, as the
+//!   API server answers a resourceVersion older than its window), so the client must list
+//!   again;
+//! - a list answered from an earlier answer to the same request (a stale list, as a
+//!   lagging watch cache or a stale apiserver replica gives: older than writes already
+//!   acknowledged);
+//! - latency before forwarding;
+//! - and, not decided per request but by the run: an outage, every connection cut and
+//!   every request refused for 30-60 s ([`super::proxy::FaultProxy::outage`]).
 
 use std::fmt;
 
@@ -34,12 +42,18 @@ pub enum Fault {
     ResetAfterCommit,
     /// A watch answered, then its stream ended after a while.
     WatchDrop,
+    /// A watch answered with one `ERROR` event, `410 Expired`, then ended; not forwarded.
+    WatchExpired,
+    /// A list answered with an earlier answer to the same request; not forwarded.
+    StaleList,
     /// Held back before forwarding.
     Latency,
+    /// Refused during an outage (the connection cut); not forwarded.
+    Outage,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 8] = [
+    pub const ALL: [Fault; 11] = [
         Fault::Conflict,
         Fault::TooManyRequests,
         Fault::InternalError,
@@ -47,7 +61,10 @@ impl Fault {
         Fault::Reset,
         Fault::ResetAfterCommit,
         Fault::WatchDrop,
+        Fault::WatchExpired,
+        Fault::StaleList,
         Fault::Latency,
+        Fault::Outage,
     ];
 
     pub fn name(self) -> &'static str {
@@ -59,7 +76,10 @@ impl Fault {
             Fault::Reset => "reset",
             Fault::ResetAfterCommit => "reset-after-commit",
             Fault::WatchDrop => "watch-drop",
+            Fault::WatchExpired => "410-expired",
+            Fault::StaleList => "stale-list",
             Fault::Latency => "latency",
+            Fault::Outage => "outage",
         }
     }
 }
@@ -126,6 +146,10 @@ pub struct Rates {
     pub watch_drop: u64,
     /// The longest a dropped watch lives, ms (it lives 500 ms to this).
     pub watch_drop_max_ms: u64,
+    pub watch_expired: u64,
+    /// Of list reads (a read answered by an earlier answer exists only for a list the
+    /// proxy has answered before).
+    pub stale_list: u64,
     pub latency: u64,
     /// The longest latency, ms (10 ms to this).
     pub latency_max_ms: u64,
@@ -144,8 +168,10 @@ impl Default for Rates {
             read_throttle: 40,
             read_error: 40,
             read_reset: 30,
-            watch_drop: 500,
+            watch_drop: 400,
             watch_drop_max_ms: 8000,
+            watch_expired: 100,
+            stale_list: 100,
             latency: 250,
             latency_max_ms: 400,
         }
@@ -198,10 +224,16 @@ pub fn decide(rates: &Rates, kind: RequestKind, rng: &mut Rng) -> Decision {
             .chain(writes)
             .collect(),
         RequestKind::Create | RequestKind::Delete => writes.to_vec(),
-        RequestKind::Read => reads.to_vec(),
+        RequestKind::Read => reads
+            .into_iter()
+            .chain(std::iter::once((rates.stale_list, Fault::StaleList)))
+            .collect(),
         RequestKind::Watch => reads
             .into_iter()
-            .chain(std::iter::once((rates.watch_drop, Fault::WatchDrop)))
+            .chain([
+                (rates.watch_drop, Fault::WatchDrop),
+                (rates.watch_expired, Fault::WatchExpired),
+            ])
             .collect(),
     };
     let mut roll = rng.below(1000);
@@ -274,15 +306,35 @@ mod tests {
             let t = tally(kind, 5000);
             assert!(!t.contains_key(&Some(Fault::Conflict)), "{kind:?}: {t:?}");
             assert!(!t.contains_key(&Some(Fault::WatchDrop)), "{kind:?}: {t:?}");
+            assert!(
+                !t.contains_key(&Some(Fault::WatchExpired)),
+                "{kind:?}: {t:?}"
+            );
+            assert!(!t.contains_key(&Some(Fault::Outage)), "{kind:?}: {t:?}");
         }
+        for kind in [RequestKind::Create, RequestKind::Update, RequestKind::Watch] {
+            let t = tally(kind, 5000);
+            assert!(!t.contains_key(&Some(Fault::StaleList)), "{kind:?}: {t:?}");
+        }
+        let stale = tally(RequestKind::Read, 5000)
+            .get(&Some(Fault::StaleList))
+            .copied()
+            .unwrap_or(0);
+        assert!((400..600).contains(&stale), "{stale}");
         let reads = tally(RequestKind::Read, 5000);
         assert!(!reads.contains_key(&Some(Fault::InternalErrorAfterCommit)));
         assert!(!reads.contains_key(&Some(Fault::ResetAfterCommit)));
         let updates = tally(RequestKind::Update, 5000);
-        for f in Fault::ALL
-            .into_iter()
-            .filter(|f| !matches!(f, Fault::WatchDrop | Fault::Latency))
-        {
+        for f in Fault::ALL.into_iter().filter(|f| {
+            !matches!(
+                f,
+                Fault::WatchDrop
+                    | Fault::WatchExpired
+                    | Fault::StaleList
+                    | Fault::Latency
+                    | Fault::Outage
+            )
+        }) {
             assert!(
                 updates.get(&Some(f)).is_some_and(|n| *n > 50),
                 "{f}: {updates:?}"
@@ -290,7 +342,12 @@ mod tests {
         }
         let watches = tally(RequestKind::Watch, 5000);
         let drops = watches.get(&Some(Fault::WatchDrop)).copied().unwrap_or(0);
-        assert!((2200..2800).contains(&drops), "{watches:?}");
+        assert!((1750..2250).contains(&drops), "{watches:?}");
+        let expired = watches
+            .get(&Some(Fault::WatchExpired))
+            .copied()
+            .unwrap_or(0);
+        assert!((400..600).contains(&expired), "{watches:?}");
     }
 
     #[test]
@@ -306,11 +363,18 @@ mod tests {
             read_error: 0,
             read_reset: 0,
             watch_drop: 0,
+            watch_expired: 0,
+            stale_list: 0,
             latency: 0,
             ..Rates::default()
         };
         let mut rng = Rng::new(3);
-        for kind in [RequestKind::Create, RequestKind::Update, RequestKind::Watch] {
+        for kind in [
+            RequestKind::Create,
+            RequestKind::Update,
+            RequestKind::Read,
+            RequestKind::Watch,
+        ] {
             for _ in 0..500 {
                 assert_eq!(decide(&none, kind, &mut rng), Decision::PASS);
             }

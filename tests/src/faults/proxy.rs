@@ -6,11 +6,17 @@
 //! path, status, injected fault).
 //!
 //! "Reset" here is the proxy closing the controller's connection without an answer: the
-//! controller's HTTP client sees the connection end in the middle of the exchange.
+//! controller's HTTP client sees the connection end in the middle of the exchange. An
+//! outage ([`FaultProxy::outage`]) cuts every open connection, watches included, and
+//! every request until it ends: an API server gone for that long.
+//!
+//! For stale lists the proxy keeps the last few answers of each list request (by path and
+//! query) and may answer a later one with the oldest of them.
 
+use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -73,11 +79,27 @@ fn body_facts(body: &[u8]) -> (Option<String>, bool) {
     (name, pinned)
 }
 
+/// How many earlier answers of one list request are kept for stale lists.
+const KEPT_LISTS: usize = 3;
+
+/// An earlier answer of a list request: its content type and body.
+#[derive(Clone)]
+struct ListAnswer {
+    content_type: Option<hyper::header::HeaderValue>,
+    body: Bytes,
+}
+
 struct State {
     client: kube::Client,
     rates: Rates,
     rng: Mutex<Rng>,
     enabled: AtomicBool,
+    /// The proxy's clock (ms) until which every request is refused (0: no outage).
+    outage_until_ms: AtomicU64,
+    /// Bumped at an outage's start: every open connection closes.
+    cut_all: watch::Sender<u64>,
+    /// The last [`KEPT_LISTS`] answers of each list request, oldest first.
+    lists: Mutex<HashMap<String, VecDeque<ListAnswer>>>,
     records: Mutex<Vec<Record>>,
     started: Instant,
     connections: std::sync::atomic::AtomicU64,
@@ -110,6 +132,26 @@ impl State {
 
     fn now_ms(&self) -> u64 {
         u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn in_outage(&self) -> bool {
+        self.now_ms() < self.outage_until_ms.load(Ordering::SeqCst)
+    }
+
+    /// The oldest kept answer of the list request `target`.
+    fn stale_list(&self, target: &str) -> Option<ListAnswer> {
+        let lists = self.lists.lock().ok()?;
+        lists.get(target)?.front().cloned()
+    }
+
+    fn keep_list(&self, target: &str, answer: ListAnswer) {
+        if let Ok(mut lists) = self.lists.lock() {
+            let kept = lists.entry(target.to_owned()).or_default();
+            if kept.len() == KEPT_LISTS {
+                kept.pop_front();
+            }
+            kept.push_back(answer);
+        }
     }
 
     fn decide(&self, kind: RequestKind) -> Decision {
@@ -148,6 +190,9 @@ impl FaultProxy {
             rates,
             rng: Mutex::new(rng),
             enabled: AtomicBool::new(false),
+            outage_until_ms: AtomicU64::new(0),
+            cut_all: watch::channel(0).0,
+            lists: Mutex::new(HashMap::new()),
             records: Mutex::new(Vec::new()),
             started: Instant::now(),
             connections: std::sync::atomic::AtomicU64::new(0),
@@ -166,6 +211,17 @@ impl FaultProxy {
     /// Turns fault injection on or off (requests already decided keep their fault).
     pub fn set_faults(&self, on: bool) {
         self.state.enabled.store(on, Ordering::SeqCst);
+    }
+
+    /// An outage from now for `length`: every open connection is closed at once and every
+    /// request until its end is refused (the connection closed, recorded as
+    /// [`Fault::Outage`]), whether faults are on or not.
+    pub fn outage(&self, length: Duration) {
+        let until = self
+            .now_ms()
+            .saturating_add(u64::try_from(length.as_millis()).unwrap_or(u64::MAX));
+        self.state.outage_until_ms.store(until, Ordering::SeqCst);
+        self.state.cut_all.send_modify(|n| *n += 1);
     }
 
     /// Milliseconds since the proxy started (the clock of [`Record::at_ms`]).
@@ -216,6 +272,7 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>, shutdown: watch::
             opened_ms: state.now_ms(),
         };
         let mut stop = shutdown.clone();
+        let mut cut_all = state.cut_all.subscribe();
         tokio::spawn(async move {
             let cut = Arc::new(Notify::new());
             let svc = {
@@ -228,6 +285,7 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>, shutdown: watch::
                 _ = conn => {}
                 _ = cut.notified() => {}
                 _ = stop.changed() => {}
+                _ = cut_all.changed() => {}
             }
         });
     }
@@ -278,6 +336,56 @@ fn status_response(fault: Fault) -> Response<ProxyBody> {
     resp
 }
 
+/// The API server's answer to a watch from a resourceVersion it no longer has: `200` with
+/// one `ERROR` event carrying `410 Expired`, then the end of the stream.
+fn expired_watch() -> Response<ProxyBody> {
+    let event = json!({
+        "type": "ERROR",
+        "object": {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": "too old resource version (410-expired injected by the fault proxy)",
+            "reason": "Expired",
+            "code": 410,
+        },
+    });
+    let mut resp = Response::new(
+        Full::new(Bytes::from(format!("{event}\n")))
+            .map_err(|never| match never {})
+            .boxed_unsync(),
+    );
+    resp.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+/// A `200` answer with a read's body (a kept list, or one just read).
+fn list_response(answer: ListAnswer) -> Response<ProxyBody> {
+    let mut resp = Response::new(
+        Full::new(answer.body)
+            .map_err(|never| match never {})
+            .boxed_unsync(),
+    );
+    resp.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        answer
+            .content_type
+            .unwrap_or(hyper::header::HeaderValue::from_static("application/json")),
+    );
+    resp
+}
+
+/// A JSON list (`kind` ending in `List`, with `items`).
+fn is_list(body: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(body).is_ok_and(|v| {
+        v["items"].is_array() && v["kind"].as_str().is_some_and(|k| k.ends_with("List"))
+    })
+}
+
 /// Headers that belong to one connection, not to the request or answer.
 fn hop_by_hop(name: &hyper::header::HeaderName) -> bool {
     matches!(
@@ -309,7 +417,15 @@ async fn handle(
         .path_and_query()
         .map_or_else(|| path.clone(), |pq| pq.as_str().to_owned());
     let kind = RequestKind::of(&method, req.uri().query());
-    let d = state.decide(kind);
+    let outage = state.in_outage();
+    let d = if outage {
+        Decision {
+            fault: Some(Fault::Outage),
+            ..Decision::PASS
+        }
+    } else {
+        state.decide(kind)
+    };
     let mut rec = Record {
         at_ms: state.now_ms(),
         done_ms: 0,
@@ -356,14 +472,28 @@ async fn handle(
             record(rec, resp.status().as_u16());
             return Ok(resp);
         }
-        Some(Fault::Reset) => {
+        Some(Fault::Reset | Fault::Outage) => {
             record(rec, 0);
             cut.notify_one();
             return std::future::pending().await;
         }
+        Some(Fault::WatchExpired) => {
+            record(rec, 200);
+            return Ok(expired_watch());
+        }
+        Some(Fault::StaleList) => match state.stale_list(&target) {
+            Some(answer) => {
+                record(rec, 200);
+                return Ok(list_response(answer));
+            }
+            // No earlier answer to give: forwarded, and no fault but the delay.
+            None => rec.fault = (d.delay_ms > 0).then_some(Fault::Latency),
+        },
         _ => {}
     }
-    let mut out = hyper::Request::builder().method(parts.method).uri(target);
+    let mut out = hyper::Request::builder()
+        .method(parts.method)
+        .uri(target.as_str());
     for (name, value) in &parts.headers {
         if !hop_by_hop(name) {
             out = out.header(name, value);
@@ -402,6 +532,29 @@ async fn handle(
         _ => {}
     }
     let (parts, body) = upstream.into_parts();
+    if kind == RequestKind::Read && status == 200 {
+        // A read is answered whole, and a list's answer kept for stale lists.
+        let Ok(collected) = body.collect().await else {
+            record(rec, 0);
+            cut.notify_one();
+            return std::future::pending().await;
+        };
+        let answer = ListAnswer {
+            content_type: parts.headers.get(hyper::header::CONTENT_TYPE).cloned(),
+            body: collected.to_bytes(),
+        };
+        if is_list(&answer.body) {
+            state.keep_list(&target, answer.clone());
+        }
+        let mut resp = list_response(answer);
+        for (name, value) in &parts.headers {
+            if !hop_by_hop(name) && name != hyper::header::CONTENT_TYPE {
+                resp.headers_mut().append(name, value.clone());
+            }
+        }
+        record(rec, status);
+        return Ok(resp);
+    }
     let body: ProxyBody = if d.fault == Some(Fault::WatchDrop) {
         let end = tokio::time::sleep(Duration::from_millis(d.drop_after_ms));
         let frames = body
@@ -443,6 +596,8 @@ mod tests {
             read_reset: 0,
             watch_drop: 0,
             watch_drop_max_ms: 500,
+            watch_expired: 0,
+            stale_list: 0,
             latency: 0,
             latency_max_ms: 10,
         }
@@ -480,6 +635,187 @@ mod tests {
         assert_eq!(records[0].fault, Some(Fault::Reset));
         assert_eq!(records[0].upstream, None);
         assert!(proxy.in_flight().is_empty(), "{:?}", proxy.in_flight());
+        Ok(())
+    }
+
+    /// No fault but `field` (per mille): `watch_expired` or `stale_list`.
+    fn only(field: &str) -> Rates {
+        let mut r = resets_only();
+        r.write_reset = 0;
+        match field {
+            "watch_expired" => r.watch_expired = 1000,
+            _ => r.stale_list = 1000,
+        }
+        r
+    }
+
+    /// A stand-in API server: a list answers a `PodList` whose resourceVersion counts the
+    /// lists answered; a watch answers one event and then stays open.
+    async fn upstream() -> std::io::Result<(kube::Client, Arc<AtomicU64>)> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let lists = Arc::new(AtomicU64::new(0));
+        let counted = lists.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let counted = counted.clone();
+                let svc = service_fn(move |req: Request<Incoming>| {
+                    let counted = counted.clone();
+                    async move {
+                        let body: ProxyBody = if RequestKind::of("GET", req.uri().query())
+                            == RequestKind::Watch
+                        {
+                            let event = Bytes::from_static(b"{\"type\":\"ADDED\",\"object\":{}}\n");
+                            let first = futures::stream::once(async move {
+                                Ok::<_, BoxError>(Frame::data(event))
+                            });
+                            StreamBody::new(first.chain(futures::stream::pending())).boxed_unsync()
+                        } else {
+                            let rv = counted.fetch_add(1, Ordering::SeqCst) + 1;
+                            Full::new(Bytes::from(format!(
+                                r#"{{"kind":"PodList","apiVersion":"v1","metadata":{{"resourceVersion":"{rv}"}},"items":[]}}"#
+                            )))
+                            .map_err(|never| match never {})
+                            .boxed_unsync()
+                        };
+                        Ok::<_, Infallible>(Response::new(body))
+                    }
+                });
+                tokio::spawn(http1::Builder::new().serve_connection(TokioIo::new(stream), svc));
+            }
+        });
+        let client = kube::Client::try_from(kube::Config::new(
+            format!("http://{addr}")
+                .parse()
+                .map_err(std::io::Error::other)?,
+        ))
+        .map_err(std::io::Error::other)?;
+        Ok((client, lists))
+    }
+
+    /// One HTTP/1.1 GET of `target` on a new connection, read to its end (or to `wait`).
+    async fn get(
+        addr: SocketAddr,
+        target: &'static str,
+        wait: Duration,
+    ) -> std::io::Result<String> {
+        tokio::task::spawn_blocking(move || {
+            let mut conn = std::net::TcpStream::connect(addr)?;
+            conn.set_read_timeout(Some(wait))?;
+            conn.write_all(
+                format!("GET {target} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").as_bytes(),
+            )?;
+            let mut answer = Vec::new();
+            conn.read_to_end(&mut answer)?;
+            Ok(String::from_utf8_lossy(&answer).into_owned())
+        })
+        .await?
+    }
+
+    /// A watch decided `410-expired` is answered as the API server answers a watch from a
+    /// resourceVersion it no longer has, and never reaches the API server.
+    #[tokio::test]
+    async fn an_expired_watch_gets_one_410_event_and_ends() -> Result<(), BoxError> {
+        let (client, lists) = upstream().await?;
+        let proxy = FaultProxy::start(client, only("watch_expired"), Rng::new(1)).await?;
+        proxy.set_faults(true);
+        let answer = get(
+            proxy.addr,
+            "/api/v1/namespaces/ns/pods?watch=true&resourceVersion=7",
+            Duration::from_secs(5),
+        )
+        .await?;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.contains(r#""type":"ERROR""#), "{answer}");
+        assert!(answer.contains(r#""code":410"#) && answer.contains(r#""reason":"Expired""#));
+        assert_eq!(lists.load(Ordering::SeqCst), 0);
+        let records = proxy.records();
+        assert_eq!(records.len(), 1, "{records:?}");
+        assert_eq!(records[0].fault, Some(Fault::WatchExpired));
+        assert_eq!(records[0].upstream, None);
+        Ok(())
+    }
+
+    /// A stale list is the oldest kept answer of the same request; a list with none kept
+    /// is forwarded (and recorded without a fault).
+    #[tokio::test]
+    async fn a_stale_list_repeats_an_earlier_answer() -> Result<(), BoxError> {
+        let (client, lists) = upstream().await?;
+        let proxy = FaultProxy::start(client, only("stale_list"), Rng::new(1)).await?;
+        proxy.set_faults(true);
+        let wait = Duration::from_secs(5);
+        let first = get(proxy.addr, "/api/v1/namespaces/ns/pods", wait).await?;
+        assert!(first.contains(r#""resourceVersion":"1""#), "{first}");
+        let second = get(proxy.addr, "/api/v1/namespaces/ns/pods", wait).await?;
+        assert!(second.contains(r#""resourceVersion":"1""#), "{second}");
+        // Another request's answers are its own.
+        let other = get(
+            proxy.addr,
+            "/api/v1/namespaces/ns/pods?labelSelector=a",
+            wait,
+        )
+        .await?;
+        assert!(other.contains(r#""resourceVersion":"2""#), "{other}");
+        assert_eq!(lists.load(Ordering::SeqCst), 2);
+        let faults: Vec<_> = proxy
+            .records()
+            .iter()
+            .map(|r| (r.fault, r.upstream))
+            .collect();
+        assert_eq!(
+            faults,
+            [
+                (None, Some(200)),
+                (Some(Fault::StaleList), None),
+                (None, Some(200))
+            ]
+        );
+        Ok(())
+    }
+
+    /// An outage closes a watch that was open, refuses what comes during it, and ends.
+    #[tokio::test]
+    async fn an_outage_cuts_open_watches_and_refuses_until_it_ends() -> Result<(), BoxError> {
+        let (client, _) = upstream().await?;
+        let proxy = Arc::new(FaultProxy::start(client, Rates::default(), Rng::new(1)).await?);
+        // Faults off: only the outage acts.
+        let watch = tokio::spawn(get(
+            proxy.addr,
+            "/api/v1/namespaces/ns/pods?watch=true",
+            Duration::from_secs(20),
+        ));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let cut_at = Instant::now();
+        proxy.outage(Duration::from_secs(2));
+        // The open watch ends at once (a timeout would be an error here).
+        let watched = watch.await??;
+        assert!(
+            cut_at.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            cut_at.elapsed()
+        );
+        assert!(watched.contains("ADDED"), "{watched}");
+        // During the outage: the connection closed, nothing answered.
+        let refused = get(
+            proxy.addr,
+            "/api/v1/namespaces/ns/pods",
+            Duration::from_secs(5),
+        )
+        .await;
+        assert!(
+            refused.as_deref().map_or(true, str::is_empty),
+            "{refused:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(2100).saturating_sub(cut_at.elapsed())).await;
+        let after = get(
+            proxy.addr,
+            "/api/v1/namespaces/ns/pods",
+            Duration::from_secs(5),
+        )
+        .await?;
+        assert!(after.starts_with("HTTP/1.1 200"), "{after}");
+        let faults: Vec<_> = proxy.records().iter().map(|r| r.fault).collect();
+        assert!(faults.contains(&Some(Fault::Outage)), "{faults:?}");
         Ok(())
     }
 

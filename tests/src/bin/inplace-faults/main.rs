@@ -1,11 +1,15 @@
 //! inplace-faults: the fault-injection suite on the test bed's simulated nodes.
 //!
-//! Each run (one seed) starts a controller scoped to a namespace of its own, reaching the
-//! API server only through a fault proxy ([`inplace_tests::faults::proxy`]), creates a
-//! CloneSet on simulated nodes and waits until it is settled (faults off), then turns the
-//! faults on, changes the CloneSet (the seed's scenario), SIGKILLs and restarts the
-//! controller at the seed's points of the fault window, turns the faults off and waits
-//! until the CloneSet has converged. The invariants of
+//! Each run (one seed) starts a controller scoped to a namespace of its own (with its
+//! ImagePullJob and ContainerRecreateRequest controllers and image pre-download on; the
+//! NodeImage lifecycle needs every namespace and stays off), reaching the API server only
+//! through a fault proxy ([`inplace_tests::faults::proxy`]), creates a CloneSet on
+//! simulated nodes and waits until it is settled (faults off), then turns the faults on,
+//! changes the CloneSet (the seed's scenario, up to 50 pods), SIGKILLs and restarts the
+//! controller at the seed's points of the fault window, cuts the API server off for
+//! 30-60 s in some runs (an outage) and, with `--apiserver-restarts`, restarts the bed's
+//! API server in others, turns the faults off and waits until the CloneSet has converged
+//! and its ImagePullJobs are gone. The invariants of
 //! [`inplace_tests::faults::invariants`] are checked on every pod and PVC event of a
 //! direct watch throughout; not converging within `--converge-secs` of the faults
 //! stopping is a violation too. Runs are independent (namespace, controller, proxy), so
@@ -37,9 +41,10 @@ use anyhow::{Context, Result, bail};
 use clap::Parser;
 use futures::StreamExt;
 use inplace_proto::cloneset::CloneSet;
+use inplace_proto::imagepulljob::ImagePullJob;
 use inplace_tests::bed::{
-    Sim, client, cloneset_settled, cloneset_status_line, delete_namespace_and_wait, namespace,
-    pod_ready, suffix,
+    Sim, client, cloneset_settled, cloneset_status_line, delete_namespace_and_wait,
+    delete_node_images, namespace, pod_ready, suffix,
 };
 use inplace_tests::faults::figures::{Figures, RunOutcome};
 use inplace_tests::faults::injection::{Fault, Rates};
@@ -110,6 +115,10 @@ struct Args {
     /// The daemon binary (default: `inplace-daemon` beside this program).
     #[arg(long, env = "INPLACE_DAEMON_BIN")]
     daemon_bin: Option<PathBuf>,
+    /// Restart the bed's API server in the runs whose plan has it (tests/testbed/restart;
+    /// root): every run at that moment, and the simulator, see it go away.
+    #[arg(long)]
+    apiserver_restarts: bool,
     /// The test bed's directory (its containerd socket, for the daemon).
     #[arg(
         long,
@@ -134,15 +143,18 @@ enum Scenario {
     RolloutMaxUnavailable,
     RolloutMaxSurge,
     Pvc,
+    /// A rollout of 20-50 pods, a fifth of them unavailable at a time.
+    LargeRollout,
 }
 
 impl Scenario {
-    const ALL: [Scenario; 5] = [
+    const ALL: [Scenario; 6] = [
         Scenario::ScaleUp,
         Scenario::ScaleDown,
         Scenario::RolloutMaxUnavailable,
         Scenario::RolloutMaxSurge,
         Scenario::Pvc,
+        Scenario::LargeRollout,
     ];
 
     fn name(self) -> &'static str {
@@ -152,6 +164,7 @@ impl Scenario {
             Scenario::RolloutMaxUnavailable => "rollout-max-unavailable",
             Scenario::RolloutMaxSurge => "rollout-max-surge",
             Scenario::Pvc => "pvc",
+            Scenario::LargeRollout => "large-rollout",
         }
     }
 }
@@ -169,12 +182,54 @@ struct Plan {
     window: Duration,
     /// (offset in the window, downtime) of each controller kill.
     kills: [Option<(Duration, Duration)>; 2],
+    /// (offset in the window, length) of an outage of the API server, 30-60 s.
+    outage: Option<(Duration, Duration)>,
+    /// Offset in the window of a restart of the bed's API server (with
+    /// `--apiserver-restarts`).
+    restart: Option<Duration>,
+}
+
+/// What happens at a point of a run's fault window.
+#[derive(Debug, Clone, Copy)]
+enum Event {
+    /// The controller SIGKILLed, started again after this long.
+    Kill(Duration),
+    /// The proxy cut off from the API server for this long.
+    Outage(Duration),
+    /// The bed's API server restarted.
+    Restart,
+}
+
+impl Plan {
+    /// The window's events in order of their offsets.
+    fn events(&self, restarts: bool) -> Vec<(Duration, Event)> {
+        let mut events: Vec<(Duration, Event)> = self
+            .kills
+            .iter()
+            .flatten()
+            .map(|(at, down)| (*at, Event::Kill(*down)))
+            .chain(self.outage.map(|(at, len)| (at, Event::Outage(len))))
+            .chain(
+                self.restart
+                    .filter(|_| restarts)
+                    .map(|at| (at, Event::Restart)),
+            )
+            .collect();
+        events.sort_by_key(|(at, _)| *at);
+        events
+    }
+
+    /// How long the faults stay on: the window, or to the end of an outage past it.
+    fn faults_for(&self) -> Duration {
+        self.outage
+            .map_or(self.window, |(at, len)| self.window.max(at + len))
+    }
 }
 
 impl Plan {
     fn of(seed: u64) -> (Plan, Rng) {
         let mut rng = Rng::new(seed);
-        let scenario = Scenario::ALL[usize::try_from(rng.below(5)).unwrap_or(0)];
+        let scenario = Scenario::ALL[usize::try_from(rng.below(6)).unwrap_or(0)];
         let (initial, target, max_unavailable, max_surge, new_image, pvc) = match scenario {
             Scenario::ScaleUp => (
                 2,
@@ -202,6 +257,10 @@ impl Plan {
             ),
             Scenario::RolloutMaxSurge => (4, 4, 0, 1, true, false),
             Scenario::Pvc => (3, 2, 1, 0, true, true),
+            Scenario::LargeRollout => {
+                let n = u32::try_from(rng.range(20, 50)).unwrap_or(30);
+                (n, n, n / 5, 0, true, false)
+            }
         };
         let window = Duration::from_millis(rng.range(6000, 12_000));
         let mut kills = [None, None];
@@ -214,6 +273,16 @@ impl Plan {
         }
         kills.sort_by_key(|k| k.map(|(at, _)| at).unwrap_or(Duration::MAX));
         let proxy_rng = rng.fork(1);
+        let window_ms = u64::try_from(window.as_millis()).unwrap_or(6000);
+        let outage = rng.chance(250).then(|| {
+            (
+                Duration::from_millis(rng.below(window_ms / 2)),
+                Duration::from_millis(rng.range(30_000, 60_000)),
+            )
+        });
+        let restart = rng
+            .chance(200)
+            .then(|| Duration::from_millis(rng.below(window_ms)));
         (
             Plan {
                 scenario,
@@ -225,6 +294,8 @@ impl Plan {
                 pvc,
                 window,
                 kills,
+                outage,
+                restart,
             },
             proxy_rng,
         )
@@ -524,16 +595,28 @@ async fn run_in(
             .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .context("changing the CloneSet")?;
-        for (at, down) in plan.kills.iter().flatten() {
+        for (at, event) in plan.events(shared.args.apiserver_restarts) {
             tokio::time::sleep(at.saturating_sub(started.elapsed())).await;
-            out.crashes.extend(ctl.revive()?);
-            ctl.kill();
-            kills_ms.push(proxy.now_ms());
-            out.kills += 1;
-            tokio::time::sleep(*down).await;
-            ctl.spawn()?;
+            match event {
+                Event::Kill(down) => {
+                    out.crashes.extend(ctl.revive()?);
+                    ctl.kill();
+                    kills_ms.push(proxy.now_ms());
+                    out.kills += 1;
+                    tokio::time::sleep(down).await;
+                    ctl.spawn()?;
+                }
+                Event::Outage(length) => {
+                    proxy.outage(length);
+                    out.outages += 1;
+                }
+                Event::Restart => {
+                    restart_apiserver().await?;
+                    out.apiserver_restarts += 1;
+                }
+            }
         }
-        tokio::time::sleep(plan.window.saturating_sub(started.elapsed())).await;
+        tokio::time::sleep(plan.faults_for().saturating_sub(started.elapsed())).await;
         proxy.set_faults(false);
 
         // Faults off: convergence within the bound.
@@ -555,6 +638,9 @@ async fn run_in(
                     shared.args.converge_secs
                 ));
             }
+        }
+        if converged && let Some(left) = jobs_left(client, ns).await? {
+            out.violations.push(left);
         }
         Ok::<(), anyhow::Error>(())
     }
@@ -662,6 +748,55 @@ fn keep_records(dir: &Path, ns: &str, what: &str, proxy: &FaultProxy, seed: u64)
     );
 }
 
+/// The CloneSet's pre-download ImagePullJobs are deleted once its revisions converged
+/// (`controller/src/runtime/predownload_jobs.rs`): what is left 30 s after convergence.
+async fn jobs_left(client: &Client, ns: &str) -> Result<Option<String>> {
+    let jobs: Api<ImagePullJob> = Api::namespaced(client.clone(), ns);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let names: Vec<String> = jobs
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .filter(|j| j.metadata.deletion_timestamp.is_none())
+            .filter_map(|j| j.metadata.name.clone())
+            .collect();
+        if names.is_empty() {
+            return Ok(None);
+        }
+        if Instant::now() > deadline {
+            return Ok(Some(format!(
+                "ImagePullJobs left 30 s after the CloneSet converged: {}",
+                names.join(", ")
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Restarts the bed's API server (tests/testbed/restart), waiting until it serves again.
+async fn restart_apiserver() -> Result<()> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("testbed/restart");
+    let run = script.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(run)
+            .arg("kube-apiserver")
+            .output()
+    })
+    .await?
+    .with_context(|| format!("running {}", script.display()))?;
+    if !out.status.success() {
+        bail!(
+            "{} kube-apiserver failed: {}{}",
+            script.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
 async fn wait_converged(
     cs_api: &Api<CloneSet>,
     pods: &Api<Pod>,
@@ -745,6 +880,8 @@ async fn main() -> Result<()> {
                 "500ms",
                 "--max-grace",
                 "1s",
+                "--pull-delay",
+                "300ms",
                 "--stats-interval",
                 "10m",
             ],
@@ -787,6 +924,7 @@ async fn main() -> Result<()> {
     drop(runs);
     if let Some(sim) = shared.sim.as_mut() {
         sim.stop()?;
+        delete_node_images(&shared.client, &sim.prefix).await;
     }
 
     // The daemon scenario: one run at a time (one daemon per node).
@@ -857,4 +995,45 @@ fn report(figures: &mut Figures, o: &RunOutcome) {
         println!("faults:   error: {e}");
     }
     figures.add(o);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Over many seeds: every scenario and event kind occurs, within its bounds, and the
+    /// events come in order, restarts only when asked for.
+    #[test]
+    fn plans_cover_every_scenario_and_event_within_bounds() {
+        let mut scenarios = std::collections::BTreeSet::new();
+        let (mut outages, mut restarts) = (0, 0);
+        for seed in 1..=600 {
+            let (plan, _) = Plan::of(seed);
+            scenarios.insert(plan.scenario.name());
+            if plan.scenario == Scenario::LargeRollout {
+                assert!((20..=50).contains(&plan.target), "{plan:?}");
+                assert_eq!(plan.max_unavailable, plan.target / 5);
+            }
+            if let Some((at, len)) = plan.outage {
+                outages += 1;
+                assert!(at < plan.window / 2, "{plan:?}");
+                assert!((30..=60).contains(&len.as_secs()), "{plan:?}");
+                assert!(plan.faults_for() >= at + len);
+            } else {
+                assert_eq!(plan.faults_for(), plan.window);
+            }
+            let without = plan.events(false);
+            assert!(!without.iter().any(|(_, e)| matches!(e, Event::Restart)));
+            let with = plan.events(true);
+            restarts += with
+                .iter()
+                .filter(|(_, e)| matches!(e, Event::Restart))
+                .count();
+            assert!(with.windows(2).all(|w| w[0].0 <= w[1].0), "{with:?}");
+            assert!(with.iter().all(|(at, _)| *at < plan.window), "{with:?}");
+        }
+        assert_eq!(scenarios.len(), Scenario::ALL.len(), "{scenarios:?}");
+        assert!((100..200).contains(&outages), "{outages}");
+        assert!((80..170).contains(&restarts), "{restarts}");
+    }
 }

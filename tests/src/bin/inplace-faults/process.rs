@@ -54,12 +54,11 @@ impl Process {
             "127.0.0.1:0".into(),
             "--leader-elect".into(),
             "false".into(),
-            "--imagepulljob-controller".into(),
-            "false".into(),
-            "--nodeimage-lifecycle".into(),
-            "false".into(),
-            "--crr-controller".into(),
-            "false".into(),
+            // Every controller a namespaced controller runs (the NodeImage lifecycle needs
+            // every namespace), and pre-download, so that ImagePullJobs are made and
+            // deleted under the faults too.
+            "--feature-gates".into(),
+            "PreDownloadImageForInPlaceUpdate=true".into(),
         ]
         .into();
         Self::start(bin, args, vec![("RUST_LOG".into(), rust_log.into())], log)

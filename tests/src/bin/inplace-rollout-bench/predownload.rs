@@ -4,7 +4,7 @@
 //! every leg starts from the same state: nothing pulled.
 
 use inplace_proto::nodeimage::NodeImage;
-use kube::api::DeleteParams;
+use inplace_tests::bed::delete_node_images;
 
 use super::{
     Api, Arc, Args, Client, CloneSet, Controller, Duration, HashMap, Instant, Mutex, Patch,
@@ -122,25 +122,6 @@ pub async fn run(args: &Args, client: &Client, report: &mut Report) -> Result<()
     cleanup(client, &group, &mut sim).await;
     delete_node_images(client, &sim.prefix).await;
     result
-}
-
-/// The NodeImages the ImagePullJob controller made for the simulated nodes (no NodeImage
-/// lifecycle runs with `--namespace`).
-async fn delete_node_images(client: &Client, prefix: &str) {
-    let api: Api<NodeImage> = Api::all(client.clone());
-    let Ok(list) = api.list(&kube::api::ListParams::default()).await else {
-        return;
-    };
-    for ni in list.items {
-        if let Some(name) = ni
-            .metadata
-            .name
-            .as_deref()
-            .filter(|n| n.starts_with(prefix))
-        {
-            let _ = api.delete(name, &DeleteParams::default()).await;
-        }
-    }
 }
 
 /// Simulated nodes whose NodeImage lists `tag` of the bench image.
