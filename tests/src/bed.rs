@@ -239,7 +239,14 @@ where
 pub async fn namespace(client: &Client, name: &str) -> Result<()> {
     let api: Api<Namespace> = Api::all(client.clone());
     let ns: Namespace = serde_json::from_value(json!({ "metadata": { "name": name } }))?;
-    api.create(&PostParams::default(), &ns).await?;
+    match api.create(&PostParams::default(), &ns).await {
+        // The names are the caller's own (random suffixes): an existing one was made by an
+        // earlier attempt of this call whose answer was lost.
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        r => {
+            r?;
+        }
+    }
     let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), name);
     wait_for(
         Duration::from_secs(60),

@@ -364,7 +364,13 @@ async fn make_pvs(client: &Client, class: &str, n: usize) -> Result<Vec<String>>
                 "hostPath": { "path": format!("/tmp/inplace-faults/{name}") },
             },
         }))?;
-        api.create(&PostParams::default(), &pv).await?;
+        match api.create(&PostParams::default(), &pv).await {
+            // Made by an earlier attempt whose answer was lost (see [`answered`]).
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            r => {
+                r?;
+            }
+        }
         names.push(name);
     }
     Ok(names)
@@ -520,9 +526,9 @@ async fn run_in(
     log: &Path,
 ) -> Result<()> {
     let client = &shared.client;
-    namespace(client, ns).await.context("namespace")?;
+    answered("namespace", || namespace(client, ns)).await?;
     if plan.pvc {
-        make_pvs(client, ns, 6).await.context("PersistentVolumes")?;
+        answered("PersistentVolumes", || make_pvs(client, ns, 6)).await?;
     }
     let proxy = FaultProxy::start(client.clone(), Rates::default(), proxy_rng).await?;
     let kubeconfig = shared.args.log_dir.join(format!("{ns}-kubeconfig"));
@@ -554,13 +560,15 @@ async fn run_in(
         )?;
         let name = "flt";
         let cs_api: Api<CloneSet> = Api::namespaced(client.clone(), ns);
-        cs_api
-            .create(
-                &PostParams::default(),
-                &cloneset(name, shared.sim.as_ref().context("no simulator")?, plan, ns)?,
-            )
-            .await
-            .context("creating the CloneSet")?;
+        let cs = cloneset(name, shared.sim.as_ref().context("no simulator")?, plan, ns)?;
+        answered("creating the CloneSet", || async {
+            match cs_api.create(&PostParams::default(), &cs).await {
+                // Ours: created by an attempt whose answer was lost to a restart.
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+                r => r.map(drop).map_err(anyhow::Error::from),
+            }
+        })
+        .await?;
         wait_converged(
             &cs_api,
             &pods,
@@ -591,10 +599,13 @@ async fn run_in(
             "replicas": plan.target,
             "template": { "spec": { "containers": [container(image, plan.pvc)] } },
         }});
-        cs_api
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .context("changing the CloneSet")?;
+        answered("changing the CloneSet", || async {
+            cs_api
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(anyhow::Error::from)
+        })
+        .await?;
         for (at, event) in plan.events(shared.args.apiserver_restarts) {
             tokio::time::sleep(at.saturating_sub(started.elapsed())).await;
             match event {
@@ -754,14 +765,17 @@ async fn jobs_left(client: &Client, ns: &str) -> Result<Option<String>> {
     let jobs: Api<ImagePullJob> = Api::namespaced(client.clone(), ns);
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let names: Vec<String> = jobs
-            .list(&ListParams::default())
-            .await?
-            .items
-            .iter()
-            .filter(|j| j.metadata.deletion_timestamp.is_none())
-            .filter_map(|j| j.metadata.name.clone())
-            .collect();
+        let names: Vec<String> = answered("listing ImagePullJobs", || async {
+            jobs.list(&ListParams::default())
+                .await
+                .map_err(anyhow::Error::from)
+        })
+        .await?
+        .items
+        .iter()
+        .filter(|j| j.metadata.deletion_timestamp.is_none())
+        .filter_map(|j| j.metadata.name.clone())
+        .collect();
         if names.is_empty() {
             return Ok(None);
         }
@@ -773,6 +787,35 @@ async fn jobs_left(client: &Client, ns: &str) -> Result<Option<String>> {
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// `call`, retried while the bed's API server does not answer it (the connection refused
+/// or cut, 5xx, 429) for up to 60 s: a restart of the API server (`--apiserver-restarts`,
+/// by any run) lasts seconds, and must not fail the runs that meet it in their own set-up
+/// or checks. (The controller under test meets it through its proxy, unretried.)
+async fn answered<T, Fut>(what: &str, mut call: impl FnMut() -> Fut) -> Result<T>
+where
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match call().await {
+            Ok(v) => return Ok(v),
+            Err(e) if unanswered(&e) && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => return Err(e.context(what.to_owned())),
+        }
+    }
+}
+
+/// The API server did not answer: no kube error of an answer, or one of 5xx or 429.
+fn unanswered(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| match c.downcast_ref::<kube::Error>() {
+        Some(kube::Error::Api(s)) => s.code >= 500 || s.code == 429,
+        Some(_) => true,
+        None => false,
+    })
 }
 
 /// Restarts the bed's API server (tests/testbed/restart), waiting until it serves again.
