@@ -18,6 +18,8 @@ pub struct RunOutcome {
     pub kills: u64,
     /// Daemon processes SIGKILLed (and restarted).
     pub daemon_kills: u64,
+    /// Node faults injected (node suite), by kind: the CRI proxy's, containerd restarts.
+    pub node_faults: BTreeMap<String, u64>,
     /// In-place completions (`InPlaceUpdateReady=True` on the new revision) checked
     /// against the pod's containers.
     pub completions_checked: u64,
@@ -59,6 +61,7 @@ pub struct Figures {
     pub faults: BTreeMap<Fault, u64>,
     pub kills: u64,
     pub daemon_kills: u64,
+    pub node_faults: BTreeMap<String, u64>,
     pub completions_checked: u64,
     pub crashes: u64,
     /// Invariant violations, from the watches and from the records.
@@ -83,6 +86,9 @@ impl Figures {
         }
         self.kills += o.kills;
         self.daemon_kills += o.daemon_kills;
+        for (f, n) in &o.node_faults {
+            *self.node_faults.entry(f.clone()).or_insert(0) += n;
+        }
         self.completions_checked += o.completions_checked;
         self.crashes += o.crashes.len() as u64;
         self.violations += o.violations.len() as u64;
@@ -107,6 +113,19 @@ impl Figures {
 
     pub fn faults_total(&self) -> u64 {
         self.faults.values().sum()
+    }
+
+    /// Every fault injected: the API proxies' and the node faults, and the SIGKILLs.
+    pub fn all_faults(&self) -> u64 {
+        self.faults_total()
+            + self.node_faults.values().sum::<u64>()
+            + self.kills
+            + self.daemon_kills
+    }
+
+    /// Invariant violations, from the watches and from the records.
+    pub fn all_violations(&self) -> u64 {
+        self.violations + self.record_violations
     }
 
     /// The printed report: one `faults:` line of totals, then one line per failed seed.
@@ -148,6 +167,14 @@ impl Figures {
                 "faults: daemon kills={}; in-place completions checked={}",
                 self.daemon_kills, self.completions_checked
             );
+        }
+        if !self.node_faults.is_empty() {
+            let kinds: Vec<String> = self
+                .node_faults
+                .iter()
+                .map(|(f, n)| format!("{f}={n}"))
+                .collect();
+            let _ = writeln!(out, "faults: node faults injected: {}", kinds.join(" "));
         }
         for (seed, scenario, why) in &self.failed {
             let _ = writeln!(out, "faults: FAILED --seed {seed} ({scenario}): {why}");

@@ -14,13 +14,17 @@
 //! Only one daemon may serve a node, so these runs go one at a time, after the
 //! controller runs, and only when no other `inplace-daemon` runs on the machine.
 
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use inplace_daemon::cri::CriClient;
 use inplace_proto::cloneset::CloneSet;
 use inplace_tests::bed::{delete_namespace_and_wait, namespace, suffix};
+use inplace_tests::faults::bed_containerd::BedContainerd;
+use inplace_tests::faults::cri_proxy::CriProxy;
 use inplace_tests::faults::figures::RunOutcome;
 use inplace_tests::faults::injection::Rates;
 use inplace_tests::faults::inplace::{InPlaceChecker, InPlaceSnap};
@@ -28,6 +32,8 @@ use inplace_tests::faults::invariants::{Bounds, Checker, PodSnap};
 use inplace_tests::faults::proxy::FaultProxy;
 use inplace_tests::faults::records;
 use inplace_tests::faults::rng::Rng;
+use inplace_tests::faults::runtime_view::{self, CriContainer, Expect};
+use k8s_cri::v1::ContainerState;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
@@ -68,11 +74,14 @@ pub struct DaemonPlan {
     window: Duration,
     /// (offset in the window, downtime, who), in order.
     kills: Vec<(Duration, Duration, Who)>,
+    /// The bed's containerd stopped at (offset in the window) for (downtime).
+    containerd_restart: Option<(Duration, Duration)>,
 }
 
 impl DaemonPlan {
-    /// The plan of `seed` and the generators of the controller's and the daemon's proxies.
-    pub fn of(seed: u64) -> (DaemonPlan, Rng, Rng) {
+    /// The plan of `seed` and the generators of the controller's and the daemon's API
+    /// proxies and of the CRI proxy.
+    pub fn of(seed: u64) -> (DaemonPlan, [Rng; 3]) {
         // Another stream than the controller scenarios' plan of the same seed.
         let mut rng = Rng::new(seed ^ 0xdae3_0000_0000_0000);
         let replicas = u32::try_from(rng.range(2, 3)).unwrap_or(2);
@@ -96,15 +105,24 @@ impl DaemonPlan {
         kills.sort_by_key(|k| k.0);
         let ctl_rng = rng.fork(1);
         let daemon_rng = rng.fork(2);
+        // The node faults from streams of their own (the plans above stay as they were).
+        let mut node = rng.fork(3);
+        let containerd_restart = node.chance(500).then(|| {
+            (
+                Duration::from_millis(node.below(window_ms)),
+                Duration::from_millis(node.range(500, 4000)),
+            )
+        });
+        let cri_rng = node.fork(4);
         (
             DaemonPlan {
                 replicas,
                 change,
                 window,
                 kills,
+                containerd_restart,
             },
-            ctl_rng,
-            daemon_rng,
+            [ctl_rng, daemon_rng, cri_rng],
         )
     }
 
@@ -158,6 +176,79 @@ fn cloneset(name: &str, replicas: u32) -> Result<CloneSet> {
     }))?)
 }
 
+/// A pod outside the update, on the same node and image: containerd must not touch it.
+const BYSTANDER: &str = "bystander";
+
+fn bystander() -> Result<Pod> {
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": { "name": BYSTANDER, "labels": { "app": BYSTANDER } },
+        "spec": {
+            "nodeSelector": { "inplace.testbed/real": "true" },
+            "terminationGracePeriodSeconds": 2,
+            "containers": [{
+                "name": CONTAINER,
+                "image": image("v1"),
+                "env": [{ "name": "PORT", "value": "8080" }],
+                "readinessProbe": { "httpGet": { "path": "/version", "port": 8080 }, "periodSeconds": 1 },
+            }],
+        },
+    }))?)
+}
+
+/// Waits until pod `name` is Ready; its UID.
+async fn wait_ready(pods: &Api<Pod>, name: &str, limit: Duration) -> Result<String> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let p = pods.get(name).await?;
+        let ready = p
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        if ready {
+            return p.metadata.uid.context("a pod without a UID");
+        }
+        if Instant::now() > deadline {
+            bail!("pod {name} not Ready within {} s", limit.as_secs());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+/// The containers containerd holds for the pods of `namespaces` (CRI, every state).
+async fn containerd_view(cri: &CriClient, namespaces: &[&str]) -> Result<Vec<CriContainer>> {
+    let mut out = Vec::new();
+    for ns in namespaces {
+        let labels = HashMap::from([("io.kubernetes.pod.namespace".to_owned(), (*ns).to_owned())]);
+        let listed = cri
+            .list_containers(labels)
+            .await
+            .context("listing containerd's containers")?;
+        out.extend(listed.into_iter().map(|c| {
+            let label = |k: &str| c.labels.get(k).cloned().unwrap_or_default();
+            let meta = c.metadata.clone().unwrap_or_default();
+            CriContainer {
+                id: c.id.clone(),
+                pod_uid: label("io.kubernetes.pod.uid"),
+                pod_name: label("io.kubernetes.pod.name"),
+                name: meta.name,
+                attempt: meta.attempt,
+                created_at: c.created_at,
+                running: c.state() == ContainerState::ContainerRunning,
+            }
+        }));
+    }
+    Ok(out)
+}
+
 /// The watch's checks of a daemon run.
 struct Checks {
     pods: Checker,
@@ -192,7 +283,7 @@ fn other_daemons() -> Vec<String> {
 
 pub async fn run(shared: &Shared, seed: u64) -> RunOutcome {
     let t0 = Instant::now();
-    let (plan, ctl_rng, daemon_rng) = DaemonPlan::of(seed);
+    let (plan, rngs) = DaemonPlan::of(seed);
     let mut out = RunOutcome {
         seed,
         scenario: plan.scenario().to_owned(),
@@ -203,17 +294,7 @@ pub async fn run(shared: &Shared, seed: u64) -> RunOutcome {
         shared.args.log_dir.join(format!("{ns}-controller.log")),
         shared.args.log_dir.join(format!("{ns}-daemon.log")),
     ];
-    if let Err(e) = run_in(
-        shared,
-        seed,
-        &plan,
-        [ctl_rng, daemon_rng],
-        &ns,
-        &mut out,
-        &logs,
-    )
-    .await
-    {
+    if let Err(e) = run_in(shared, seed, &plan, rngs, &ns, &mut out, &logs).await {
         out.error = Some(format!("{e:#}"));
     }
     // The pods on the real node take their grace period (2 s) to go.
@@ -235,7 +316,7 @@ async fn run_in(
     shared: &Shared,
     seed: u64,
     plan: &DaemonPlan,
-    rngs: [Rng; 2],
+    rngs: [Rng; 3],
     ns: &str,
     out: &mut RunOutcome,
     logs: &[std::path::PathBuf; 2],
@@ -246,7 +327,22 @@ async fn run_in(
     }
     let client = &shared.client;
     namespace(client, ns).await.context("namespace")?;
-    let [ctl_rng, daemon_rng] = rngs;
+    let [ctl_rng, daemon_rng, cri_rng] = rngs;
+    let bystander_ns = format!("{ns}-by");
+    namespace(client, &bystander_ns)
+        .await
+        .context("the bystander's namespace")?;
+    let bed_socket = shared.args.bed_dir.join("containerd/containerd.sock");
+    // Shared with the restart task; the lock makes the final check wait for a restart under
+    // way (never two containerds).
+    let containerd = Arc::new(Mutex::new(BedContainerd::find(&shared.args.bed_dir)?));
+    let cri_proxy = CriProxy::start(
+        &shared.args.log_dir.join(format!("{ns}-cri.sock")),
+        &bed_socket,
+        cri_rng,
+    )?;
+    // containerd's own view, on its socket (not through the proxy).
+    let cri = CriClient::new(&bed_socket, Duration::from_secs(10))?;
     let ctl_proxy = FaultProxy::start(client.clone(), Rates::default(), ctl_rng).await?;
     let daemon_proxy = FaultProxy::start(client.clone(), Rates::default(), daemon_rng).await?;
     let ctl_kubeconfig = shared.args.log_dir.join(format!("{ns}-kubeconfig"));
@@ -267,8 +363,10 @@ async fn run_in(
     let mut ctl_kills = Vec::new();
     let mut daemon_kills = Vec::new();
     let mut converged = false;
+    // The containerd restart, while it is under way.
+    let mut restart = None;
     let result = async {
-        let cri = shared.args.bed_dir.join("containerd/containerd.sock");
+        let cri_endpoint = cri_proxy.socket().to_path_buf();
         let mut daemon = Process::start(
             &shared.daemon_bin,
             [
@@ -282,7 +380,7 @@ async fn run_in(
             ]
             .into_iter()
             .map(OsString::from)
-            .chain([cri.into_os_string()])
+            .chain([cri_endpoint.into_os_string()])
             .collect(),
             vec![
                 (
@@ -306,6 +404,11 @@ async fn run_in(
             .create(&PostParams::default(), &cloneset(name, plan.replicas)?)
             .await
             .context("creating the CloneSet")?;
+        let bystanders: Api<Pod> = Api::namespaced(client.clone(), &bystander_ns);
+        bystanders
+            .create(&PostParams::default(), &bystander()?)
+            .await
+            .context("creating the bystander pod")?;
         wait_converged(
             &cs_api,
             &pods,
@@ -317,6 +420,9 @@ async fn run_in(
         )
         .await
         .map_err(|e| anyhow::anyhow!("setup (no faults): {e}"))?;
+        let bystander_uid = wait_ready(&bystanders, BYSTANDER, Duration::from_secs(60))
+            .await
+            .context("setup (no faults): the bystander pod")?;
         let before: Vec<InPlaceSnap> = pods
             .list(&ListParams::default())
             .await?
@@ -332,9 +438,34 @@ async fn run_in(
             });
         }
 
+        let mut expect: BTreeMap<String, Expect> = before
+            .iter()
+            .map(|p| (p.uid.clone(), Expect::RestartedOnce))
+            .collect();
+        expect.insert(bystander_uid, Expect::Untouched);
+        let view_before = containerd_view(&cri, &[ns, &bystander_ns]).await?;
+
+        let changed_at = now_ns();
         ctl_proxy.set_faults(true);
         daemon_proxy.set_faults(true);
+        cri_proxy.set_faults(true);
         let started = Instant::now();
+        restart = plan.containerd_restart.map(|(at, down)| {
+            let containerd = containerd.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(at.saturating_sub(started.elapsed())).await;
+                tokio::task::spawn_blocking(move || {
+                    let mut c = containerd
+                        .lock()
+                        .map_err(|_| anyhow::anyhow!("containerd lock poisoned"))?;
+                    let stopped = c.stop();
+                    std::thread::sleep(down);
+                    let started = if c.running() { Ok(()) } else { c.start() };
+                    stopped.and(started).map_err(anyhow::Error::from)
+                })
+                .await
+            })
+        });
         let image = image(if plan.image_changes() { "v2" } else { "v1" });
         let tier = if plan.env_changes() { "b" } else { "a" };
         let patch = json!({ "spec": { "template": {
@@ -358,8 +489,15 @@ async fn run_in(
             p.spawn()?;
         }
         tokio::time::sleep(plan.window.saturating_sub(started.elapsed())).await;
+        if let Some(restart) = restart.take() {
+            restart.await??.context("restarting the bed's containerd")?;
+            *out.node_faults
+                .entry("containerd-restart".into())
+                .or_default() += 1;
+        }
         ctl_proxy.set_faults(false);
         daemon_proxy.set_faults(false);
+        cri_proxy.set_faults(false);
 
         match wait_converged(
             &cs_api,
@@ -378,6 +516,16 @@ async fn run_in(
                 shared.args.converge_secs
             )),
         }
+        if converged {
+            let view_after = containerd_view(&cri, &[ns, &bystander_ns]).await?;
+            out.violations.extend(runtime_view::check(
+                &view_before,
+                &view_after,
+                &expect,
+                CONTAINER,
+                changed_at,
+            ));
+        }
         let after: Vec<InPlaceSnap> = pods
             .list(&ListParams::default())
             .await?
@@ -389,6 +537,35 @@ async fn run_in(
     }
     .await;
     watch.abort();
+    for (f, n) in cri_proxy.counts() {
+        *out.node_faults.entry(f.name().into()).or_default() += n;
+    }
+    drop(cri_proxy);
+    // The bed is left with its containerd running, whatever happened.
+    // A run that ended early: a restart not begun is called off (one under way holds the
+    // lock until containerd is back).
+    if let Some(r) = restart {
+        r.abort();
+    }
+    let restored = tokio::task::spawn_blocking(move || {
+        let mut c = containerd
+            .lock()
+            .map_err(|_| anyhow::anyhow!("containerd lock poisoned"))?;
+        if c.running() {
+            Ok(())
+        } else {
+            c.start().map_err(anyhow::Error::from)
+        }
+    })
+    .await;
+    if let Err(e) = restored.map_err(anyhow::Error::from).and_then(|r| r) {
+        out.error
+            .get_or_insert(format!("the bed's containerd not started again: {e:#}"));
+    }
+    if let Err(e) = delete_namespace_and_wait(client, &bystander_ns, Duration::from_secs(120)).await
+    {
+        eprintln!("faults: seed {seed}: namespace {bystander_ns} not emptied: {e:#}");
+    }
     if let Ok(mut c) = checks.lock() {
         let mut found = c.pods.finish();
         if let Ok(after) = &result {
