@@ -27,7 +27,7 @@ use inplace_tests::faults::bed_containerd::BedContainerd;
 use inplace_tests::faults::cri_proxy::CriProxy;
 use inplace_tests::faults::figures::RunOutcome;
 use inplace_tests::faults::injection::Rates;
-use inplace_tests::faults::inplace::{InPlaceChecker, InPlaceSnap};
+use inplace_tests::faults::inplace::{InPlaceChecker, InPlaceSnap, UpdateStep};
 use inplace_tests::faults::invariants::{Bounds, Checker, PodSnap};
 use inplace_tests::faults::proxy::FaultProxy;
 use inplace_tests::faults::records;
@@ -76,6 +76,9 @@ pub struct DaemonPlan {
     kills: Vec<(Duration, Duration, Who)>,
     /// The bed's containerd stopped at (offset in the window) for (downtime).
     containerd_restart: Option<(Duration, Duration)>,
+    /// The daemon SIGKILLed when the first pod reaches this step of its update (seen on
+    /// the unfaulted watch, [`InPlaceChecker::step`]), restarted after (downtime).
+    step_kill: Option<(UpdateStep, Duration)>,
 }
 
 impl DaemonPlan {
@@ -113,6 +116,12 @@ impl DaemonPlan {
                 Duration::from_millis(node.range(500, 4000)),
             )
         });
+        let step_kill = node.chance(700).then(|| {
+            (
+                UpdateStep::ALL[usize::try_from(node.below(3)).unwrap_or(0)],
+                Duration::from_millis(node.range(0, 2000)),
+            )
+        });
         let cri_rng = node.fork(4);
         (
             DaemonPlan {
@@ -121,6 +130,7 @@ impl DaemonPlan {
                 window,
                 kills,
                 containerd_restart,
+                step_kill,
             },
             [ctl_rng, daemon_rng, cri_rng],
         )
@@ -253,13 +263,26 @@ async fn containerd_view(cri: &CriClient, namespaces: &[&str]) -> Result<Vec<Cri
 struct Checks {
     pods: Checker,
     inplace: InPlaceChecker,
+    /// The update steps reached by some pod (bit `1 << step`).
+    steps: tokio::sync::watch::Sender<u8>,
+}
+
+fn step_bit(s: UpdateStep) -> u8 {
+    1 << (s as u8)
 }
 
 fn pod_event(c: &mut Checks, ev: watcher::Event<Pod>) {
     match ev {
         watcher::Event::Init => c.pods.pods_relisting(),
         watcher::Event::InitApply(p) | watcher::Event::Apply(p) => {
-            c.inplace.observe(&InPlaceSnap::of(&p, CONTAINER));
+            let snap = InPlaceSnap::of(&p, CONTAINER);
+            if let Some(step) = c.inplace.step(&snap) {
+                c.steps.send_if_modified(|seen| {
+                    let new = *seen | step_bit(step);
+                    std::mem::replace(seen, new) != new
+                });
+            }
+            c.inplace.observe(&snap);
             c.pods.pod_applied(PodSnap::of(&p));
         }
         watcher::Event::Delete(p) => c.pods.pod_deleted(PodSnap::of(&p)),
@@ -357,7 +380,13 @@ async fn run_in(
     let checks = Arc::new(Mutex::new(Checks {
         pods: Checker::new(bounds),
         inplace: InPlaceChecker::default(),
+        steps: tokio::sync::watch::Sender::new(0),
     }));
+    let mut steps_seen = checks
+        .lock()
+        .map_err(|_| anyhow::anyhow!("checks lock poisoned"))?
+        .steps
+        .subscribe();
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let watch = feed(pods.clone(), checks.clone(), pod_event);
     let mut ctl_kills = Vec::new();
@@ -476,8 +505,37 @@ async fn run_in(
             .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .context("changing the CloneSet")?;
-        for (at, down, who) in &plan.kills {
-            tokio::time::sleep(at.saturating_sub(started.elapsed())).await;
+        // The timed kills, and the step kill when its step is seen (if ever: a step the
+        // watch does not show, e.g. no event between the old container and the new one,
+        // is counted as not reached).
+        let mut timed = plan.kills.iter().peekable();
+        let mut step_kill = plan.step_kill;
+        loop {
+            let next = timed.peek().map_or(plan.window, |k| k.0);
+            let step_seen = async {
+                match step_kill {
+                    Some((step, _)) => steps_seen
+                        .wait_for(|seen| seen & step_bit(step) != 0)
+                        .await
+                        .map(|_| ()),
+                    None => std::future::pending().await,
+                }
+            };
+            let (who, down) = tokio::select! {
+                () = tokio::time::sleep(next.saturating_sub(started.elapsed())) => {
+                    match timed.next() {
+                        Some((_, down, who)) => (*who, *down),
+                        None => break,
+                    }
+                }
+                seen = step_seen => {
+                    let Some((step, down)) = step_kill.take() else { continue };
+                    if seen.is_ok() {
+                        *out.node_faults.entry(format!("daemon-kill-at-{}", step.name())).or_default() += 1;
+                    }
+                    (Who::Daemon, down)
+                }
+            };
             let (p, proxy, kills) = match who {
                 Who::Daemon => (&mut daemon, &daemon_proxy, &mut daemon_kills),
                 Who::Controller => (&mut ctl, &ctl_proxy, &mut ctl_kills),
@@ -485,10 +543,15 @@ async fn run_in(
             out.crashes.extend(p.revive()?);
             p.kill();
             kills.push(proxy.now_ms());
-            tokio::time::sleep(*down).await;
+            tokio::time::sleep(down).await;
             p.spawn()?;
         }
-        tokio::time::sleep(plan.window.saturating_sub(started.elapsed())).await;
+        if let Some((step, _)) = step_kill {
+            eprintln!(
+                "faults: seed {seed}: step {} not seen in the window: no kill there",
+                step.name()
+            );
+        }
         if let Some(restart) = restart.take() {
             restart.await??.context("restarting the bed's containerd")?;
             *out.node_faults
