@@ -156,6 +156,20 @@ impl InPlaceChecker {
         })
     }
 
+    /// The step of a ContainerRecreateRequest on pod `p`, whose container was `before`
+    /// when the request was made: the container stopped, or a new one running (the
+    /// request's own begin, its being taken up, shows on the request, not on the pod).
+    pub fn recreate_step(before: &ContainerSnap, p: &InPlaceSnap) -> Option<UpdateStep> {
+        if !p.live {
+            return None;
+        }
+        match &p.container {
+            Some(c) if c.running && c.id == before.id => None,
+            Some(c) if c.running && !c.id.is_empty() => Some(UpdateStep::NewRunning),
+            _ => Some(UpdateStep::OldStopped),
+        }
+    }
+
     pub fn observe(&mut self, p: &InPlaceSnap) {
         let Some(before) = self.before.get(&p.uid) else {
             return;
@@ -283,6 +297,28 @@ mod tests {
         assert_eq!(
             step(snap("z", "r2", Some(false), "c-z", "img2", true)),
             None
+        );
+    }
+
+    #[test]
+    fn the_steps_of_a_recreate_request_as_the_watch_sees_them() {
+        let before = ContainerSnap {
+            id: "c-a1".into(),
+            image_id: "img1".into(),
+            running: true,
+        };
+        let step = |p: InPlaceSnap| InPlaceChecker::recreate_step(&before, &p);
+        assert_eq!(
+            step(snap("a", "r1", Some(true), "c-a1", "img1", true)),
+            None
+        );
+        assert_eq!(
+            step(snap("a", "r1", Some(true), "c-a1", "img1", false)),
+            Some(UpdateStep::OldStopped)
+        );
+        assert_eq!(
+            step(snap("a", "r1", Some(true), "c-a2", "img1", true)),
+            Some(UpdateStep::NewRunning)
         );
     }
 

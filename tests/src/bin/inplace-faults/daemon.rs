@@ -22,12 +22,13 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use inplace_daemon::cri::CriClient;
 use inplace_proto::cloneset::CloneSet;
+use inplace_proto::crr::{ContainerRecreateRequest, CrrPhase};
 use inplace_tests::bed::{delete_namespace_and_wait, namespace, suffix};
 use inplace_tests::faults::bed_containerd::BedContainerd;
 use inplace_tests::faults::cri_proxy::CriProxy;
 use inplace_tests::faults::figures::RunOutcome;
 use inplace_tests::faults::injection::Rates;
-use inplace_tests::faults::inplace::{InPlaceChecker, InPlaceSnap, UpdateStep};
+use inplace_tests::faults::inplace::{ContainerSnap, InPlaceChecker, InPlaceSnap, UpdateStep};
 use inplace_tests::faults::invariants::{Bounds, Checker, PodSnap};
 use inplace_tests::faults::proxy::FaultProxy;
 use inplace_tests::faults::records;
@@ -58,6 +59,9 @@ enum Change {
     Image,
     ImageAndEnv,
     Env,
+    /// No change of the CloneSet: a ContainerRecreateRequest for the first pod's
+    /// container (the other pods are outside it).
+    Recreate,
 }
 
 /// Who is killed.
@@ -88,8 +92,12 @@ impl DaemonPlan {
         // Another stream than the controller scenarios' plan of the same seed.
         let mut rng = Rng::new(seed ^ 0xdae3_0000_0000_0000);
         let replicas = u32::try_from(rng.range(2, 3)).unwrap_or(2);
-        let change = [Change::Image, Change::ImageAndEnv, Change::Env]
-            [usize::try_from(rng.below(3)).unwrap_or(0)];
+        let change = [
+            Change::Image,
+            Change::ImageAndEnv,
+            Change::Env,
+            Change::Recreate,
+        ][usize::try_from(rng.below(4)).unwrap_or(0)];
         let window = Duration::from_millis(rng.range(8000, 14_000));
         let window_ms = u64::try_from(window.as_millis()).unwrap_or(8000);
         let mut kills = Vec::new();
@@ -137,11 +145,11 @@ impl DaemonPlan {
     }
 
     fn image_changes(&self) -> bool {
-        self.change != Change::Env
+        matches!(self.change, Change::Image | Change::ImageAndEnv)
     }
 
     fn env_changes(&self) -> bool {
-        self.change != Change::Image
+        matches!(self.change, Change::Env | Change::ImageAndEnv)
     }
 
     pub fn scenario(&self) -> &'static str {
@@ -149,6 +157,7 @@ impl DaemonPlan {
             Change::Image => "daemon-image",
             Change::ImageAndEnv => "daemon-image-env",
             Change::Env => "daemon-env",
+            Change::Recreate => "daemon-crr",
         }
     }
 }
@@ -205,6 +214,50 @@ fn bystander() -> Result<Pod> {
             }],
         },
     }))?)
+}
+
+const RECREATE: &str = "recreate";
+
+fn recreate_request(pod: &str) -> Result<ContainerRecreateRequest> {
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "apps.kruise.io/v1alpha1",
+        "kind": "ContainerRecreateRequest",
+        "metadata": { "name": RECREATE },
+        "spec": {
+            "podName": pod,
+            "containers": [{ "name": CONTAINER }],
+            "strategy": { "failurePolicy": "Fail", "minStartedSeconds": 1 },
+        },
+    }))?)
+}
+
+/// Waits until the request is completed with its container Succeeded (a request that
+/// ends otherwise says why in its message).
+async fn wait_recreated(crrs: &Api<ContainerRecreateRequest>, secs: u64) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let crr = crrs.get(RECREATE).await?;
+        if let Some(st) = &crr.status
+            && st.phase == CrrPhase::Completed
+        {
+            let ok = st
+                .container_recreate_states
+                .iter()
+                .all(|c| c.phase == CrrPhase::Succeeded);
+            if ok && !st.container_recreate_states.is_empty() {
+                return Ok(());
+            }
+            bail!(
+                "completed, not succeeded: {:?} ({})",
+                st.container_recreate_states,
+                st.message
+            );
+        }
+        if Instant::now() > deadline {
+            bail!("still {:?}", crr.status);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 /// Waits until pod `name` is Ready; its UID.
@@ -265,6 +318,8 @@ struct Checks {
     inplace: InPlaceChecker,
     /// The update steps reached by some pod (bit `1 << step`).
     steps: tokio::sync::watch::Sender<u8>,
+    /// A recreate run: the target pod's uid and its container before the request.
+    recreate: Option<(String, ContainerSnap)>,
 }
 
 fn step_bit(s: UpdateStep) -> u8 {
@@ -276,7 +331,14 @@ fn pod_event(c: &mut Checks, ev: watcher::Event<Pod>) {
         watcher::Event::Init => c.pods.pods_relisting(),
         watcher::Event::InitApply(p) | watcher::Event::Apply(p) => {
             let snap = InPlaceSnap::of(&p, CONTAINER);
-            if let Some(step) = c.inplace.step(&snap) {
+            let step = match &c.recreate {
+                Some((uid, before)) if *uid == snap.uid => {
+                    InPlaceChecker::recreate_step(before, &snap)
+                }
+                Some(_) => None,
+                None => c.inplace.step(&snap),
+            };
+            if let Some(step) = step {
                 c.steps.send_if_modified(|seen| {
                     let new = *seen | step_bit(step);
                     std::mem::replace(seen, new) != new
@@ -381,6 +443,7 @@ async fn run_in(
         pods: Checker::new(bounds),
         inplace: InPlaceChecker::default(),
         steps: tokio::sync::watch::Sender::new(0),
+        recreate: None,
     }));
     let mut steps_seen = checks
         .lock()
@@ -420,12 +483,13 @@ async fn run_in(
             ],
             &logs[1],
         )?;
-        let mut ctl = Process::controller(
+        let mut ctl = Process::controller_with_crr(
             &shared.controller_bin,
             &ctl_kubeconfig,
             ns,
             &logs[0],
             &shared.args.controller_log,
+            true,
         )?;
         let name = "fltd";
         let cs_api: Api<CloneSet> = Api::namespaced(client.clone(), ns);
@@ -452,15 +516,25 @@ async fn run_in(
         let bystander_uid = wait_ready(&bystanders, BYSTANDER, Duration::from_secs(60))
             .await
             .context("setup (no faults): the bystander pod")?;
-        let before: Vec<InPlaceSnap> = pods
+        let mut before: Vec<InPlaceSnap> = pods
             .list(&ListParams::default())
             .await?
             .items
             .iter()
             .map(|p| InPlaceSnap::of(p, CONTAINER))
             .collect();
+        before.sort_by(|a, b| a.name.cmp(&b.name));
+        // A recreate run's target: the first pod.
+        let target = (plan.change == Change::Recreate)
+            .then(|| before.first().cloned())
+            .flatten();
         if let Ok(mut c) = checks.lock() {
-            c.inplace.baseline(&before, plan.image_changes());
+            c.recreate = target
+                .as_ref()
+                .and_then(|t| Some((t.uid.clone(), t.container.clone()?)));
+            if target.is_none() {
+                c.inplace.baseline(&before, plan.image_changes());
+            }
             c.pods.set_bounds(Bounds {
                 min_available: Some(replicas - 1),
                 ..bounds
@@ -469,7 +543,10 @@ async fn run_in(
 
         let mut expect: BTreeMap<String, Expect> = before
             .iter()
-            .map(|p| (p.uid.clone(), Expect::RestartedOnce))
+            .map(|p| match &target {
+                Some(t) if t.uid != p.uid => (p.uid.clone(), Expect::Untouched),
+                _ => (p.uid.clone(), Expect::RestartedOnce),
+            })
             .collect();
         expect.insert(bystander_uid, Expect::Untouched);
         let view_before = containerd_view(&cri, &[ns, &bystander_ns]).await?;
@@ -495,16 +572,27 @@ async fn run_in(
                 .await
             })
         });
-        let image = image(if plan.image_changes() { "v2" } else { "v1" });
-        let tier = if plan.env_changes() { "b" } else { "a" };
-        let patch = json!({ "spec": { "template": {
-            "metadata": { "labels": { "tier": tier } },
-            "spec": { "containers": [template_container(&image)] },
-        }}});
-        cs_api
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .context("changing the CloneSet")?;
+        let crrs: Api<ContainerRecreateRequest> = Api::namespaced(client.clone(), ns);
+        if let Some(t) = &target {
+            crrs.create(&PostParams::default(), &recreate_request(&t.name)?)
+                .await
+                .context("creating the ContainerRecreateRequest")?;
+            // Its first step, the daemon taking it up, follows at once.
+            if let Ok(c) = checks.lock() {
+                c.steps.send_modify(|seen| *seen |= step_bit(UpdateStep::Begun));
+            }
+        } else {
+            let image = image(if plan.image_changes() { "v2" } else { "v1" });
+            let tier = if plan.env_changes() { "b" } else { "a" };
+            let patch = json!({ "spec": { "template": {
+                "metadata": { "labels": { "tier": tier } },
+                "spec": { "containers": [template_container(&image)] },
+            }}});
+            cs_api
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .context("changing the CloneSet")?;
+        }
         // The timed kills, and the step kill when its step is seen (if ever: a step the
         // watch does not show, e.g. no event between the old container and the new one,
         // is counted as not reached).
@@ -579,7 +667,18 @@ async fn run_in(
                 shared.args.converge_secs
             )),
         }
-        if converged {
+        let mut recreated = true;
+        if converged
+            && target.is_some()
+            && let Err(e) = wait_recreated(&crrs, shared.args.converge_secs).await
+        {
+            recreated = false;
+            out.violations.push(format!(
+                "the ContainerRecreateRequest did not succeed within {} s after the faults stopped: {e:#}",
+                shared.args.converge_secs
+            ));
+        }
+        if converged && recreated {
             let view_after = containerd_view(&cri, &[ns, &bystander_ns]).await?;
             out.violations.extend(runtime_view::check(
                 &view_before,

@@ -45,6 +45,19 @@ impl Process {
         log: &Path,
         rust_log: &str,
     ) -> Result<Self> {
+        Self::controller_with_crr(bin, kubeconfig, ns, log, rust_log, false)
+    }
+
+    /// A controller as [`Process::controller`], with the ContainerRecreateRequest
+    /// controller on or off.
+    pub fn controller_with_crr(
+        bin: &Path,
+        kubeconfig: &Path,
+        ns: &str,
+        log: &Path,
+        rust_log: &str,
+        crr: bool,
+    ) -> Result<Self> {
         let args: Vec<OsString> = [
             "--kubeconfig".into(),
             kubeconfig.as_os_str().to_owned(),
@@ -59,7 +72,7 @@ impl Process {
             "--nodeimage-lifecycle".into(),
             "false".into(),
             "--crr-controller".into(),
-            "false".into(),
+            if crr { "true" } else { "false" }.into(),
         ]
         .into();
         Self::start(bin, args, vec![("RUST_LOG".into(), rust_log.into())], log)
