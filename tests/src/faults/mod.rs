@@ -8,7 +8,8 @@
 //! totals of many runs). I/O: [`proxy`] (the HTTP proxy between the controller and the
 //! API server that injects the faults and records every request), [`cri_proxy`] (the
 //! byte proxy on the CRI socket between the daemon and containerd), [`bed_containerd`]
-//! (the bed's containerd stopped and started).
+//! (the bed's containerd stopped and started), [`pull_proxy`] (a registry proxy that cuts
+//! pulls halfway).
 
 pub mod bed_containerd;
 pub mod cri_proxy;
@@ -17,6 +18,7 @@ pub mod injection;
 pub mod inplace;
 pub mod invariants;
 pub mod proxy;
+pub mod pull_proxy;
 pub mod records;
 pub mod rng;
 pub mod runtime_view;

@@ -251,3 +251,137 @@ mod tests {
         assert!(v[0].contains("after convergence"), "{v:?}");
     }
 }
+
+/// What containerd holds of an image reference (CRI `ImageStatus`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldImage {
+    pub id: String,
+    pub repo_digests: Vec<String>,
+}
+
+/// A NodeImage tag's status as the daemon wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TagStatus {
+    pub phase: String,
+    pub image_id: String,
+    pub message: String,
+}
+
+/// The violations of a pre-download of `name:tag` once it had time to end: it must have
+/// ended (Succeeded, or Failed saying why), and its status must match containerd: a
+/// Succeeded tag is held, under the image id the status names (a repo digest of `name`,
+/// or `name@<id>`); a Failed one is not held.
+pub fn check_pulled(
+    name: &str,
+    tag: &str,
+    status: Option<&TagStatus>,
+    held: Option<&HeldImage>,
+) -> Vec<String> {
+    let image = format!("{name}:{tag}");
+    let Some(st) = status else {
+        return vec![format!(
+            "NodeImage: no status for {image}: the pull never ended"
+        )];
+    };
+    match (st.phase.as_str(), held) {
+        ("Succeeded", None) => vec![format!(
+            "NodeImage says {image} Succeeded ({}) but containerd does not hold it",
+            st.image_id
+        )],
+        ("Succeeded", Some(h)) => {
+            let by_id = format!("{name}@{}", h.id);
+            if st.image_id == by_id || h.repo_digests.contains(&st.image_id) {
+                Vec::new()
+            } else {
+                vec![format!(
+                    "NodeImage says {image} is {} but containerd holds {} ({})",
+                    st.image_id,
+                    h.id,
+                    h.repo_digests.join(", ")
+                )]
+            }
+        }
+        ("Failed", held) => {
+            let mut v = Vec::new();
+            if st.message.trim().is_empty() {
+                v.push(format!("NodeImage says {image} Failed without saying why"));
+            }
+            if let Some(h) = held {
+                v.push(format!(
+                    "NodeImage says {image} Failed ({}) but containerd holds it ({})",
+                    st.message, h.id
+                ));
+            }
+            v
+        }
+        (phase, _) => vec![format!(
+            "NodeImage: the pull of {image} never ended (still {phase}: {})",
+            st.message
+        )],
+    }
+}
+
+#[cfg(test)]
+mod pulled_tests {
+    use super::*;
+
+    const NAME: &str = "127.0.0.1:5001/inplace-test/app";
+
+    fn st(phase: &str, image_id: &str, message: &str) -> TagStatus {
+        TagStatus {
+            phase: phase.into(),
+            image_id: image_id.into(),
+            message: message.into(),
+        }
+    }
+
+    fn held() -> HeldImage {
+        HeldImage {
+            id: "sha256:aaa".into(),
+            repo_digests: vec![format!("{NAME}@sha256:ddd")],
+        }
+    }
+
+    #[test]
+    fn a_status_that_matches_containerd_passes() {
+        let ok = st("Succeeded", &format!("{NAME}@sha256:ddd"), "");
+        assert!(check_pulled(NAME, "v3", Some(&ok), Some(&held())).is_empty());
+        let by_id = st("Succeeded", &format!("{NAME}@sha256:aaa"), "");
+        assert!(check_pulled(NAME, "v3", Some(&by_id), Some(&held())).is_empty());
+        let failed = st("Failed", "", "pull cut: unexpected EOF");
+        assert!(check_pulled(NAME, "v3", Some(&failed), None).is_empty());
+    }
+
+    #[test]
+    fn succeeded_but_not_held_is_reported() {
+        let s = st("Succeeded", &format!("{NAME}@sha256:ddd"), "");
+        let v = check_pulled(NAME, "v3", Some(&s), None);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].contains("does not hold it"), "{v:?}");
+    }
+
+    #[test]
+    fn succeeded_with_another_image_id_is_reported() {
+        let s = st("Succeeded", &format!("{NAME}@sha256:eee"), "");
+        let v = check_pulled(NAME, "v3", Some(&s), Some(&held()));
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].contains("but containerd holds"), "{v:?}");
+    }
+
+    #[test]
+    fn failed_but_held_or_silent_is_reported() {
+        let v = check_pulled(NAME, "v3", Some(&st("Failed", "", "")), Some(&held()));
+        assert_eq!(v.len(), 2, "{v:?}");
+        assert!(v[0].contains("without saying why"), "{v:?}");
+        assert!(v[1].contains("but containerd holds it"), "{v:?}");
+    }
+
+    #[test]
+    fn a_pull_that_never_ended_is_reported() {
+        let v = check_pulled(NAME, "v3", Some(&st("Pulling", "", "")), None);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].contains("never ended"), "{v:?}");
+        let v = check_pulled(NAME, "v3", None, None);
+        assert!(v[0].contains("never ended"), "{v:?}");
+    }
+}

@@ -23,6 +23,7 @@ use anyhow::{Context, Result, bail};
 use inplace_daemon::cri::CriClient;
 use inplace_proto::cloneset::CloneSet;
 use inplace_proto::crr::{ContainerRecreateRequest, CrrPhase};
+use inplace_proto::nodeimage::NodeImage;
 use inplace_tests::bed::{delete_namespace_and_wait, namespace, suffix};
 use inplace_tests::faults::bed_containerd::BedContainerd;
 use inplace_tests::faults::cri_proxy::CriProxy;
@@ -31,9 +32,10 @@ use inplace_tests::faults::injection::Rates;
 use inplace_tests::faults::inplace::{ContainerSnap, InPlaceChecker, InPlaceSnap, UpdateStep};
 use inplace_tests::faults::invariants::{Bounds, Checker, PodSnap};
 use inplace_tests::faults::proxy::FaultProxy;
+use inplace_tests::faults::pull_proxy::PullProxy;
 use inplace_tests::faults::records;
 use inplace_tests::faults::rng::Rng;
-use inplace_tests::faults::runtime_view::{self, CriContainer, Expect};
+use inplace_tests::faults::runtime_view::{self, CriContainer, Expect, HeldImage, TagStatus};
 use k8s_cri::v1::ContainerState;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
@@ -62,6 +64,10 @@ enum Change {
     /// No change of the CloneSet: a ContainerRecreateRequest for the first pod's
     /// container (the other pods are outside it).
     Recreate,
+    /// No change of the CloneSet: an image pre-downloaded through the node's NodeImage
+    /// (as an ImagePullJob has the daemon do), from the registry through a proxy that
+    /// cuts pulls halfway; no container is touched.
+    PreDownload,
 }
 
 /// Who is killed.
@@ -88,7 +94,7 @@ pub struct DaemonPlan {
 impl DaemonPlan {
     /// The plan of `seed` and the generators of the controller's and the daemon's API
     /// proxies and of the CRI proxy.
-    pub fn of(seed: u64) -> (DaemonPlan, [Rng; 3]) {
+    pub fn of(seed: u64) -> (DaemonPlan, [Rng; 4]) {
         // Another stream than the controller scenarios' plan of the same seed.
         let mut rng = Rng::new(seed ^ 0xdae3_0000_0000_0000);
         let replicas = u32::try_from(rng.range(2, 3)).unwrap_or(2);
@@ -97,7 +103,8 @@ impl DaemonPlan {
             Change::ImageAndEnv,
             Change::Env,
             Change::Recreate,
-        ][usize::try_from(rng.below(4)).unwrap_or(0)];
+            Change::PreDownload,
+        ][usize::try_from(rng.below(5)).unwrap_or(0)];
         let window = Duration::from_millis(rng.range(8000, 14_000));
         let window_ms = u64::try_from(window.as_millis()).unwrap_or(8000);
         let mut kills = Vec::new();
@@ -131,6 +138,7 @@ impl DaemonPlan {
             )
         });
         let cri_rng = node.fork(4);
+        let pull_rng = node.fork(5);
         (
             DaemonPlan {
                 replicas,
@@ -140,7 +148,7 @@ impl DaemonPlan {
                 containerd_restart,
                 step_kill,
             },
-            [ctl_rng, daemon_rng, cri_rng],
+            [ctl_rng, daemon_rng, cri_rng, pull_rng],
         )
     }
 
@@ -158,6 +166,7 @@ impl DaemonPlan {
             Change::ImageAndEnv => "daemon-image-env",
             Change::Env => "daemon-env",
             Change::Recreate => "daemon-crr",
+            Change::PreDownload => "daemon-pull",
         }
     }
 }
@@ -214,6 +223,181 @@ fn bystander() -> Result<Pod> {
             }],
         },
     }))?)
+}
+
+/// The bed's registry (tests/testbed/lib.sh).
+const REGISTRY: &str = "127.0.0.1:5000";
+const PULL_TAG: &str = "v3";
+
+/// The pre-download of a run: the bed's test image v3 named by the pull proxy's address,
+/// in the node's NodeImage spec.
+struct PreDownload {
+    /// `127.0.0.1:PORT/inplace-test/app`.
+    name: String,
+    /// containerd's registry host directory for the proxy (plain HTTP, as the bed's own).
+    hosts_dir: std::path::PathBuf,
+    socket: std::path::PathBuf,
+    /// The run created the NodeImage (else it only added its image to the spec).
+    created: Mutex<bool>,
+}
+
+impl PreDownload {
+    fn new(bed: &std::path::Path, port: u16) -> PreDownload {
+        let host = format!("127.0.0.1:{port}");
+        PreDownload {
+            name: format!("{host}/inplace-test/app"),
+            hosts_dir: bed.join("containerd/certs.d").join(&host),
+            socket: bed.join("containerd/containerd.sock"),
+            created: Mutex::new(false),
+        }
+    }
+
+    fn reference(&self) -> String {
+        format!("{}:{PULL_TAG}", self.name)
+    }
+
+    /// Every image of containerd (all names: `name:tag`, `name@digest`, the config id)
+    /// whose manifest is v3's, removed with `ctr images rm --sync` (its blobs then
+    /// collected, but for the base layer v1 shares): the next pull fetches them again.
+    fn remove_v3(&self) -> Result<()> {
+        let head = std::process::Command::new("curl")
+            .args([
+                "-fsSI",
+                "-H",
+                "Accept: application/vnd.oci.image.manifest.v1+json",
+            ])
+            .arg(format!(
+                "http://{REGISTRY}/v2/inplace-test/app/manifests/{PULL_TAG}"
+            ))
+            .output()?;
+        let head = String::from_utf8_lossy(&head.stdout);
+        let digest = head
+            .lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.eq_ignore_ascii_case("docker-content-digest")
+                    .then(|| v.trim().to_owned())
+            })
+            .context("the registry named no digest for v3")?;
+        let ctr = |args: &[&str]| {
+            std::process::Command::new("ctr")
+                .arg("-a")
+                .arg(&self.socket)
+                .args(["-n", "k8s.io", "images"])
+                .args(args)
+                .stderr(std::process::Stdio::null())
+                .output()
+        };
+        let listed = ctr(&["ls"])?;
+        let refs: Vec<String> = String::from_utf8_lossy(&listed.stdout)
+            .lines()
+            .filter_map(|l| {
+                let cols: Vec<&str> = l.split_whitespace().collect();
+                (cols.get(2) == Some(&digest.as_str())).then(|| cols[0].to_owned())
+            })
+            .collect();
+        if !refs.is_empty() {
+            let mut args = vec!["rm", "--sync"];
+            args.extend(refs.iter().map(String::as_str));
+            ctr(&args)?;
+        }
+        Ok(())
+    }
+
+    /// Makes the pull a real one (v3 removed from containerd, so its blobs are fetched
+    /// through the proxy), then asks the daemon for it.
+    async fn begin(&self, node_images: &Api<NodeImage>) -> Result<()> {
+        std::fs::create_dir_all(&self.hosts_dir)?;
+        let host = self
+            .name
+            .split('/')
+            .next()
+            .context("image name without a host")?;
+        std::fs::write(
+            self.hosts_dir.join("hosts.toml"),
+            format!(
+                "server = \"http://{host}\"\n\n[host.\"http://{host}\"]\n  capabilities = [\"pull\", \"resolve\"]\n  skip_verify = true\n"
+            ),
+        )?;
+        self.remove_v3()?;
+        let spec = json!({ "images": { &self.name: { "tags": [{
+            "tag": PULL_TAG,
+            "version": 1,
+            "pullPolicy": { "backoffLimit": 30, "timeoutSeconds": 60 },
+        }]}}});
+        if node_images.get_opt(NODE).await?.is_none() {
+            let ni: NodeImage = serde_json::from_value(json!({
+                "apiVersion": "apps.kruise.io/v1alpha1",
+                "kind": "NodeImage",
+                "metadata": { "name": NODE },
+                "spec": spec,
+            }))?;
+            node_images.create(&PostParams::default(), &ni).await?;
+            if let Ok(mut c) = self.created.lock() {
+                *c = true;
+            }
+        } else {
+            node_images
+                .patch(
+                    NODE,
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({ "spec": spec })),
+                )
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Waits until the tag's status is Succeeded or Failed (at most `secs`); the last
+    /// status seen.
+    async fn wait_ended(
+        &self,
+        node_images: &Api<NodeImage>,
+        secs: u64,
+    ) -> Result<Option<TagStatus>> {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let st = node_images.get_opt(NODE).await?.and_then(|ni| {
+                let tags = ni.status?.image_statuses.get(&self.name)?.tags.clone();
+                tags.into_iter()
+                    .find(|t| t.tag == PULL_TAG)
+                    .map(|t| TagStatus {
+                        phase: format!("{:?}", t.phase), // the variants are the API's names
+                        image_id: t.image_id,
+                        message: t.message,
+                    })
+            });
+            let ended = st
+                .as_ref()
+                .is_some_and(|t| t.phase == "Succeeded" || t.phase == "Failed");
+            if ended || Instant::now() > deadline {
+                return Ok(st);
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// Takes the image out of the NodeImage (or the NodeImage away, if the run made it),
+    /// out of containerd, and the proxy's host directory away.
+    async fn end(&self, node_images: &Api<NodeImage>) -> Result<()> {
+        let created = self.created.lock().map(|c| *c).unwrap_or(false);
+        if created {
+            node_images
+                .delete(NODE, &kube::api::DeleteParams::default())
+                .await?;
+        } else {
+            node_images
+                .patch(
+                    NODE,
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({ "spec": { "images": { &self.name: null } } })),
+                )
+                .await?;
+        }
+        self.remove_v3()?;
+        std::fs::remove_dir_all(&self.hosts_dir)?;
+        Ok(())
+    }
 }
 
 const RECREATE: &str = "recreate";
@@ -401,7 +585,7 @@ async fn run_in(
     shared: &Shared,
     seed: u64,
     plan: &DaemonPlan,
-    rngs: [Rng; 3],
+    rngs: [Rng; 4],
     ns: &str,
     out: &mut RunOutcome,
     logs: &[std::path::PathBuf; 2],
@@ -412,7 +596,9 @@ async fn run_in(
     }
     let client = &shared.client;
     namespace(client, ns).await.context("namespace")?;
-    let [ctl_rng, daemon_rng, cri_rng] = rngs;
+    let [ctl_rng, daemon_rng, cri_rng, pull_rng] = rngs;
+    let pull_proxy = PullProxy::start(REGISTRY, pull_rng).await?;
+    let pull = PreDownload::new(&shared.args.bed_dir, pull_proxy.port());
     let bystander_ns = format!("{ns}-by");
     namespace(client, &bystander_ns)
         .await
@@ -532,9 +718,9 @@ async fn run_in(
             c.recreate = target
                 .as_ref()
                 .and_then(|t| Some((t.uid.clone(), t.container.clone()?)));
-            if target.is_none() {
-                c.inplace.baseline(&before, plan.image_changes());
-            }
+            // Also for a CRR or a pull: no revision changes, so no completion is judged,
+            // but the pods at the end must be these ones.
+            c.inplace.baseline(&before, plan.image_changes());
             c.pods.set_bounds(Bounds {
                 min_available: Some(replicas - 1),
                 ..bounds
@@ -544,6 +730,7 @@ async fn run_in(
         let mut expect: BTreeMap<String, Expect> = before
             .iter()
             .map(|p| match &target {
+                _ if plan.change == Change::PreDownload => (p.uid.clone(), Expect::Untouched),
                 Some(t) if t.uid != p.uid => (p.uid.clone(), Expect::Untouched),
                 _ => (p.uid.clone(), Expect::RestartedOnce),
             })
@@ -555,6 +742,7 @@ async fn run_in(
         ctl_proxy.set_faults(true);
         daemon_proxy.set_faults(true);
         cri_proxy.set_faults(true);
+        pull_proxy.set_faults(true);
         let started = Instant::now();
         restart = plan.containerd_restart.map(|(at, down)| {
             let containerd = containerd.clone();
@@ -573,7 +761,13 @@ async fn run_in(
             })
         });
         let crrs: Api<ContainerRecreateRequest> = Api::namespaced(client.clone(), ns);
-        if let Some(t) = &target {
+        let node_images: Api<NodeImage> = Api::all(client.clone());
+        if plan.change == Change::PreDownload {
+            pull.begin(&node_images).await?;
+            if let Ok(c) = checks.lock() {
+                c.steps.send_modify(|seen| *seen |= step_bit(UpdateStep::Begun));
+            }
+        } else if let Some(t) = &target {
             crrs.create(&PostParams::default(), &recreate_request(&t.name)?)
                 .await
                 .context("creating the ContainerRecreateRequest")?;
@@ -649,6 +843,7 @@ async fn run_in(
         ctl_proxy.set_faults(false);
         daemon_proxy.set_faults(false);
         cri_proxy.set_faults(false);
+        pull_proxy.set_faults(false);
 
         match wait_converged(
             &cs_api,
@@ -666,6 +861,25 @@ async fn run_in(
                 "not converged {} s after the faults stopped: {e}",
                 shared.args.converge_secs
             )),
+        }
+        if converged && plan.change == Change::PreDownload {
+            let status = pull
+                .wait_ended(&node_images, shared.args.converge_secs)
+                .await?;
+            let held = cri
+                .image_status(&pull.reference())
+                .await
+                .context("containerd's ImageStatus")?
+                .map(|i| HeldImage {
+                    id: i.id,
+                    repo_digests: i.repo_digests,
+                });
+            out.violations.extend(runtime_view::check_pulled(
+                &pull.name,
+                PULL_TAG,
+                status.as_ref(),
+                held.as_ref(),
+            ));
         }
         let mut recreated = true;
         if converged
@@ -699,6 +913,12 @@ async fn run_in(
     }
     .await;
     watch.abort();
+    *out.node_faults.entry("pull-cut".into()).or_default() += pull_proxy.cuts();
+    if plan.change == Change::PreDownload
+        && let Err(e) = pull.end(&Api::all(client.clone())).await
+    {
+        eprintln!("faults: seed {seed}: pre-download not cleaned up: {e:#}");
+    }
     for (f, n) in cri_proxy.counts() {
         *out.node_faults.entry(f.name().into()).or_default() += n;
     }
