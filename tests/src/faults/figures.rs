@@ -53,6 +53,9 @@ impl RunOutcome {
     }
 }
 
+/// The node-fault key prefix of the daemon's kills at an observed step of an update.
+pub const STEP_KILL_PREFIX: &str = "daemon-kill-at-";
+
 /// The figures of a whole invocation.
 #[derive(Debug, Default)]
 pub struct Figures {
@@ -115,12 +118,17 @@ impl Figures {
         self.faults.values().sum()
     }
 
-    /// Every fault injected: the API proxies' and the node faults, and the SIGKILLs.
+    /// Every fault injected: the API proxies' and the node faults, and the SIGKILLs. A
+    /// kill at an observed step (`daemon-kill-at-…`) is one of the daemon's kills, shown
+    /// apart by step: counted once.
     pub fn all_faults(&self) -> u64 {
-        self.faults_total()
-            + self.node_faults.values().sum::<u64>()
-            + self.kills
-            + self.daemon_kills
+        let node: u64 = self
+            .node_faults
+            .iter()
+            .filter(|(k, _)| !k.starts_with(STEP_KILL_PREFIX))
+            .map(|(_, n)| n)
+            .sum();
+        self.faults_total() + node + self.kills + self.daemon_kills
     }
 
     /// Invariant violations, from the watches and from the records.
@@ -254,5 +262,22 @@ mod tests {
         assert!(text.contains(
             "faults: FAILED --seed 4 (daemon-env): the daemon wrote PATCH /api/v1/namespaces/n/pods/p\n"
         ));
+    }
+
+    #[test]
+    fn all_faults_counts_a_step_kill_once() {
+        let mut f = Figures::default();
+        f.add(&RunOutcome {
+            faults: BTreeMap::from([(Fault::Conflict, 2)]),
+            kills: 1,
+            daemon_kills: 3,
+            node_faults: BTreeMap::from([
+                ("cri-cut".to_owned(), 4),
+                (format!("{STEP_KILL_PREFIX}begun"), 1),
+            ]),
+            ..RunOutcome::default()
+        });
+        // 2 API faults + 4 CRI cuts + 1 + 3 kills; the step kill is one of the 3.
+        assert_eq!(f.all_faults(), 10);
     }
 }

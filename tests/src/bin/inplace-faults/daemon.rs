@@ -27,7 +27,7 @@ use inplace_proto::nodeimage::NodeImage;
 use inplace_tests::bed::{delete_namespace_and_wait, namespace, suffix};
 use inplace_tests::faults::bed_containerd::BedContainerd;
 use inplace_tests::faults::cri_proxy::CriProxy;
-use inplace_tests::faults::figures::RunOutcome;
+use inplace_tests::faults::figures::{RunOutcome, STEP_KILL_PREFIX};
 use inplace_tests::faults::injection::Rates;
 use inplace_tests::faults::inplace::{ContainerSnap, InPlaceChecker, InPlaceSnap, UpdateStep};
 use inplace_tests::faults::invariants::{Bounds, Checker, PodSnap};
@@ -813,7 +813,7 @@ async fn run_in(
                 seen = step_seen => {
                     let Some((step, down)) = step_kill.take() else { continue };
                     if seen.is_ok() {
-                        *out.node_faults.entry(format!("daemon-kill-at-{}", step.name())).or_default() += 1;
+                        *out.node_faults.entry(format!("{STEP_KILL_PREFIX}{}", step.name())).or_default() += 1;
                     }
                     (Who::Daemon, down)
                 }
