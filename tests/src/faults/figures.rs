@@ -21,6 +21,8 @@ pub struct RunOutcome {
     /// Outages of the API server (every connection cut for 30-60 s) and restarts of it.
     pub outages: u64,
     pub apiserver_restarts: u64,
+    /// Node faults injected (node suite), by kind: the CRI proxy's, containerd restarts.
+    pub node_faults: BTreeMap<String, u64>,
     /// In-place completions (`InPlaceUpdateReady=True` on the new revision) checked
     /// against the pod's containers.
     pub completions_checked: u64,
@@ -54,6 +56,9 @@ impl RunOutcome {
     }
 }
 
+/// The node-fault key prefix of the daemon's kills at an observed step of an update.
+pub const STEP_KILL_PREFIX: &str = "daemon-kill-at-";
+
 /// The figures of a whole invocation.
 #[derive(Debug, Default)]
 pub struct Figures {
@@ -64,6 +69,7 @@ pub struct Figures {
     pub daemon_kills: u64,
     pub outages: u64,
     pub apiserver_restarts: u64,
+    pub node_faults: BTreeMap<String, u64>,
     pub completions_checked: u64,
     pub crashes: u64,
     /// Invariant violations, from the watches and from the records.
@@ -90,6 +96,9 @@ impl Figures {
         self.daemon_kills += o.daemon_kills;
         self.outages += o.outages;
         self.apiserver_restarts += o.apiserver_restarts;
+        for (f, n) in &o.node_faults {
+            *self.node_faults.entry(f.clone()).or_insert(0) += n;
+        }
         self.completions_checked += o.completions_checked;
         self.crashes += o.crashes.len() as u64;
         self.violations += o.violations.len() as u64;
@@ -114,6 +123,24 @@ impl Figures {
 
     pub fn faults_total(&self) -> u64 {
         self.faults.values().sum()
+    }
+
+    /// Every fault injected: the API proxies' and the node faults, and the SIGKILLs. A
+    /// kill at an observed step (`daemon-kill-at-…`) is one of the daemon's kills, shown
+    /// apart by step: counted once.
+    pub fn all_faults(&self) -> u64 {
+        let node: u64 = self
+            .node_faults
+            .iter()
+            .filter(|(k, _)| !k.starts_with(STEP_KILL_PREFIX))
+            .map(|(_, n)| n)
+            .sum();
+        self.faults_total() + node + self.kills + self.daemon_kills
+    }
+
+    /// Invariant violations, from the watches and from the records.
+    pub fn all_violations(&self) -> u64 {
+        self.violations + self.record_violations
     }
 
     /// The printed report: one `faults:` line of totals, then one line per failed seed.
@@ -162,6 +189,14 @@ impl Figures {
                 "faults: daemon kills={}; in-place completions checked={}",
                 self.daemon_kills, self.completions_checked
             );
+        }
+        if !self.node_faults.is_empty() {
+            let kinds: Vec<String> = self
+                .node_faults
+                .iter()
+                .map(|(f, n)| format!("{f}={n}"))
+                .collect();
+            let _ = writeln!(out, "faults: node faults injected: {}", kinds.join(" "));
         }
         for (seed, scenario, why) in &self.failed {
             let _ = writeln!(out, "faults: FAILED --seed {seed} ({scenario}): {why}");
@@ -241,5 +276,22 @@ mod tests {
         assert!(text.contains(
             "faults: FAILED --seed 4 (daemon-env): the daemon wrote PATCH /api/v1/namespaces/n/pods/p\n"
         ));
+    }
+
+    #[test]
+    fn all_faults_counts_a_step_kill_once() {
+        let mut f = Figures::default();
+        f.add(&RunOutcome {
+            faults: BTreeMap::from([(Fault::Conflict, 2)]),
+            kills: 1,
+            daemon_kills: 3,
+            node_faults: BTreeMap::from([
+                ("cri-cut".to_owned(), 4),
+                (format!("{STEP_KILL_PREFIX}begun"), 1),
+            ]),
+            ..RunOutcome::default()
+        });
+        // 2 API faults + 4 CRI cuts + 1 + 3 kills; the step kill is one of the 3.
+        assert_eq!(f.all_faults(), 10);
     }
 }

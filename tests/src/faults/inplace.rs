@@ -81,6 +81,35 @@ struct Before {
     container: ContainerSnap,
 }
 
+/// A step of an in-place update of one pod, as the unfaulted watch sees it (the node
+/// suite SIGKILLs the daemon when the first pod reaches the seed's step).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum UpdateStep {
+    /// The controller wrote the new revision; the container from before still runs.
+    Begun,
+    /// The container from before is no longer running, no new one runs yet.
+    OldStopped,
+    /// A new container runs; the pod is not yet marked `InPlaceUpdateReady=True`
+    /// (the daemon's completion write is what remains).
+    NewRunning,
+}
+
+impl UpdateStep {
+    pub const ALL: [UpdateStep; 3] = [
+        UpdateStep::Begun,
+        UpdateStep::OldStopped,
+        UpdateStep::NewRunning,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            UpdateStep::Begun => "begun",
+            UpdateStep::OldStopped => "old-stopped",
+            UpdateStep::NewRunning => "new-running",
+        }
+    }
+}
+
 /// The checks of one daemon-scenario run.
 #[derive(Debug, Default)]
 pub struct InPlaceChecker {
@@ -108,6 +137,36 @@ impl InPlaceChecker {
                     },
                 );
             }
+        }
+    }
+
+    /// The step of the update `p` is at (`None`: a pod outside the baseline, not yet in
+    /// the update, or done).
+    pub fn step(&self, p: &InPlaceSnap) -> Option<UpdateStep> {
+        let before = self.before.get(&p.uid)?;
+        if p.revision == before.revision || p.inplace_ready == Some(true) || !p.live {
+            return None;
+        }
+        Some(match &p.container {
+            Some(c) if c.running && !c.id.is_empty() && c.id != before.container.id => {
+                UpdateStep::NewRunning
+            }
+            Some(c) if c.running => UpdateStep::Begun,
+            _ => UpdateStep::OldStopped,
+        })
+    }
+
+    /// The step of a ContainerRecreateRequest on pod `p`, whose container was `before`
+    /// when the request was made: the container stopped, or a new one running (the
+    /// request's own begin, its being taken up, shows on the request, not on the pod).
+    pub fn recreate_step(before: &ContainerSnap, p: &InPlaceSnap) -> Option<UpdateStep> {
+        if !p.live {
+            return None;
+        }
+        match &p.container {
+            Some(c) if c.running && c.id == before.id => None,
+            Some(c) if c.running && !c.id.is_empty() => Some(UpdateStep::NewRunning),
+            _ => Some(UpdateStep::OldStopped),
         }
     }
 
@@ -209,6 +268,58 @@ mod tests {
             image_changed,
         );
         c
+    }
+
+    #[test]
+    fn the_steps_of_an_update_as_the_watch_sees_them() {
+        let c = checker(true);
+        let step = |p: InPlaceSnap| c.step(&p);
+        assert_eq!(
+            step(snap("a", "r1", Some(false), "c-a1", "img1", true)),
+            None
+        );
+        assert_eq!(
+            step(snap("a", "r2", Some(false), "c-a1", "img1", true)),
+            Some(UpdateStep::Begun)
+        );
+        assert_eq!(
+            step(snap("a", "r2", Some(false), "c-a1", "img1", false)),
+            Some(UpdateStep::OldStopped)
+        );
+        assert_eq!(
+            step(snap("a", "r2", Some(false), "c-a2", "img2", true)),
+            Some(UpdateStep::NewRunning)
+        );
+        assert_eq!(
+            step(snap("a", "r2", Some(true), "c-a2", "img2", true)),
+            None
+        );
+        assert_eq!(
+            step(snap("z", "r2", Some(false), "c-z", "img2", true)),
+            None
+        );
+    }
+
+    #[test]
+    fn the_steps_of_a_recreate_request_as_the_watch_sees_them() {
+        let before = ContainerSnap {
+            id: "c-a1".into(),
+            image_id: "img1".into(),
+            running: true,
+        };
+        let step = |p: InPlaceSnap| InPlaceChecker::recreate_step(&before, &p);
+        assert_eq!(
+            step(snap("a", "r1", Some(true), "c-a1", "img1", true)),
+            None
+        );
+        assert_eq!(
+            step(snap("a", "r1", Some(true), "c-a1", "img1", false)),
+            Some(UpdateStep::OldStopped)
+        );
+        assert_eq!(
+            step(snap("a", "r1", Some(true), "c-a2", "img1", true)),
+            Some(UpdateStep::NewRunning)
+        );
     }
 
     #[test]

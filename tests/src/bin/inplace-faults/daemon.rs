@@ -14,20 +14,29 @@
 //! Only one daemon may serve a node, so these runs go one at a time, after the
 //! controller runs, and only when no other `inplace-daemon` runs on the machine.
 
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use inplace_daemon::cri::CriClient;
 use inplace_proto::cloneset::CloneSet;
+use inplace_proto::crr::{ContainerRecreateRequest, CrrPhase};
+use inplace_proto::nodeimage::NodeImage;
 use inplace_tests::bed::{delete_namespace_and_wait, namespace, suffix};
-use inplace_tests::faults::figures::RunOutcome;
+use inplace_tests::faults::bed_containerd::BedContainerd;
+use inplace_tests::faults::cri_proxy::CriProxy;
+use inplace_tests::faults::figures::{RunOutcome, STEP_KILL_PREFIX};
 use inplace_tests::faults::injection::Rates;
-use inplace_tests::faults::inplace::{InPlaceChecker, InPlaceSnap};
+use inplace_tests::faults::inplace::{ContainerSnap, InPlaceChecker, InPlaceSnap, UpdateStep};
 use inplace_tests::faults::invariants::{Bounds, Checker, PodSnap};
 use inplace_tests::faults::proxy::FaultProxy;
+use inplace_tests::faults::pull_proxy::PullProxy;
 use inplace_tests::faults::records;
 use inplace_tests::faults::rng::Rng;
+use inplace_tests::faults::runtime_view::{self, CriContainer, Expect, HeldImage, TagStatus};
+use k8s_cri::v1::ContainerState;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
@@ -52,6 +61,13 @@ enum Change {
     Image,
     ImageAndEnv,
     Env,
+    /// No change of the CloneSet: a ContainerRecreateRequest for the first pod's
+    /// container (the other pods are outside it).
+    Recreate,
+    /// No change of the CloneSet: an image pre-downloaded through the node's NodeImage
+    /// (as an ImagePullJob has the daemon do), from the registry through a proxy that
+    /// cuts pulls halfway; no container is touched.
+    PreDownload,
 }
 
 /// Who is killed.
@@ -68,16 +84,27 @@ pub struct DaemonPlan {
     window: Duration,
     /// (offset in the window, downtime, who), in order.
     kills: Vec<(Duration, Duration, Who)>,
+    /// The bed's containerd stopped at (offset in the window) for (downtime).
+    containerd_restart: Option<(Duration, Duration)>,
+    /// The daemon SIGKILLed when the first pod reaches this step of its update (seen on
+    /// the unfaulted watch, [`InPlaceChecker::step`]), restarted after (downtime).
+    step_kill: Option<(UpdateStep, Duration)>,
 }
 
 impl DaemonPlan {
-    /// The plan of `seed` and the generators of the controller's and the daemon's proxies.
-    pub fn of(seed: u64) -> (DaemonPlan, Rng, Rng) {
+    /// The plan of `seed` and the generators of the controller's and the daemon's API
+    /// proxies and of the CRI proxy.
+    pub fn of(seed: u64) -> (DaemonPlan, [Rng; 4]) {
         // Another stream than the controller scenarios' plan of the same seed.
         let mut rng = Rng::new(seed ^ 0xdae3_0000_0000_0000);
         let replicas = u32::try_from(rng.range(2, 3)).unwrap_or(2);
-        let change = [Change::Image, Change::ImageAndEnv, Change::Env]
-            [usize::try_from(rng.below(3)).unwrap_or(0)];
+        let change = [
+            Change::Image,
+            Change::ImageAndEnv,
+            Change::Env,
+            Change::Recreate,
+            Change::PreDownload,
+        ][usize::try_from(rng.below(5)).unwrap_or(0)];
         let window = Duration::from_millis(rng.range(8000, 14_000));
         let window_ms = u64::try_from(window.as_millis()).unwrap_or(8000);
         let mut kills = Vec::new();
@@ -96,24 +123,41 @@ impl DaemonPlan {
         kills.sort_by_key(|k| k.0);
         let ctl_rng = rng.fork(1);
         let daemon_rng = rng.fork(2);
+        // The node faults from streams of their own (the plans above stay as they were).
+        let mut node = rng.fork(3);
+        let containerd_restart = node.chance(500).then(|| {
+            (
+                Duration::from_millis(node.below(window_ms)),
+                Duration::from_millis(node.range(500, 4000)),
+            )
+        });
+        let step_kill = node.chance(700).then(|| {
+            (
+                UpdateStep::ALL[usize::try_from(node.below(3)).unwrap_or(0)],
+                Duration::from_millis(node.range(0, 2000)),
+            )
+        });
+        let cri_rng = node.fork(4);
+        let pull_rng = node.fork(5);
         (
             DaemonPlan {
                 replicas,
                 change,
                 window,
                 kills,
+                containerd_restart,
+                step_kill,
             },
-            ctl_rng,
-            daemon_rng,
+            [ctl_rng, daemon_rng, cri_rng, pull_rng],
         )
     }
 
     fn image_changes(&self) -> bool {
-        self.change != Change::Env
+        matches!(self.change, Change::Image | Change::ImageAndEnv)
     }
 
     fn env_changes(&self) -> bool {
-        self.change != Change::Image
+        matches!(self.change, Change::Env | Change::ImageAndEnv)
     }
 
     pub fn scenario(&self) -> &'static str {
@@ -121,6 +165,8 @@ impl DaemonPlan {
             Change::Image => "daemon-image",
             Change::ImageAndEnv => "daemon-image-env",
             Change::Env => "daemon-env",
+            Change::Recreate => "daemon-crr",
+            Change::PreDownload => "daemon-pull",
         }
     }
 }
@@ -158,17 +204,331 @@ fn cloneset(name: &str, replicas: u32) -> Result<CloneSet> {
     }))?)
 }
 
+/// A pod outside the update, on the same node and image: containerd must not touch it.
+const BYSTANDER: &str = "bystander";
+
+fn bystander() -> Result<Pod> {
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": { "name": BYSTANDER, "labels": { "app": BYSTANDER } },
+        "spec": {
+            "nodeSelector": { "inplace.testbed/real": "true" },
+            "terminationGracePeriodSeconds": 2,
+            "containers": [{
+                "name": CONTAINER,
+                "image": image("v1"),
+                "env": [{ "name": "PORT", "value": "8080" }],
+                "readinessProbe": { "httpGet": { "path": "/version", "port": 8080 }, "periodSeconds": 1 },
+            }],
+        },
+    }))?)
+}
+
+/// The bed's registry (tests/testbed/lib.sh).
+const REGISTRY: &str = "127.0.0.1:5000";
+const PULL_TAG: &str = "v3";
+
+/// The pre-download of a run: the bed's test image v3 named by the pull proxy's address,
+/// in the node's NodeImage spec.
+struct PreDownload {
+    /// `127.0.0.1:PORT/inplace-test/app`.
+    name: String,
+    /// containerd's registry host directory for the proxy (plain HTTP, as the bed's own).
+    hosts_dir: std::path::PathBuf,
+    socket: std::path::PathBuf,
+    /// The run created the NodeImage (else it only added its image to the spec).
+    created: Mutex<bool>,
+}
+
+impl PreDownload {
+    fn new(bed: &std::path::Path, port: u16) -> PreDownload {
+        let host = format!("127.0.0.1:{port}");
+        PreDownload {
+            name: format!("{host}/inplace-test/app"),
+            hosts_dir: bed.join("containerd/certs.d").join(&host),
+            socket: bed.join("containerd/containerd.sock"),
+            created: Mutex::new(false),
+        }
+    }
+
+    fn reference(&self) -> String {
+        format!("{}:{PULL_TAG}", self.name)
+    }
+
+    /// Every image of containerd (all names: `name:tag`, `name@digest`, the config id)
+    /// whose manifest is v3's, removed with `ctr images rm --sync` (its blobs then
+    /// collected, but for the base layer v1 shares): the next pull fetches them again.
+    fn remove_v3(&self) -> Result<()> {
+        let head = std::process::Command::new("curl")
+            .args([
+                "-fsSI",
+                "-H",
+                "Accept: application/vnd.oci.image.manifest.v1+json",
+            ])
+            .arg(format!(
+                "http://{REGISTRY}/v2/inplace-test/app/manifests/{PULL_TAG}"
+            ))
+            .output()?;
+        let head = String::from_utf8_lossy(&head.stdout);
+        let digest = head
+            .lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.eq_ignore_ascii_case("docker-content-digest")
+                    .then(|| v.trim().to_owned())
+            })
+            .context("the registry named no digest for v3")?;
+        let ctr = |args: &[&str]| {
+            std::process::Command::new("ctr")
+                .arg("-a")
+                .arg(&self.socket)
+                .args(["-n", "k8s.io", "images"])
+                .args(args)
+                .stderr(std::process::Stdio::null())
+                .output()
+        };
+        let listed = ctr(&["ls"])?;
+        let refs: Vec<String> = String::from_utf8_lossy(&listed.stdout)
+            .lines()
+            .filter_map(|l| {
+                let cols: Vec<&str> = l.split_whitespace().collect();
+                (cols.get(2) == Some(&digest.as_str())).then(|| cols[0].to_owned())
+            })
+            .collect();
+        if !refs.is_empty() {
+            let mut args = vec!["rm", "--sync"];
+            args.extend(refs.iter().map(String::as_str));
+            ctr(&args)?;
+        }
+        Ok(())
+    }
+
+    /// Makes the pull a real one (v3 removed from containerd, so its blobs are fetched
+    /// through the proxy), then asks the daemon for it.
+    async fn begin(&self, node_images: &Api<NodeImage>) -> Result<()> {
+        std::fs::create_dir_all(&self.hosts_dir)?;
+        let host = self
+            .name
+            .split('/')
+            .next()
+            .context("image name without a host")?;
+        std::fs::write(
+            self.hosts_dir.join("hosts.toml"),
+            format!(
+                "server = \"http://{host}\"\n\n[host.\"http://{host}\"]\n  capabilities = [\"pull\", \"resolve\"]\n  skip_verify = true\n"
+            ),
+        )?;
+        self.remove_v3()?;
+        let spec = json!({ "images": { &self.name: { "tags": [{
+            "tag": PULL_TAG,
+            "version": 1,
+            "pullPolicy": { "backoffLimit": 30, "timeoutSeconds": 60 },
+        }]}}});
+        if node_images.get_opt(NODE).await?.is_none() {
+            let ni: NodeImage = serde_json::from_value(json!({
+                "apiVersion": "apps.kruise.io/v1alpha1",
+                "kind": "NodeImage",
+                "metadata": { "name": NODE },
+                "spec": spec,
+            }))?;
+            node_images.create(&PostParams::default(), &ni).await?;
+            if let Ok(mut c) = self.created.lock() {
+                *c = true;
+            }
+        } else {
+            node_images
+                .patch(
+                    NODE,
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({ "spec": spec })),
+                )
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Waits until the tag's status is Succeeded or Failed (at most `secs`); the last
+    /// status seen.
+    async fn wait_ended(
+        &self,
+        node_images: &Api<NodeImage>,
+        secs: u64,
+    ) -> Result<Option<TagStatus>> {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let st = node_images.get_opt(NODE).await?.and_then(|ni| {
+                let tags = ni.status?.image_statuses.get(&self.name)?.tags.clone();
+                tags.into_iter()
+                    .find(|t| t.tag == PULL_TAG)
+                    .map(|t| TagStatus {
+                        phase: format!("{:?}", t.phase), // the variants are the API's names
+                        image_id: t.image_id,
+                        message: t.message,
+                    })
+            });
+            let ended = st
+                .as_ref()
+                .is_some_and(|t| t.phase == "Succeeded" || t.phase == "Failed");
+            if ended || Instant::now() > deadline {
+                return Ok(st);
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// Takes the image out of the NodeImage (or the NodeImage away, if the run made it),
+    /// out of containerd, and the proxy's host directory away.
+    async fn end(&self, node_images: &Api<NodeImage>) -> Result<()> {
+        let created = self.created.lock().map(|c| *c).unwrap_or(false);
+        if created {
+            node_images
+                .delete(NODE, &kube::api::DeleteParams::default())
+                .await?;
+        } else {
+            node_images
+                .patch(
+                    NODE,
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({ "spec": { "images": { &self.name: null } } })),
+                )
+                .await?;
+        }
+        self.remove_v3()?;
+        std::fs::remove_dir_all(&self.hosts_dir)?;
+        Ok(())
+    }
+}
+
+const RECREATE: &str = "recreate";
+
+fn recreate_request(pod: &str) -> Result<ContainerRecreateRequest> {
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "apps.kruise.io/v1alpha1",
+        "kind": "ContainerRecreateRequest",
+        "metadata": { "name": RECREATE },
+        "spec": {
+            "podName": pod,
+            "containers": [{ "name": CONTAINER }],
+            "strategy": { "failurePolicy": "Fail", "minStartedSeconds": 1 },
+        },
+    }))?)
+}
+
+/// Waits until the request is completed with its container Succeeded (a request that
+/// ends otherwise says why in its message).
+async fn wait_recreated(crrs: &Api<ContainerRecreateRequest>, secs: u64) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let crr = crrs.get(RECREATE).await?;
+        if let Some(st) = &crr.status
+            && st.phase == CrrPhase::Completed
+        {
+            let ok = st
+                .container_recreate_states
+                .iter()
+                .all(|c| c.phase == CrrPhase::Succeeded);
+            if ok && !st.container_recreate_states.is_empty() {
+                return Ok(());
+            }
+            bail!(
+                "completed, not succeeded: {:?} ({})",
+                st.container_recreate_states,
+                st.message
+            );
+        }
+        if Instant::now() > deadline {
+            bail!("still {:?}", crr.status);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Waits until pod `name` is Ready; its UID.
+async fn wait_ready(pods: &Api<Pod>, name: &str, limit: Duration) -> Result<String> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let p = pods.get(name).await?;
+        let ready = p
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        if ready {
+            return p.metadata.uid.context("a pod without a UID");
+        }
+        if Instant::now() > deadline {
+            bail!("pod {name} not Ready within {} s", limit.as_secs());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+/// The containers containerd holds for the pods of `namespaces` (CRI, every state).
+async fn containerd_view(cri: &CriClient, namespaces: &[&str]) -> Result<Vec<CriContainer>> {
+    let mut out = Vec::new();
+    for ns in namespaces {
+        let labels = HashMap::from([("io.kubernetes.pod.namespace".to_owned(), (*ns).to_owned())]);
+        let listed = cri
+            .list_containers(labels)
+            .await
+            .context("listing containerd's containers")?;
+        out.extend(listed.into_iter().map(|c| {
+            let label = |k: &str| c.labels.get(k).cloned().unwrap_or_default();
+            let meta = c.metadata.clone().unwrap_or_default();
+            CriContainer {
+                id: c.id.clone(),
+                pod_uid: label("io.kubernetes.pod.uid"),
+                pod_name: label("io.kubernetes.pod.name"),
+                name: meta.name,
+                attempt: meta.attempt,
+                created_at: c.created_at,
+                running: c.state() == ContainerState::ContainerRunning,
+            }
+        }));
+    }
+    Ok(out)
+}
+
 /// The watch's checks of a daemon run.
 struct Checks {
     pods: Checker,
     inplace: InPlaceChecker,
+    /// The update steps reached by some pod (bit `1 << step`).
+    steps: tokio::sync::watch::Sender<u8>,
+    /// A recreate run: the target pod's uid and its container before the request.
+    recreate: Option<(String, ContainerSnap)>,
+}
+
+fn step_bit(s: UpdateStep) -> u8 {
+    1 << (s as u8)
 }
 
 fn pod_event(c: &mut Checks, ev: watcher::Event<Pod>) {
     match ev {
         watcher::Event::Init => c.pods.pods_relisting(),
         watcher::Event::InitApply(p) | watcher::Event::Apply(p) => {
-            c.inplace.observe(&InPlaceSnap::of(&p, CONTAINER));
+            let snap = InPlaceSnap::of(&p, CONTAINER);
+            let step = match &c.recreate {
+                Some((uid, before)) if *uid == snap.uid => {
+                    InPlaceChecker::recreate_step(before, &snap)
+                }
+                Some(_) => None,
+                None => c.inplace.step(&snap),
+            };
+            if let Some(step) = step {
+                c.steps.send_if_modified(|seen| {
+                    let new = *seen | step_bit(step);
+                    std::mem::replace(seen, new) != new
+                });
+            }
+            c.inplace.observe(&snap);
             c.pods.pod_applied(PodSnap::of(&p));
         }
         watcher::Event::Delete(p) => c.pods.pod_deleted(PodSnap::of(&p)),
@@ -192,7 +552,7 @@ fn other_daemons() -> Vec<String> {
 
 pub async fn run(shared: &Shared, seed: u64) -> RunOutcome {
     let t0 = Instant::now();
-    let (plan, ctl_rng, daemon_rng) = DaemonPlan::of(seed);
+    let (plan, rngs) = DaemonPlan::of(seed);
     let mut out = RunOutcome {
         seed,
         scenario: plan.scenario().to_owned(),
@@ -203,17 +563,7 @@ pub async fn run(shared: &Shared, seed: u64) -> RunOutcome {
         shared.args.log_dir.join(format!("{ns}-controller.log")),
         shared.args.log_dir.join(format!("{ns}-daemon.log")),
     ];
-    if let Err(e) = run_in(
-        shared,
-        seed,
-        &plan,
-        [ctl_rng, daemon_rng],
-        &ns,
-        &mut out,
-        &logs,
-    )
-    .await
-    {
+    if let Err(e) = run_in(shared, seed, &plan, rngs, &ns, &mut out, &logs).await {
         out.error = Some(format!("{e:#}"));
     }
     // The pods on the real node take their grace period (2 s) to go.
@@ -235,7 +585,7 @@ async fn run_in(
     shared: &Shared,
     seed: u64,
     plan: &DaemonPlan,
-    rngs: [Rng; 2],
+    rngs: [Rng; 4],
     ns: &str,
     out: &mut RunOutcome,
     logs: &[std::path::PathBuf; 2],
@@ -246,7 +596,24 @@ async fn run_in(
     }
     let client = &shared.client;
     namespace(client, ns).await.context("namespace")?;
-    let [ctl_rng, daemon_rng] = rngs;
+    let [ctl_rng, daemon_rng, cri_rng, pull_rng] = rngs;
+    let pull_proxy = PullProxy::start(REGISTRY, pull_rng).await?;
+    let pull = PreDownload::new(&shared.args.bed_dir, pull_proxy.port());
+    let bystander_ns = format!("{ns}-by");
+    namespace(client, &bystander_ns)
+        .await
+        .context("the bystander's namespace")?;
+    let bed_socket = shared.args.bed_dir.join("containerd/containerd.sock");
+    // Shared with the restart task; the lock makes the final check wait for a restart under
+    // way (never two containerds).
+    let containerd = Arc::new(Mutex::new(BedContainerd::find(&shared.args.bed_dir)?));
+    let cri_proxy = CriProxy::start(
+        &shared.args.log_dir.join(format!("{ns}-cri.sock")),
+        &bed_socket,
+        cri_rng,
+    )?;
+    // containerd's own view, on its socket (not through the proxy).
+    let cri = CriClient::new(&bed_socket, Duration::from_secs(10))?;
     let ctl_proxy = FaultProxy::start(client.clone(), Rates::default(), ctl_rng).await?;
     let daemon_proxy = FaultProxy::start(client.clone(), Rates::default(), daemon_rng).await?;
     let ctl_kubeconfig = shared.args.log_dir.join(format!("{ns}-kubeconfig"));
@@ -261,14 +628,23 @@ async fn run_in(
     let checks = Arc::new(Mutex::new(Checks {
         pods: Checker::new(bounds),
         inplace: InPlaceChecker::default(),
+        steps: tokio::sync::watch::Sender::new(0),
+        recreate: None,
     }));
+    let mut steps_seen = checks
+        .lock()
+        .map_err(|_| anyhow::anyhow!("checks lock poisoned"))?
+        .steps
+        .subscribe();
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let watch = feed(pods.clone(), checks.clone(), pod_event);
     let mut ctl_kills = Vec::new();
     let mut daemon_kills = Vec::new();
     let mut converged = false;
+    // The containerd restart, while it is under way.
+    let mut restart = None;
     let result = async {
-        let cri = shared.args.bed_dir.join("containerd/containerd.sock");
+        let cri_endpoint = cri_proxy.socket().to_path_buf();
         let mut daemon = Process::start(
             &shared.daemon_bin,
             [
@@ -282,7 +658,7 @@ async fn run_in(
             ]
             .into_iter()
             .map(OsString::from)
-            .chain([cri.into_os_string()])
+            .chain([cri_endpoint.into_os_string()])
             .collect(),
             vec![
                 (
@@ -306,6 +682,11 @@ async fn run_in(
             .create(&PostParams::default(), &cloneset(name, plan.replicas)?)
             .await
             .context("creating the CloneSet")?;
+        let bystanders: Api<Pod> = Api::namespaced(client.clone(), &bystander_ns);
+        bystanders
+            .create(&PostParams::default(), &bystander()?)
+            .await
+            .context("creating the bystander pod")?;
         wait_converged(
             &cs_api,
             &pods,
@@ -317,14 +698,27 @@ async fn run_in(
         )
         .await
         .map_err(|e| anyhow::anyhow!("setup (no faults): {e}"))?;
-        let before: Vec<InPlaceSnap> = pods
+        let bystander_uid = wait_ready(&bystanders, BYSTANDER, Duration::from_secs(60))
+            .await
+            .context("setup (no faults): the bystander pod")?;
+        let mut before: Vec<InPlaceSnap> = pods
             .list(&ListParams::default())
             .await?
             .items
             .iter()
             .map(|p| InPlaceSnap::of(p, CONTAINER))
             .collect();
+        before.sort_by(|a, b| a.name.cmp(&b.name));
+        // A recreate run's target: the first pod.
+        let target = (plan.change == Change::Recreate)
+            .then(|| before.first().cloned())
+            .flatten();
         if let Ok(mut c) = checks.lock() {
+            c.recreate = target
+                .as_ref()
+                .and_then(|t| Some((t.uid.clone(), t.container.clone()?)));
+            // Also for a CRR or a pull: no revision changes, so no completion is judged,
+            // but the pods at the end must be these ones.
             c.inplace.baseline(&before, plan.image_changes());
             c.pods.set_bounds(Bounds {
                 min_available: Some(replicas - 1),
@@ -332,21 +726,97 @@ async fn run_in(
             });
         }
 
+        let mut expect: BTreeMap<String, Expect> = before
+            .iter()
+            .map(|p| match &target {
+                _ if plan.change == Change::PreDownload => (p.uid.clone(), Expect::Untouched),
+                Some(t) if t.uid != p.uid => (p.uid.clone(), Expect::Untouched),
+                _ => (p.uid.clone(), Expect::RestartedOnce),
+            })
+            .collect();
+        expect.insert(bystander_uid, Expect::Untouched);
+        let view_before = containerd_view(&cri, &[ns, &bystander_ns]).await?;
+
+        let changed_at = now_ns();
         ctl_proxy.set_faults(true);
         daemon_proxy.set_faults(true);
+        cri_proxy.set_faults(true);
+        pull_proxy.set_faults(true);
         let started = Instant::now();
-        let image = image(if plan.image_changes() { "v2" } else { "v1" });
-        let tier = if plan.env_changes() { "b" } else { "a" };
-        let patch = json!({ "spec": { "template": {
-            "metadata": { "labels": { "tier": tier } },
-            "spec": { "containers": [template_container(&image)] },
-        }}});
-        cs_api
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .context("changing the CloneSet")?;
-        for (at, down, who) in &plan.kills {
-            tokio::time::sleep(at.saturating_sub(started.elapsed())).await;
+        restart = plan.containerd_restart.map(|(at, down)| {
+            let containerd = containerd.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(at.saturating_sub(started.elapsed())).await;
+                tokio::task::spawn_blocking(move || {
+                    let mut c = containerd
+                        .lock()
+                        .map_err(|_| anyhow::anyhow!("containerd lock poisoned"))?;
+                    let stopped = c.stop();
+                    std::thread::sleep(down);
+                    let started = if c.running() { Ok(()) } else { c.start() };
+                    stopped.and(started).map_err(anyhow::Error::from)
+                })
+                .await
+            })
+        });
+        let crrs: Api<ContainerRecreateRequest> = Api::namespaced(client.clone(), ns);
+        let node_images: Api<NodeImage> = Api::all(client.clone());
+        if plan.change == Change::PreDownload {
+            pull.begin(&node_images).await?;
+            if let Ok(c) = checks.lock() {
+                c.steps.send_modify(|seen| *seen |= step_bit(UpdateStep::Begun));
+            }
+        } else if let Some(t) = &target {
+            crrs.create(&PostParams::default(), &recreate_request(&t.name)?)
+                .await
+                .context("creating the ContainerRecreateRequest")?;
+            // Its first step, the daemon taking it up, follows at once.
+            if let Ok(c) = checks.lock() {
+                c.steps.send_modify(|seen| *seen |= step_bit(UpdateStep::Begun));
+            }
+        } else {
+            let image = image(if plan.image_changes() { "v2" } else { "v1" });
+            let tier = if plan.env_changes() { "b" } else { "a" };
+            let patch = json!({ "spec": { "template": {
+                "metadata": { "labels": { "tier": tier } },
+                "spec": { "containers": [template_container(&image)] },
+            }}});
+            cs_api
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .context("changing the CloneSet")?;
+        }
+        // The timed kills, and the step kill when its step is seen (if ever: a step the
+        // watch does not show, e.g. no event between the old container and the new one,
+        // is counted as not reached).
+        let mut timed = plan.kills.iter().peekable();
+        let mut step_kill = plan.step_kill;
+        loop {
+            let next = timed.peek().map_or(plan.window, |k| k.0);
+            let step_seen = async {
+                match step_kill {
+                    Some((step, _)) => steps_seen
+                        .wait_for(|seen| seen & step_bit(step) != 0)
+                        .await
+                        .map(|_| ()),
+                    None => std::future::pending().await,
+                }
+            };
+            let (who, down) = tokio::select! {
+                () = tokio::time::sleep(next.saturating_sub(started.elapsed())) => {
+                    match timed.next() {
+                        Some((_, down, who)) => (*who, *down),
+                        None => break,
+                    }
+                }
+                seen = step_seen => {
+                    let Some((step, down)) = step_kill.take() else { continue };
+                    if seen.is_ok() {
+                        *out.node_faults.entry(format!("{STEP_KILL_PREFIX}{}", step.name())).or_default() += 1;
+                    }
+                    (Who::Daemon, down)
+                }
+            };
             let (p, proxy, kills) = match who {
                 Who::Daemon => (&mut daemon, &daemon_proxy, &mut daemon_kills),
                 Who::Controller => (&mut ctl, &ctl_proxy, &mut ctl_kills),
@@ -354,12 +824,25 @@ async fn run_in(
             out.crashes.extend(p.revive()?);
             p.kill();
             kills.push(proxy.now_ms());
-            tokio::time::sleep(*down).await;
+            tokio::time::sleep(down).await;
             p.spawn()?;
         }
-        tokio::time::sleep(plan.window.saturating_sub(started.elapsed())).await;
+        if let Some((step, _)) = step_kill {
+            eprintln!(
+                "faults: seed {seed}: step {} not seen in the window: no kill there",
+                step.name()
+            );
+        }
+        if let Some(restart) = restart.take() {
+            restart.await??.context("restarting the bed's containerd")?;
+            *out.node_faults
+                .entry("containerd-restart".into())
+                .or_default() += 1;
+        }
         ctl_proxy.set_faults(false);
         daemon_proxy.set_faults(false);
+        cri_proxy.set_faults(false);
+        pull_proxy.set_faults(false);
 
         match wait_converged(
             &cs_api,
@@ -378,6 +861,46 @@ async fn run_in(
                 shared.args.converge_secs
             )),
         }
+        if converged && plan.change == Change::PreDownload {
+            let status = pull
+                .wait_ended(&node_images, shared.args.converge_secs)
+                .await?;
+            let held = cri
+                .image_status(&pull.reference())
+                .await
+                .context("containerd's ImageStatus")?
+                .map(|i| HeldImage {
+                    id: i.id,
+                    repo_digests: i.repo_digests,
+                });
+            out.violations.extend(runtime_view::check_pulled(
+                &pull.name,
+                PULL_TAG,
+                status.as_ref(),
+                held.as_ref(),
+            ));
+        }
+        let mut recreated = true;
+        if converged
+            && target.is_some()
+            && let Err(e) = wait_recreated(&crrs, shared.args.converge_secs).await
+        {
+            recreated = false;
+            out.violations.push(format!(
+                "the ContainerRecreateRequest did not succeed within {} s after the faults stopped: {e:#}",
+                shared.args.converge_secs
+            ));
+        }
+        if converged && recreated {
+            let view_after = containerd_view(&cri, &[ns, &bystander_ns]).await?;
+            out.violations.extend(runtime_view::check(
+                &view_before,
+                &view_after,
+                &expect,
+                CONTAINER,
+                changed_at,
+            ));
+        }
         let after: Vec<InPlaceSnap> = pods
             .list(&ListParams::default())
             .await?
@@ -389,6 +912,41 @@ async fn run_in(
     }
     .await;
     watch.abort();
+    *out.node_faults.entry("pull-cut".into()).or_default() += pull_proxy.cuts();
+    if plan.change == Change::PreDownload
+        && let Err(e) = pull.end(&Api::all(client.clone())).await
+    {
+        eprintln!("faults: seed {seed}: pre-download not cleaned up: {e:#}");
+    }
+    for (f, n) in cri_proxy.counts() {
+        *out.node_faults.entry(f.name().into()).or_default() += n;
+    }
+    drop(cri_proxy);
+    // The bed is left with its containerd running, whatever happened.
+    // A run that ended early: a restart not begun is called off (one under way holds the
+    // lock until containerd is back).
+    if let Some(r) = restart {
+        r.abort();
+    }
+    let restored = tokio::task::spawn_blocking(move || {
+        let mut c = containerd
+            .lock()
+            .map_err(|_| anyhow::anyhow!("containerd lock poisoned"))?;
+        if c.running() {
+            Ok(())
+        } else {
+            c.start().map_err(anyhow::Error::from)
+        }
+    })
+    .await;
+    if let Err(e) = restored.map_err(anyhow::Error::from).and_then(|r| r) {
+        out.error
+            .get_or_insert(format!("the bed's containerd not started again: {e:#}"));
+    }
+    if let Err(e) = delete_namespace_and_wait(client, &bystander_ns, Duration::from_secs(120)).await
+    {
+        eprintln!("faults: seed {seed}: namespace {bystander_ns} not emptied: {e:#}");
+    }
     if let Ok(mut c) = checks.lock() {
         let mut found = c.pods.finish();
         if let Ok(after) = &result {

@@ -37,7 +37,10 @@ impl Process {
         Ok(p)
     }
 
-    /// A controller scoped to `ns`, reaching the API server through `kubeconfig`.
+    /// A controller scoped to `ns`, reaching the API server through `kubeconfig`, with
+    /// every controller a namespaced controller runs: the CloneSet, ImagePullJob and
+    /// ContainerRecreateRequest controllers (the NodeImage lifecycle needs every namespace),
+    /// and pre-download on, so that ImagePullJobs are made and deleted under the faults too.
     pub fn controller(
         bin: &Path,
         kubeconfig: &Path,
@@ -54,9 +57,6 @@ impl Process {
             "127.0.0.1:0".into(),
             "--leader-elect".into(),
             "false".into(),
-            // Every controller a namespaced controller runs (the NodeImage lifecycle needs
-            // every namespace), and pre-download, so that ImagePullJobs are made and
-            // deleted under the faults too.
             "--feature-gates".into(),
             "PreDownloadImageForInPlaceUpdate=true".into(),
         ]

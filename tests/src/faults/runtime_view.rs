@@ -1,0 +1,387 @@
+//! The node suite's invariants from containerd's own view: the containers CRI lists
+//! (every state), read on containerd's socket directly, never through the fault proxy.
+//!
+//! The kubelet gives each new container of a pod's container name the next *attempt*
+//! number (its restart count), and the suite's test image does not crash, so the attempts
+//! count the restarts: after an in-place update a pod's container runs as attempt
+//! baseline + 1, created after the change was made, and no container of that name has a
+//! higher attempt (restarted once: never twice, never not at all). A pod outside the update
+//! keeps its running container (same id, same attempt) and gets no new one.
+
+use std::collections::BTreeMap;
+
+/// One container as CRI lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CriContainer {
+    pub id: String,
+    /// The `io.kubernetes.pod.uid` label.
+    pub pod_uid: String,
+    pub pod_name: String,
+    /// The container's name in the pod.
+    pub name: String,
+    pub attempt: u32,
+    /// Nanoseconds since the epoch.
+    pub created_at: i64,
+    pub running: bool,
+}
+
+/// The running container `name` of pod `uid` (the highest attempt if several).
+fn running<'a>(view: &'a [CriContainer], uid: &str, name: &str) -> Option<&'a CriContainer> {
+    view.iter()
+        .filter(|c| c.pod_uid == uid && c.name == name && c.running)
+        .max_by_key(|c| c.attempt)
+}
+
+/// What each pod's container should have gone through between two views.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    /// Updated in place: restarted exactly once.
+    RestartedOnce,
+    /// Outside the update: untouched.
+    Untouched,
+}
+
+/// The violations between the view `before` the change and the view `after` convergence,
+/// for container `name` of the pods in `pods` (uid → what is expected). `changed_at` is
+/// when the change was made (ns since the epoch).
+pub fn check(
+    before: &[CriContainer],
+    after: &[CriContainer],
+    pods: &BTreeMap<String, Expect>,
+    name: &str,
+    changed_at: i64,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for (uid, expect) in pods {
+        let Some(b) = running(before, uid, name) else {
+            out.push(format!(
+                "pod {uid}: no running container {name} in containerd before the change"
+            ));
+            continue;
+        };
+        let pod = &b.pod_name;
+        let Some(a) = running(after, uid, name) else {
+            out.push(format!(
+                "pod {pod}: no running container {name} in containerd after convergence"
+            ));
+            continue;
+        };
+        let highest = after
+            .iter()
+            .filter(|c| c.pod_uid == *uid && c.name == name)
+            .map(|c| c.attempt)
+            .max()
+            .unwrap_or(a.attempt);
+        match expect {
+            Expect::RestartedOnce => {
+                if a.attempt == b.attempt || a.id == b.id {
+                    out.push(format!(
+                        "pod {pod}: container {name} not restarted by the update \
+                         (still {} attempt {})",
+                        short(&a.id),
+                        a.attempt
+                    ));
+                } else if highest > b.attempt + 1 || a.attempt != b.attempt + 1 {
+                    out.push(format!(
+                        "pod {pod}: container {name} restarted {} times by one update \
+                         (attempt {} before, {} after)",
+                        highest.max(a.attempt) - b.attempt,
+                        b.attempt,
+                        highest.max(a.attempt)
+                    ));
+                } else if a.created_at < changed_at {
+                    out.push(format!(
+                        "pod {pod}: container {name} {} was created before the change",
+                        short(&a.id)
+                    ));
+                }
+            }
+            Expect::Untouched => {
+                if a.id != b.id || highest != b.attempt {
+                    out.push(format!(
+                        "pod {pod} (outside the update): container {name} touched \
+                         ({} attempt {} before, {} attempt {} after)",
+                        short(&b.id),
+                        b.attempt,
+                        short(&a.id),
+                        highest
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn short(id: &str) -> &str {
+    id.get(..12).unwrap_or(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(id: &str, uid: &str, attempt: u32, created_at: i64, running: bool) -> CriContainer {
+        CriContainer {
+            id: id.into(),
+            pod_uid: uid.into(),
+            pod_name: format!("pod-{uid}"),
+            name: "app".into(),
+            attempt,
+            created_at,
+            running,
+        }
+    }
+
+    fn pods(e: &[(&str, Expect)]) -> BTreeMap<String, Expect> {
+        e.iter().map(|(u, x)| ((*u).to_owned(), *x)).collect()
+    }
+
+    const CHANGED: i64 = 1_000;
+
+    #[test]
+    fn an_update_that_restarts_each_container_once_passes() {
+        let before = [c("a0", "u1", 0, 10, true), c("b3", "u2", 3, 10, true)];
+        let after = [
+            c("a0", "u1", 0, 10, false),
+            c("a1", "u1", 1, 2_000, true),
+            c("b3", "u2", 3, 10, true),
+        ];
+        let p = pods(&[("u1", Expect::RestartedOnce), ("u2", Expect::Untouched)]);
+        assert_eq!(
+            check(&before, &after, &p, "app", CHANGED),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn a_container_restarted_twice_is_reported() {
+        let before = [c("a0", "u1", 0, 10, true)];
+        // The first new container exited and was replaced: attempt 2 runs.
+        let after = [
+            c("a1", "u1", 1, 2_000, false),
+            c("a2", "u1", 2, 3_000, true),
+        ];
+        let v = check(
+            &before,
+            &after,
+            &pods(&[("u1", Expect::RestartedOnce)]),
+            "app",
+            CHANGED,
+        );
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].contains("restarted 2 times"), "{v:?}");
+    }
+
+    #[test]
+    fn a_second_restart_seen_only_as_an_exited_container_is_reported() {
+        let before = [c("a0", "u1", 0, 10, true)];
+        // Attempt 1 runs while attempt 2 exited: two containers were made for one update.
+        let after = [
+            c("a1", "u1", 1, 2_000, true),
+            c("a2", "u1", 2, 3_000, false),
+        ];
+        let v = check(
+            &before,
+            &after,
+            &pods(&[("u1", Expect::RestartedOnce)]),
+            "app",
+            CHANGED,
+        );
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].contains("restarted 2 times"), "{v:?}");
+    }
+
+    #[test]
+    fn a_container_not_restarted_is_reported() {
+        let before = [c("a0", "u1", 0, 10, true)];
+        let after = [c("a0", "u1", 0, 10, true)];
+        let v = check(
+            &before,
+            &after,
+            &pods(&[("u1", Expect::RestartedOnce)]),
+            "app",
+            CHANGED,
+        );
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].contains("not restarted"), "{v:?}");
+    }
+
+    #[test]
+    fn a_new_container_from_before_the_change_is_reported() {
+        let before = [c("a0", "u1", 0, 10, true)];
+        let after = [c("a1", "u1", 1, 500, true)];
+        let v = check(
+            &before,
+            &after,
+            &pods(&[("u1", Expect::RestartedOnce)]),
+            "app",
+            CHANGED,
+        );
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].contains("created before the change"), "{v:?}");
+    }
+
+    #[test]
+    fn a_pod_outside_the_update_restarted_is_reported() {
+        let before = [c("b0", "u2", 0, 10, true)];
+        let after = [c("b0", "u2", 0, 10, false), c("b1", "u2", 1, 2_000, true)];
+        let v = check(
+            &before,
+            &after,
+            &pods(&[("u2", Expect::Untouched)]),
+            "app",
+            CHANGED,
+        );
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].contains("outside the update"), "{v:?}");
+    }
+
+    #[test]
+    fn a_pod_gone_from_containerd_is_reported() {
+        let before = [c("a0", "u1", 0, 10, true)];
+        let v = check(
+            &before,
+            &[],
+            &pods(&[("u1", Expect::RestartedOnce)]),
+            "app",
+            CHANGED,
+        );
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].contains("after convergence"), "{v:?}");
+    }
+}
+
+/// What containerd holds of an image reference (CRI `ImageStatus`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldImage {
+    pub id: String,
+    pub repo_digests: Vec<String>,
+}
+
+/// A NodeImage tag's status as the daemon wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TagStatus {
+    pub phase: String,
+    pub image_id: String,
+    pub message: String,
+}
+
+/// The violations of a pre-download of `name:tag` once it had time to end: it must have
+/// ended (Succeeded, or Failed saying why), and its status must match containerd: a
+/// Succeeded tag is held, under the image id the status names (a repo digest of `name`,
+/// or `name@<id>`); a Failed one is not held.
+pub fn check_pulled(
+    name: &str,
+    tag: &str,
+    status: Option<&TagStatus>,
+    held: Option<&HeldImage>,
+) -> Vec<String> {
+    let image = format!("{name}:{tag}");
+    let Some(st) = status else {
+        return vec![format!(
+            "NodeImage: no status for {image}: the pull never ended"
+        )];
+    };
+    match (st.phase.as_str(), held) {
+        ("Succeeded", None) => vec![format!(
+            "NodeImage says {image} Succeeded ({}) but containerd does not hold it",
+            st.image_id
+        )],
+        ("Succeeded", Some(h)) => {
+            let by_id = format!("{name}@{}", h.id);
+            if st.image_id == by_id || h.repo_digests.contains(&st.image_id) {
+                Vec::new()
+            } else {
+                vec![format!(
+                    "NodeImage says {image} is {} but containerd holds {} ({})",
+                    st.image_id,
+                    h.id,
+                    h.repo_digests.join(", ")
+                )]
+            }
+        }
+        ("Failed", held) => {
+            let mut v = Vec::new();
+            if st.message.trim().is_empty() {
+                v.push(format!("NodeImage says {image} Failed without saying why"));
+            }
+            if let Some(h) = held {
+                v.push(format!(
+                    "NodeImage says {image} Failed ({}) but containerd holds it ({})",
+                    st.message, h.id
+                ));
+            }
+            v
+        }
+        (phase, _) => vec![format!(
+            "NodeImage: the pull of {image} never ended (still {phase}: {})",
+            st.message
+        )],
+    }
+}
+
+#[cfg(test)]
+mod pulled_tests {
+    use super::*;
+
+    const NAME: &str = "127.0.0.1:5001/inplace-test/app";
+
+    fn st(phase: &str, image_id: &str, message: &str) -> TagStatus {
+        TagStatus {
+            phase: phase.into(),
+            image_id: image_id.into(),
+            message: message.into(),
+        }
+    }
+
+    fn held() -> HeldImage {
+        HeldImage {
+            id: "sha256:aaa".into(),
+            repo_digests: vec![format!("{NAME}@sha256:ddd")],
+        }
+    }
+
+    #[test]
+    fn a_status_that_matches_containerd_passes() {
+        let ok = st("Succeeded", &format!("{NAME}@sha256:ddd"), "");
+        assert!(check_pulled(NAME, "v3", Some(&ok), Some(&held())).is_empty());
+        let by_id = st("Succeeded", &format!("{NAME}@sha256:aaa"), "");
+        assert!(check_pulled(NAME, "v3", Some(&by_id), Some(&held())).is_empty());
+        let failed = st("Failed", "", "pull cut: unexpected EOF");
+        assert!(check_pulled(NAME, "v3", Some(&failed), None).is_empty());
+    }
+
+    #[test]
+    fn succeeded_but_not_held_is_reported() {
+        let s = st("Succeeded", &format!("{NAME}@sha256:ddd"), "");
+        let v = check_pulled(NAME, "v3", Some(&s), None);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].contains("does not hold it"), "{v:?}");
+    }
+
+    #[test]
+    fn succeeded_with_another_image_id_is_reported() {
+        let s = st("Succeeded", &format!("{NAME}@sha256:eee"), "");
+        let v = check_pulled(NAME, "v3", Some(&s), Some(&held()));
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].contains("but containerd holds"), "{v:?}");
+    }
+
+    #[test]
+    fn failed_but_held_or_silent_is_reported() {
+        let v = check_pulled(NAME, "v3", Some(&st("Failed", "", "")), Some(&held()));
+        assert_eq!(v.len(), 2, "{v:?}");
+        assert!(v[0].contains("without saying why"), "{v:?}");
+        assert!(v[1].contains("but containerd holds it"), "{v:?}");
+    }
+
+    #[test]
+    fn a_pull_that_never_ended_is_reported() {
+        let v = check_pulled(NAME, "v3", Some(&st("Pulling", "", "")), None);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].contains("never ended"), "{v:?}");
+        let v = check_pulled(NAME, "v3", None, None);
+        assert!(v[0].contains("never ended"), "{v:?}");
+    }
+}
