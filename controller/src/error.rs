@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use crate::plan::PlanError;
 use crate::plan::action_write::ActionWriteError;
 use crate::plan::inplace_write::InPlaceWriteError;
+use crate::plan::{PlanError, WriteError};
 
 /// Why a reconcile of one CloneSet did not finish.
 #[derive(Debug, thiserror::Error)]
@@ -71,6 +71,27 @@ impl From<InPlaceWriteError> for Error {
             InPlaceWriteError::Encode { what, source } => Self::Encode {
                 what: what.to_owned(),
                 source,
+            },
+        }
+    }
+}
+
+/// A step's write the planner could not make, as the applier reports it (the same
+/// variants, retry classes and metric labels as the errors it was made from).
+impl From<WriteError> for Error {
+    fn from(e: WriteError) -> Self {
+        match e {
+            WriteError::NotCached(what) => Self::NotCached(what),
+            WriteError::InPlaceRefused { pod, reason } => Self::InPlaceRefused { pod, reason },
+            WriteError::AnnotationMissing { pod, what } => Self::AnnotationMissing { pod, what },
+            WriteError::BadAnnotation { pod, what, message } => Self::BadAnnotation {
+                pod,
+                what,
+                source: <serde_json::Error as serde::de::Error>::custom(message),
+            },
+            WriteError::Encode { what, message } => Self::Encode {
+                what: what.to_owned(),
+                source: <serde_json::Error as serde::ser::Error>::custom(message),
             },
         }
     }

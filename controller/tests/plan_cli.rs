@@ -378,7 +378,7 @@ fn deletes_and_patches_are_shown_with_their_preconditions() {
     let out = partition_plan(&cs_path, &pods, "json");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let v = json(&out);
-    insta::assert_json_snapshot!("delete_and_prune_writes_json", v["actionWrites"]);
+    insta::assert_json_snapshot!("delete_and_prune_steps_json", v["steps"]);
     let table = stdout(&partition_plan(&cs_path, &pods, "table"));
     insta::assert_snapshot!("delete_and_prune_writes_table", table);
 }

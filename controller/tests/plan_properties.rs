@@ -460,7 +460,7 @@ impl World {
             self.revisions.push(rev.clone());
         }
         let now = self.now;
-        for action in &plan.actions {
+        for action in plan.steps.iter().map(|s| &s.action) {
             match action {
                 Action::Create {
                     revision,
@@ -687,7 +687,7 @@ fn check_plan(
     let mut deletes = 0i64;
     let mut moved_new = 0i64;
     let mut newly_unavailable = BTreeSet::new();
-    for action in &plan.actions {
+    for action in plan.steps.iter().map(|s| &s.action) {
         match action {
             Action::Create { revision, .. } => {
                 creates += 1;
@@ -762,7 +762,7 @@ fn check_plan(
             newly_unavailable,
             plan.resolved.max_unavailable,
             plan.diffs,
-            plan.actions
+            plan.actions()
         );
     }
 
@@ -774,7 +774,7 @@ fn check_plan(
     let staying_new = |f: &PodFacts| is_new(f) && !leaving(f);
     let updated_now = i64::try_from(facts.iter().filter(|f| staying_new(f)).count()).unwrap();
     let deleted_staying_new = i64::try_from(
-        plan.actions
+        plan.actions()
             .iter()
             .filter_map(|a| match a {
                 Action::Delete { pod, .. } => by_name.get(pod.as_str()),
@@ -790,7 +790,7 @@ fn check_plan(
         planned_new <= updated_now.max(limit),
         "{planned_new} pods planned on the update revision, partition allows {limit}\n{:?}\n{:?}",
         plan.diffs,
-        plan.actions
+        plan.actions()
     );
     Ok(())
 }
@@ -903,9 +903,9 @@ proptest! {
             check_plan(&world.cs, &pods, &plan, ts(world.now))?;
             if world.converged(&plan) {
                 prop_assert!(
-                    plan.actions.is_empty(),
+                    plan.actions().is_empty(),
                     "converged at step {step} but the plan still acts: {:?}\n{}",
-                    plan.actions,
+                    plan.actions(),
                     world.describe()
                 );
                 prop_assert_eq!(

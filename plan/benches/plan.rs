@@ -90,7 +90,10 @@ fn bench_case(
     for input in inputs {
         // The plan must do real work: an update step over the candidates.
         let first = plan(snapshot(input)).unwrap();
-        assert!(!first.actions.is_empty(), "the benchmark plan does nothing");
+        assert!(
+            !first.actions().is_empty(),
+            "the benchmark plan does nothing"
+        );
     }
     per_plan.borrow_mut().push((name.to_owned(), Vec::new()));
     group.bench_with_input(BenchmarkId::from_parameter(name), inputs, |b, inputs| {

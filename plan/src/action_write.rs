@@ -353,25 +353,26 @@ pub fn of(
     })
 }
 
-/// The writes of the actions among `actions` this module covers, in plan order, the pods
-/// they name found among `pods` (the plan's facts). An action whose write cannot be
-/// planned has none: the applier meets the same error.
-pub fn all(inputs: &ActionInputs, pods: &[PodFacts<'_>], actions: &[Action]) -> Vec<ActionWrite> {
+/// The writes of the actions among `actions` this module covers, aligned with `actions`
+/// (`None` for an action it does not cover), the pods they name found among `pods` (the
+/// plan's facts). A write that cannot be planned is kept as its error.
+pub fn all(
+    inputs: &ActionInputs,
+    pods: &[PodFacts<'_>],
+    actions: &[Action],
+) -> Vec<Option<Result<ActionWrite, ActionWriteError>>> {
     let by_name = super::pod_lookup::pods_named(
         pods,
         actions.iter().filter(|a| covers(a)).filter_map(pod_named),
     );
-    let mut out = Vec::new();
-    for (index, action) in actions.iter().enumerate() {
-        if !covers(action) {
-            continue;
-        }
-        let pod = pod_named(action).and_then(|name| by_name.get(name).copied());
-        if let Some(Ok(write)) = of(inputs, pod, index, action) {
-            out.push(write);
-        }
-    }
-    out
+    actions
+        .iter()
+        .enumerate()
+        .map(|(index, action)| {
+            let pod = pod_named(action).and_then(|name| by_name.get(name).copied());
+            of(inputs, pod, index, action)
+        })
+        .collect()
 }
 
 fn create(

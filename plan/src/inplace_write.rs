@@ -295,7 +295,9 @@ pub fn still_updatable(planned: &Pod, fresh: &Pod, gate_set: bool) -> Result<(),
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InPlaceWrite {
-    /// The index of the action in the plan's actions.
+    /// The index of the action in the plan's actions (not shown: the write is shown with
+    /// its step).
+    #[serde(skip)]
     pub action: usize,
     pub kind: InPlaceWriteKind,
     pub pod: String,
@@ -413,18 +415,24 @@ pub fn of(
     }
 }
 
-/// The writes of the in-place actions among `actions` for `pods`, in plan order. An
-/// action whose write cannot be planned has none: the applier meets the same error.
-pub fn all(inputs: &WriteInputs, pods: &[PodFacts<'_>], actions: &[Action]) -> Vec<InPlaceWrite> {
+/// The writes of the in-place actions among `actions` for `pods`, aligned with `actions`:
+/// `None` for an action that is no in-place write or whose pod is not among `pods`; a
+/// write that cannot be planned is kept as its error.
+pub fn all(
+    inputs: &WriteInputs,
+    pods: &[PodFacts<'_>],
+    actions: &[Action],
+) -> Vec<Option<Result<InPlaceWrite, InPlaceWriteError>>> {
     let by_name = super::pod_lookup::pods_named(pods, actions.iter().filter_map(pod_of));
     // Starting an update depends on the pod's revision label and the target but for a
     // few per-pod parts ([`Prepared`]), and a plan's pods carry a few revisions: the
     // decision (which reads and compares two templates), the split into container
     // batches, the patch and the state are made once per pair, not once per pod.
     let mut prepared: Vec<Pair> = Vec::new();
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(actions.len());
     for (index, action) in actions.iter().enumerate() {
         let Some(pod) = pod_of(action).and_then(|name| by_name.get(name)) else {
+            out.push(None);
             continue;
         };
         let write = match action {
@@ -445,20 +453,19 @@ pub fn all(inputs: &WriteInputs, pods: &[PodFacts<'_>], actions: &[Action]) -> V
                     });
                     prepared.len() - 1
                 });
-                match &prepared[at].start {
+                Some(match &prepared[at].start {
                     Ok(start) => start.write_for(pod, index),
-                    // The same for every pod of the pair; the applier meets it again.
-                    Err(_) => continue,
-                }
+                    Err(Unprepared::Refused(reason)) => Err(InPlaceWriteError::Refused {
+                        pod: name_of(pod),
+                        reason: reason.clone(),
+                    }),
+                    // Not cloneable (a parser's error): made again for this pod.
+                    Err(Unprepared::Failed(_)) => start(inputs, pod, index, revision),
+                })
             }
-            _ => match of(inputs, pod, index, action) {
-                Some(write) => write,
-                None => continue,
-            },
+            _ => of(inputs, pod, index, action),
         };
-        if let Ok(write) = write {
-            out.push(write);
-        }
+        out.push(write);
     }
     out
 }

@@ -2,15 +2,20 @@
 //!
 //! Apart from [`super::model`] (the input and the actions) so that the modules that plan
 //! each action's write ([`super::action_write`], [`super::inplace_write`],
-//! [`super::lifecycle_write`], [`super::completion_write`], [`super::pod_conditions`]) read the actions without the
-//! actions' module reading them back (no import circle).
+//! [`super::lifecycle_write`], [`super::completion_write`], [`super::pod_conditions`]),
+//! paired with their actions in [`super::step`], read the actions without the actions'
+//! module reading them back (no import circle).
 
 use std::time::Duration;
 
 use inplace_proto::CloneSetStatus;
 use serde::Serialize;
 
+use super::completion_write::CompletionWrite;
+use super::inplace_write::InPlaceWrite;
+use super::lifecycle_write::LifecycleWrite;
 use super::model::{Action, Diffs, PlanProblem, Resolved, RevisionPlan};
+use super::step::{Step, StepWrite};
 
 /// The planner's answer for one reconcile.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -19,27 +24,13 @@ pub struct Plan {
     pub resolved: Resolved,
     pub diffs: Diffs,
     pub revisions: RevisionPlan,
-    /// Ordered actions. One reconcile does a scale step or an update step, never both.
-    pub actions: Vec<Action>,
+    /// Ordered steps: each action with its write. One reconcile does a scale step or an
+    /// update step, never both.
+    pub steps: Vec<Step>,
     /// Readiness-gate conditions set True on pods that lack them
-    /// ([`super::pod_conditions`]).
+    /// ([`super::pod_conditions`]): writes of no action, sent before the steps.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub pod_conditions: Vec<super::pod_conditions::InitialConditions>,
-    /// What each [`Action::Lifecycle`] writes ([`super::lifecycle_write`]), in plan order.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub lifecycle_writes: Vec<super::lifecycle_write::LifecycleWrite>,
-    /// What each [`Action::CompleteInPlaceUpdate`] writes ([`super::completion_write`]):
-    /// `InPlaceUpdateReady` True, with the pod's lifecycle labels where they can go along.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub completion_writes: Vec<super::completion_write::CompletionWrite>,
-    /// What each in-place action (start, held update, next container batch) writes
-    /// ([`super::inplace_write`]), in plan order.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub in_place_writes: Vec<super::inplace_write::InPlaceWrite>,
-    /// What every other action (create, delete, PVC, label writes, a stall's report on
-    /// `InPlaceUpdateReady`, `podsToDelete` pruning) writes ([`super::action_write`]), in plan order.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub action_writes: Vec<super::action_write::ActionWrite>,
     /// The status the controller should write.
     pub status: CloneSetStatus,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -47,6 +38,45 @@ pub struct Plan {
     /// Reconcile again after this long even if nothing changes (minReadySeconds, grace, deadline).
     #[serde(skip_serializing_if = "Option::is_none", with = "opt_duration_secs")]
     pub requeue_after: Option<Duration>,
+}
+
+impl Plan {
+    /// The actions of the steps, in order (a copy, for reports and tests).
+    pub fn actions(&self) -> Vec<Action> {
+        self.steps.iter().map(|s| s.action.clone()).collect()
+    }
+
+    /// The writes of the steps that hold one of kind `pick`, in order.
+    fn writes<'a, T>(&'a self, pick: impl Fn(&'a StepWrite) -> Option<&'a T>) -> Vec<&'a T> {
+        self.steps
+            .iter()
+            .filter_map(|s| s.write.as_ref().ok().and_then(&pick))
+            .collect()
+    }
+
+    /// The lifecycle writes, in step order.
+    pub fn lifecycle_writes(&self) -> Vec<&LifecycleWrite> {
+        self.writes(|w| match w {
+            StepWrite::Lifecycle(w) => Some(w),
+            _ => None,
+        })
+    }
+
+    /// The completion writes, in step order.
+    pub fn completion_writes(&self) -> Vec<&CompletionWrite> {
+        self.writes(|w| match w {
+            StepWrite::Completion(w) => Some(w),
+            _ => None,
+        })
+    }
+
+    /// The in-place writes, in step order.
+    pub fn in_place_writes(&self) -> Vec<&InPlaceWrite> {
+        self.writes(|w| match w {
+            StepWrite::InPlace(w) => Some(w),
+            _ => None,
+        })
+    }
 }
 
 mod opt_duration_secs {

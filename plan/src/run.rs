@@ -8,8 +8,8 @@ use super::output::Plan;
 use super::revision::RevisionError;
 use super::selector::{Selector, SelectorError};
 use super::{
-    action_write, completion_write, diffs, housekeeping, inplace_write, lifecycle_write,
-    pod_conditions, revision, scale, status, update,
+    action_write, diffs, housekeeping, inplace_write, pod_conditions, revision, scale, status,
+    step, update,
 };
 
 /// Input the planner cannot work with. Everything else (odd percents, pods in odd states)
@@ -34,8 +34,8 @@ fn earliest(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
     }
 }
 
-/// What the in-place writes ([`inplace_write::all`]) and the other actions' writes
-/// ([`action_write::all`]) of a plan over `ctx` are planned from.
+/// What the writes of the steps of a plan over `ctx` are planned from
+/// ([`step::plan_steps`]).
 pub fn write_inputs<'c>(
     ctx: &'c PlanContext<'_>,
 ) -> (
@@ -145,23 +145,15 @@ pub fn plan(snapshot: Snapshot<'_>) -> Result<Plan, PlanError> {
     ));
     actions.extend(housekeeping::backfill_template_hash(&ctx));
     let pod_conditions = pod_conditions::initial(&ctx.pods, &actions);
-    let mut lifecycle_writes = lifecycle_write::all(cloneset, &actions);
-    let completion_writes =
-        completion_write::all(ctx.snapshot.pods, &actions, &mut lifecycle_writes);
     let (in_place_inputs, action_inputs) = write_inputs(&ctx);
-    let in_place_writes = inplace_write::all(&in_place_inputs, &ctx.pods, &actions);
-    let action_writes = action_write::all(&action_inputs, &ctx.pods, &actions);
+    let steps = step::plan_steps(&in_place_inputs, &action_inputs, &ctx.pods, actions);
 
     Ok(Plan {
         resolved,
         diffs: reported,
         revisions,
-        actions,
+        steps,
         pod_conditions,
-        lifecycle_writes,
-        completion_writes,
-        in_place_writes,
-        action_writes,
         status,
         problems,
         requeue_after: earliest(requeue_after, status_requeue),
@@ -228,7 +220,7 @@ mod tests {
         assert_eq!(p.revisions.update_revision, rev);
         assert!(p.revisions.create.is_some());
         let creates = p
-            .actions
+            .actions()
             .iter()
             .filter(|a| matches!(a, Action::Create { revision, .. } if *revision == rev))
             .count();
@@ -257,7 +249,11 @@ mod tests {
             ..Default::default()
         });
         let p = w.plan().unwrap();
-        assert!(!p.actions.iter().any(|a| matches!(a, Action::Update { .. })));
+        assert!(
+            !p.actions()
+                .iter()
+                .any(|a| matches!(a, Action::Update { .. }))
+        );
         let failed: Vec<_> = p
             .status
             .conditions
@@ -286,13 +282,17 @@ mod tests {
             ..Default::default()
         });
         let p = w.plan().unwrap();
-        assert!(p.actions.iter().all(|a| matches!(a, Action::Create { .. })));
-        assert_eq!(p.actions.len(), 1);
+        assert!(
+            p.actions()
+                .iter()
+                .all(|a| matches!(a, Action::Create { .. }))
+        );
+        assert_eq!(p.actions().len(), 1);
         // Once the count is right, the update step runs.
         w.pods.push(pod("demo-c", "demo-old").cached());
         let p = w.plan().unwrap();
-        assert!(!p.actions.is_empty());
-        assert!(p.actions.iter().all(|a| matches!(
+        assert!(!p.actions().is_empty());
+        assert!(p.actions().iter().all(|a| matches!(
             a,
             Action::Update {
                 method: UpdateMethod::InPlace,
@@ -307,7 +307,7 @@ mod tests {
         w.cs.metadata.deletion_timestamp =
             Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t(1)));
         let p = w.plan().unwrap();
-        assert!(p.actions.is_empty());
+        assert!(p.actions().is_empty());
     }
 
     #[test]
@@ -333,7 +333,7 @@ mod tests {
         );
         let p = w.plan().unwrap();
         assert_eq!(
-            p.actions.last(),
+            p.actions().last(),
             Some(&Action::PrunePodsToDelete {
                 names: vec!["demo-gone".into()]
             })

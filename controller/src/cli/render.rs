@@ -8,14 +8,12 @@ use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 
 use crate::plan::action_write::{Target, Write, template_of_recipe};
-use crate::plan::{Action, DeleteReason, Plan, UpdateMethod};
+use crate::plan::{Action, DeleteReason, Plan, StepWrite, UpdateMethod};
 
-/// The JSON object: `resolved`, `diffs`, `revisions`, `actions`, `status`, and
-/// `podConditions` (the readiness-gate conditions written besides the actions),
-/// `lifecycleWrites` (what each lifecycle action writes), `completionWrites` (what each
-/// completion of an in-place update writes), `inPlaceWrites` (what each in-place action
-/// writes), `actionWrites` (what every other action writes),
-/// `problems` and `requeueAfterSeconds` when there are any.
+/// The JSON object: `resolved`, `diffs`, `revisions`, `steps` (each action with its
+/// `write`, or the `writeError` why it cannot be planned), `actions` (the steps' actions
+/// alone, for scripts), `status`, and `podConditions` (the readiness-gate conditions
+/// written besides the steps), `problems` and `requeueAfterSeconds` when there are any.
 pub fn json(plan: &Plan) -> Value {
     let revisions = &plan.revisions;
     let mut out = json!({
@@ -32,23 +30,12 @@ pub fn json(plan: &Plan) -> Value {
             "delete": revisions.delete,
             "collisionCount": revisions.collision_count,
         },
-        "actions": plan.actions,
+        "steps": plan.steps,
+        "actions": plan.actions(),
         "status": plan.status,
     });
     if !plan.pod_conditions.is_empty() {
         out["podConditions"] = json!(plan.pod_conditions);
-    }
-    if !plan.lifecycle_writes.is_empty() {
-        out["lifecycleWrites"] = json!(plan.lifecycle_writes);
-    }
-    if !plan.completion_writes.is_empty() {
-        out["completionWrites"] = json!(plan.completion_writes);
-    }
-    if !plan.in_place_writes.is_empty() {
-        out["inPlaceWrites"] = json!(plan.in_place_writes);
-    }
-    if !plan.action_writes.is_empty() {
-        out["actionWrites"] = json!(plan.action_writes);
     }
     if !plan.problems.is_empty() {
         out["problems"] = json!(plan.problems);
@@ -242,7 +229,7 @@ pub fn table(cs: &CloneSet, plan: &Plan, pod_count: usize) -> String {
     }
 
     let _ = writeln!(s, "\nNext step");
-    if plan.actions.is_empty() && plan.pod_conditions.is_empty() {
+    if plan.steps.is_empty() && plan.pod_conditions.is_empty() {
         let _ = writeln!(s, "  nothing to do");
     }
     for w in &plan.pod_conditions {
@@ -258,45 +245,54 @@ pub fn table(cs: &CloneSet, plan: &Plan, pod_count: usize) -> String {
             }
         );
     }
-    let mut lifecycle_writes = plan.lifecycle_writes.iter();
-    for (i, action) in plan.actions.iter().enumerate() {
+    for (i, step) in plan.steps.iter().enumerate() {
+        let action = &step.action;
         let _ = writeln!(s, "  {}. {}", i + 1, describe(cs, action));
-        if matches!(action, Action::Lifecycle { .. })
-            && let Some(w) = lifecycle_writes.next()
-            && (w.labels.len() > 1 || !w.finalizers.is_empty())
-        {
-            let labels: Vec<String> = w
-                .labels
-                .iter()
-                .filter(|(k, _)| k.as_str() != inplace_proto::keys::LIFECYCLE_STATE_LABEL)
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect();
-            let _ = writeln!(
-                s,
-                "     putting the inPlaceUpdate hook back: labels [{}], finalizers [{}]",
-                labels.join(", "),
-                w.finalizers.join(", ")
-            );
-        }
-        if let Action::CompleteInPlaceUpdate { pod } = action
-            && let Some(w) = plan.completion_writes.iter().find(|w| &w.pod == pod)
-        {
-            let lifecycle = w
-                .lifecycle_labels
-                .get(inplace_proto::keys::LIFECYCLE_STATE_LABEL)
-                .map(|state| format!(", with lifecycle state {state} in the same patch"))
-                .unwrap_or_default();
-            let _ = writeln!(
-                s,
-                "     writes: patch status of pod {pod}: InPlaceUpdateReady True{lifecycle} ({})",
-                only_on(Some(&w.resource_version))
-            );
-        }
-        if let Some(w) = plan.in_place_writes.iter().find(|w| w.action == i) {
-            let _ = writeln!(s, "     {}", in_place_write_words(w));
-        }
-        if let Some(w) = plan.action_writes.iter().find(|w| w.action == i) {
-            let _ = writeln!(s, "     {}", action_write_words(&w.write));
+        match &step.write {
+            Err(err) => {
+                let _ = writeln!(
+                    s,
+                    "     writes: nothing, the write cannot be planned: {err}"
+                );
+            }
+            Ok(StepWrite::Lifecycle(w)) => {
+                if w.labels.len() > 1 || !w.finalizers.is_empty() {
+                    let labels: Vec<String> = w
+                        .labels
+                        .iter()
+                        .filter(|(k, _)| k.as_str() != inplace_proto::keys::LIFECYCLE_STATE_LABEL)
+                        .map(|(k, v)| format!("{k}={v}"))
+                        .collect();
+                    let _ = writeln!(
+                        s,
+                        "     putting the inPlaceUpdate hook back: labels [{}], finalizers [{}]",
+                        labels.join(", "),
+                        w.finalizers.join(", ")
+                    );
+                }
+            }
+            Ok(StepWrite::Completion(w)) => {
+                let lifecycle = w
+                    .lifecycle_labels
+                    .get(inplace_proto::keys::LIFECYCLE_STATE_LABEL)
+                    .map(|state| format!(", with lifecycle state {state} in the same patch"))
+                    .unwrap_or_default();
+                let _ = writeln!(
+                    s,
+                    "     writes: patch status of pod {}: InPlaceUpdateReady True{lifecycle} ({})",
+                    w.pod,
+                    only_on(Some(&w.resource_version))
+                );
+            }
+            Ok(StepWrite::InPlace(w)) => {
+                let _ = writeln!(s, "     {}", in_place_write_words(w));
+            }
+            Ok(StepWrite::Object(w)) => {
+                let _ = writeln!(s, "     {}", action_write_words(w));
+            }
+            Ok(StepWrite::Nothing { why }) => {
+                let _ = writeln!(s, "     writes: nothing ({why})");
+            }
         }
     }
     for p in &plan.problems {
@@ -350,7 +346,7 @@ pub fn table(cs: &CloneSet, plan: &Plan, pod_count: usize) -> String {
     s
 }
 
-/// Adds to each create of `out["actionWrites"]` (from [`json`]) the objects its recipe
+/// Adds to the write of each create among `out["steps"]` (from [`json`]) the objects its recipe
 /// renders to (the pod as `object`, the PVCs to create as `pvcObjects`), by the function
 /// the applier renders them with; `now` stamps the lifecycle timestamp. A create whose
 /// revision's template is not given is left as its recipe.
@@ -361,13 +357,14 @@ pub fn with_created_objects(
     revisions: &[ControllerRevision],
     now: Timestamp,
 ) {
-    let Some(shown) = out.get_mut("actionWrites").and_then(Value::as_array_mut) else {
+    let Some(shown) = out.get_mut("steps").and_then(Value::as_array_mut) else {
         return;
     };
-    for (shown, write) in shown.iter_mut().zip(&plan.action_writes) {
-        let Write::Create(recipe) = &write.write else {
+    for (shown, step) in shown.iter_mut().zip(&plan.steps) {
+        let Ok(StepWrite::Object(Write::Create(recipe))) = &step.write else {
             continue;
         };
+        let shown = &mut shown["write"];
         let Ok(template) =
             template_of_recipe(recipe, cs, revisions, &plan.revisions.update_revision)
         else {

@@ -234,7 +234,7 @@ proptest! {
 
 #[test]
 fn a_lifecycle_action_shows_what_it_writes() {
-    use crate::plan::{Action, Plan, lifecycle_write};
+    use crate::plan::{Action, Plan, Step, StepWrite, lifecycle_write};
     use inplace_proto::LifecycleState;
 
     let cs = demo_cloneset(json!({"lifecycle": {"inPlaceUpdate": {
@@ -248,14 +248,17 @@ fn a_lifecycle_action_shows_what_it_writes() {
         to: LifecycleState::PreparingUpdate,
         mark_not_ready: Some(true),
     };
+    let write = lifecycle_write::of(&cs, &action).unwrap();
     let plan = Plan {
-        lifecycle_writes: lifecycle_write::all(&cs, std::slice::from_ref(&action)),
-        actions: vec![action],
+        steps: vec![Step {
+            action,
+            write: Ok(StepWrite::Lifecycle(write)),
+        }],
         ..Plan::default()
     };
     let v = render::json(&plan);
     assert_eq!(
-        v["lifecycleWrites"],
+        json!([v["steps"][0]["write"]]),
         json!([{
             "pod": "demo-a",
             "notReady": {"key": "preUpdateHook", "add": true},
@@ -272,13 +275,13 @@ fn a_lifecycle_action_shows_what_it_writes() {
         "{table}"
     );
     // Nothing of the kind without lifecycle actions.
-    assert_eq!(render::json(&Plan::default()).get("lifecycleWrites"), None);
+    assert_eq!(render::json(&Plan::default())["steps"], json!([]));
 }
 
 #[test]
 fn a_completion_carrying_the_lifecycle_shows_it_in_json_and_under_its_action() {
     use crate::plan::completion_write::CompletionWrite;
-    use crate::plan::{Action, Plan, lifecycle_write};
+    use crate::plan::{Action, Plan, Step, StepWrite, lifecycle_write};
     use inplace_proto::LifecycleState;
 
     let cs = demo_cloneset(json!({}));
@@ -291,29 +294,37 @@ fn a_completion_carrying_the_lifecycle_shows_it_in_json_and_under_its_action() {
         to: LifecycleState::Normal,
         mark_not_ready: None,
     };
-    let mut lifecycle_writes = lifecycle_write::all(&cs, std::slice::from_ref(&lifecycle));
-    lifecycle_writes[0].with_completion = true;
+    let mut lifecycle_write = lifecycle_write::of(&cs, &lifecycle).unwrap();
+    lifecycle_write.with_completion = true;
+    let completion = CompletionWrite {
+        pod: "demo-a".into(),
+        resource_version: "7".into(),
+        lifecycle_labels: [(
+            "lifecycle.apps.kruise.io/state".to_owned(),
+            "Normal".to_owned(),
+        )]
+        .into(),
+    };
     let plan = Plan {
-        lifecycle_writes,
-        completion_writes: vec![CompletionWrite {
-            pod: "demo-a".into(),
-            resource_version: "7".into(),
-            lifecycle_labels: [(
-                "lifecycle.apps.kruise.io/state".to_owned(),
-                "Normal".to_owned(),
-            )]
-            .into(),
-        }],
-        actions: vec![complete, lifecycle],
+        steps: vec![
+            Step {
+                action: complete,
+                write: Ok(StepWrite::Completion(completion)),
+            },
+            Step {
+                action: lifecycle,
+                write: Ok(StepWrite::Lifecycle(lifecycle_write)),
+            },
+        ],
         ..Plan::default()
     };
     let v = render::json(&plan);
     assert_eq!(
-        v["completionWrites"],
+        json!([v["steps"][0]["write"]]),
         json!([{"pod": "demo-a", "resourceVersion": "7",
                 "lifecycleLabels": {"lifecycle.apps.kruise.io/state": "Normal"}}])
     );
-    assert_eq!(v["lifecycleWrites"][0]["withCompletion"], true);
+    assert_eq!(v["steps"][1]["write"]["withCompletion"], true);
     let table = render::table(&cs, &plan, 1);
     assert!(
         table.contains(
@@ -321,7 +332,7 @@ fn a_completion_carrying_the_lifecycle_shows_it_in_json_and_under_its_action() {
         ),
         "{table}"
     );
-    assert_eq!(render::json(&Plan::default()).get("completionWrites"), None);
+    assert_eq!(render::json(&Plan::default())["steps"], json!([]));
 }
 
 #[test]
@@ -349,19 +360,22 @@ fn in_place_writes_are_shown_in_json_and_under_their_action() {
         guard: Guard::default(),
     };
     let plan = Plan {
-        actions: vec![crate::plan::Action::Update {
-            pod: "demo-a".into(),
-            method: crate::plan::UpdateMethod::InPlace,
-            revision: "demo-new".into(),
+        steps: vec![crate::plan::Step {
+            action: crate::plan::Action::Update {
+                pod: "demo-a".into(),
+                method: crate::plan::UpdateMethod::InPlace,
+                revision: "demo-new".into(),
+            },
+            write: Ok(crate::plan::StepWrite::InPlace(write)),
         }],
-        in_place_writes: vec![write],
         ..Plan::default()
     };
     let v = render::json(&plan);
-    assert_eq!(v["inPlaceWrites"][0]["patch"], patch);
-    assert_eq!(v["inPlaceWrites"][0]["kind"], "start");
-    assert_eq!(v["inPlaceWrites"][0]["notReadyFirst"], true);
-    assert_eq!(v["inPlaceWrites"][0]["resize"]["via"], "subresource");
+    let shown = &v["steps"][0]["write"];
+    assert_eq!(shown["patch"], patch);
+    assert_eq!(shown["kind"], "start");
+    assert_eq!(shown["notReadyFirst"], true);
+    assert_eq!(shown["resize"]["via"], "subresource");
     let table = render::table(&cs, &plan, 1);
     assert!(
         table.contains(
@@ -371,7 +385,7 @@ fn in_place_writes_are_shown_in_json_and_under_their_action() {
         ),
         "{table}"
     );
-    assert_eq!(render::json(&Plan::default()).get("inPlaceWrites"), None);
+    assert_eq!(render::json(&Plan::default())["steps"], json!([]));
 }
 
 /// A CloneSet `demo` without containers, `extra` merged into its spec.
@@ -393,42 +407,38 @@ fn demo_cloneset(extra: serde_json::Value) -> inplace_proto::CloneSet {
 
 #[test]
 fn status_patches_and_skipped_writes_are_shown_under_their_action() {
-    use crate::plan::action_write::{ActionWrite, Patch, Target, Write};
-    use crate::plan::{Action, Plan};
+    use crate::plan::action_write::{Patch, Target, Write};
+    use crate::plan::{Action, Plan, Step, StepWrite};
     let cs = demo_cloneset(json!({}));
     let plan = Plan {
-        actions: vec![
-            Action::CompleteInPlaceUpdate {
-                pod: "demo-a".into(),
-            },
-            Action::CompleteInPlaceUpdate {
-                pod: "demo-b".into(),
-            },
-        ],
-        action_writes: vec![
-            ActionWrite {
-                action: 0,
-                write: Write::Patch(Patch {
+        steps: vec![
+            Step {
+                action: Action::CompleteInPlaceUpdate {
+                    pod: "demo-a".into(),
+                },
+                write: Ok(StepWrite::Object(Write::Patch(Patch {
                     target: Target::PodStatus,
                     name: "demo-a".into(),
                     resource_version: Some("41".into()),
                     patch: json!({"status": {"conditions": [{"type": "InPlaceUpdateReady", "status": "True"}]}}),
                     stamp_conditions: true,
-                }),
+                }))),
             },
-            ActionWrite {
-                action: 1,
-                write: Write::Skip {
-                    why: "the pod has no InPlaceUpdateReady readiness gate",
+            Step {
+                action: Action::CompleteInPlaceUpdate {
+                    pod: "demo-b".into(),
                 },
+                write: Ok(StepWrite::Object(Write::Skip {
+                    why: "the pod has no InPlaceUpdateReady readiness gate",
+                })),
             },
         ],
         ..Plan::default()
     };
     let v = render::json(&plan);
-    assert_eq!(v["actionWrites"][0]["target"], "podStatus");
-    assert_eq!(v["actionWrites"][0]["stampConditions"], true);
-    assert_eq!(v["actionWrites"][1]["kind"], "skip");
+    assert_eq!(v["steps"][0]["write"]["target"], "podStatus");
+    assert_eq!(v["steps"][0]["write"]["stampConditions"], true);
+    assert_eq!(v["steps"][1]["write"]["kind"], "skip");
     let table = render::table(&cs, &plan, 2);
     assert!(
         table.contains(
@@ -443,5 +453,5 @@ fn status_patches_and_skipped_writes_are_shown_under_their_action() {
         table.contains("     writes: nothing (the pod has no InPlaceUpdateReady readiness gate)\n"),
         "{table}"
     );
-    assert_eq!(render::json(&Plan::default()).get("actionWrites"), None);
+    assert_eq!(render::json(&Plan::default())["steps"], json!([]));
 }

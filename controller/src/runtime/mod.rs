@@ -253,7 +253,7 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context, key: &str) -> Result<Acti
         Err(other) => return Err(other),
     };
     debug!(
-        actions = plan.actions.len(),
+        actions = plan.steps.len(),
         problems = plan.problems.len(),
         update_revision = %plan.revisions.update_revision,
         "planned"

@@ -74,21 +74,13 @@ impl World {
             &facts_of(&self.pods),
             std::slice::from_ref(&action),
         );
-        match writes.into_iter().next() {
-            Some(w) => {
+        // An error is kept in the write's place, not dropped.
+        match writes.into_iter().next().flatten().expect("covered") {
+            Ok(w) => {
                 assert_eq!(w.action, 0);
                 Ok(w.write)
             }
-            None => {
-                let pod = pod_named(&action).and_then(|n| {
-                    self.pods
-                        .iter()
-                        .find(|p| p.metadata.name.as_deref() == Some(n))
-                });
-                Err(of(&self.inputs(), pod.map(|p| &**p), 0, &action)
-                    .expect("covered")
-                    .expect_err("no write planned, so an error"))
-            }
+            Err(e) => Err(e),
         }
     }
 }

@@ -264,9 +264,9 @@ fn updated_pod(rev: &str, state: &str, ready: bool) -> PodBuilder {
 
 fn pod_writes(p: &Plan) -> (Vec<&Action>, Vec<&CompletionWrite>, Vec<&LifecycleWrite>) {
     (
-        p.actions.iter().collect(),
-        p.completion_writes.iter().collect(),
-        p.lifecycle_writes.iter().collect(),
+        p.steps.iter().map(|s| &s.action).collect(),
+        p.completion_writes(),
+        p.lifecycle_writes(),
     )
 }
 

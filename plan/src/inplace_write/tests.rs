@@ -485,7 +485,13 @@ fn all_plans_one_write_per_in_place_action_naming_its_index() {
             pod: "demo-a".into(),
         },
     ];
-    let writes = all(&w.inputs(), &facts_of(&pods), &actions);
+    let all_writes = all(&w.inputs(), &facts_of(&pods), &actions);
+    // demo-a's missing grace annotation is kept as the write's error, not dropped.
+    assert!(matches!(
+        all_writes[3],
+        Some(Err(InPlaceWriteError::AnnotationMissing { .. }))
+    ));
+    let writes = planned(all_writes);
     // demo-gone is not cached; demo-a has no grace annotation (the applier's error).
     assert_eq!(writes.len(), 1);
     assert_eq!((writes[0].action, writes[0].pod.as_str()), (1, "demo-b"));
@@ -515,7 +521,7 @@ fn all_writes_what_start_writes_for_each_pod_with_one_decision_per_revision_pair
         pod("demo-d", "demo-older").cached(),
     ];
     let actions = in_place_updates(&pods, "demo-new");
-    let writes = all(&w.inputs(), &facts_of(&pods), &actions);
+    let writes = planned(all(&w.inputs(), &facts_of(&pods), &actions));
     let one_by_one: Vec<InPlaceWrite> = pods
         .iter()
         .enumerate()
@@ -698,7 +704,7 @@ fn all_writes_byte_for_byte_what_the_single_pod_path_writes() {
                 w.options.pod_resize = pod_resize;
                 w.options.short_hash = short_hash;
                 let inputs = w.inputs();
-                let writes = all(&inputs, &facts_of(&pods), &actions);
+                let writes = planned(all(&inputs, &facts_of(&pods), &actions));
                 let results: Vec<Result<InPlaceWrite, InPlaceWriteError>> = actions
                     .iter()
                     .enumerate()
@@ -865,4 +871,13 @@ fn pod_patches_compare_by_what_the_pod_gets() {
     assert!(with_state("s").writes_annotation(keys::INPLACE_UPDATE_STATE_ANNOTATION));
     assert!(with_state("s").writes_annotation("a"));
     assert!(!PodPatch::from(json!({})).writes_annotation(keys::INPLACE_UPDATE_STATE_ANNOTATION));
+}
+
+/// The writes of [`all`] that could be planned, in plan order.
+fn planned(writes: Vec<Option<Result<InPlaceWrite, InPlaceWriteError>>>) -> Vec<InPlaceWrite> {
+    writes
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .collect()
 }

@@ -64,7 +64,7 @@ fn run(w: &World) -> Plan {
 
 /// Pods deleted, with why.
 fn deleted(p: &Plan) -> Vec<(String, DeleteReason)> {
-    p.actions
+    p.actions()
         .iter()
         .filter_map(|a| match a {
             Action::Delete { pod, reason } => Some((pod.clone(), *reason)),
@@ -74,7 +74,7 @@ fn deleted(p: &Plan) -> Vec<(String, DeleteReason)> {
 }
 
 fn pruned(p: &Plan) -> Vec<String> {
-    p.actions
+    p.actions()
         .iter()
         .filter_map(|a| match a {
             Action::PrunePodsToDelete { names } => Some(names.clone()),

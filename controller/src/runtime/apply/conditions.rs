@@ -4,8 +4,6 @@
 //! in that write), and our key in `KruisePodReady`'s message list. (A stall's report is a
 //! planned write: `writes`.)
 
-use std::borrow::Cow;
-
 use inplace_proto::keys;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -15,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::error::Error;
 use crate::expectations::Expectation;
-use crate::plan::completion_write;
+use crate::plan::completion_write::CompletionWrite;
 use crate::plan::not_ready::{NOT_READY_USER_AGENT, NotReadyMessage, kruise_pod_ready};
 use crate::plan::pod_conditions::{InitialConditions, has_gate};
 
@@ -108,22 +106,11 @@ impl Actor<'_> {
     /// The plan's completion write of pod `name` ([`crate::plan::completion_write`]):
     /// `InPlaceUpdateReady` True, with the lifecycle labels the plan put in it, pinned to
     /// the pod version judged complete.
-    pub(super) async fn complete_in_place(&self, name: &str) -> Result<(), Error> {
-        // A plan made without its writes (by hand) has it derived from the cached pod,
-        // without the lifecycle labels (its lifecycle write then goes on its own).
-        let write = match self.plan.completion_writes.iter().find(|w| w.pod == name) {
-            Some(w) => Cow::Borrowed(w),
-            None => {
-                let pod = self
-                    .pods
-                    .get(name)
-                    .ok_or_else(|| Error::NotCached(format!("pod {}/{name}", self.ns)))?;
-                match completion_write::of(pod, None) {
-                    Some(w) => Cow::Owned(w),
-                    None => return Ok(()),
-                }
-            }
-        };
+    pub(super) async fn complete_in_place(
+        &self,
+        name: &str,
+        write: &CompletionWrite,
+    ) -> Result<(), Error> {
         let body = write.patch(&now_time(), &now_rfc3339());
         // Only for the pod version we checked: a newer one is judged again next time.
         self.written_or_passed(self.patch_pod_status_body(name.to_owned(), body).await)

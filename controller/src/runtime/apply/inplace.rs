@@ -4,8 +4,6 @@
 //! grace period is over, the next container batch; then cpu/memory through `pods/resize`
 //! where the plan says so.
 
-use std::borrow::Cow;
-
 use inplace_proto::keys;
 use k8s_openapi::api::core::v1::{Pod, ResourceRequirements};
 use k8s_openapi::jiff::Timestamp;
@@ -16,15 +14,16 @@ use tracing::{info, warn};
 
 use crate::error::Error;
 use crate::expectations::Expectation;
-use crate::plan::Action;
 use crate::plan::inplace_write::{self, InPlaceWrite, InPlaceWriteKind, ResizeVia, WriteInputs};
+use crate::plan::{Action, StepWrite};
 use crate::watch::CachedPod;
 
 use super::conflict::Pin;
-use super::{Actor, action_key, pod_ref};
+use super::{Actor, pod_ref};
 
 impl Actor<'_> {
-    /// What in-place writes planned again here are planned from (at write time).
+    /// What an in-place write planned again after a conflict is planned from (at write
+    /// time).
     fn write_inputs(&self) -> WriteInputs<'_> {
         WriteInputs {
             cloneset: self.cs,
@@ -32,22 +31,6 @@ impl Actor<'_> {
             update_revision: &self.plan.revisions.update_revision,
             options: &self.ctx.settings.plan_options,
             now: Timestamp::now(),
-        }
-    }
-
-    /// The plan's write of the in-place `action`; a plan made without its writes (by hand)
-    /// has it planned here from the cached pod.
-    fn in_place_write(&self, name: &str, action: &Action) -> Result<Cow<'_, InPlaceWrite>, Error> {
-        if let Some(w) = self.in_place_writes.get(&action_key(action)) {
-            return Ok(Cow::Borrowed(*w));
-        }
-        let cached = self
-            .pods
-            .get(name)
-            .ok_or_else(|| Error::NotCached(format!("pod {}/{name}", self.ns)))?;
-        match inplace_write::of(&self.write_inputs(), cached, self.index_of(action), action) {
-            Some(write) => Ok(Cow::Owned(write?)),
-            None => Err(Error::NotCached(format!("in-place write of pod {name}"))),
         }
     }
 
@@ -71,15 +54,19 @@ impl Actor<'_> {
         })
     }
 
+    /// Starts the in-place update the plan wrote down (`write`, or why it could not),
+    /// with its event and metric.
     pub(super) async fn update_in_place(
         &self,
         name: &str,
         revision: &str,
         action: &Action,
+        write: Result<&StepWrite, Error>,
     ) -> Result<(), Error> {
         let pod = &self.pod(name)?;
-        let result = match self.in_place_write(name, action) {
-            Ok(write) => self.start_in_place(&write).await,
+        let result = match write {
+            Ok(StepWrite::InPlace(write)) => self.start_in_place(write).await,
+            Ok(other) => Err(super::mismatch(action, other)),
             Err(err) => Err(err),
         };
         match &result {
@@ -155,8 +142,11 @@ impl Actor<'_> {
 
     /// A held update once its grace period is over, or the next container batch of an
     /// update: the plan's patch pinned to the pod version judged, then the resize.
-    pub(super) async fn apply_planned(&self, name: &str, action: &Action) -> Result<(), Error> {
-        let write = self.in_place_write(name, action)?;
+    pub(super) async fn apply_planned(
+        &self,
+        name: &str,
+        write: &InPlaceWrite,
+    ) -> Result<(), Error> {
         let next_batch = write.kind == InPlaceWriteKind::NextBatch;
         let (what, done) = if next_batch {
             (
@@ -172,8 +162,8 @@ impl Actor<'_> {
         self.patch_pod_body(name, write.pinned_patch(&write.resource_version), what)
             .await?;
         // A held update of another revision is only dropped: nothing more.
-        if next_batch || on_revision(&write) {
-            self.resize(&write).await?;
+        if next_batch || on_revision(write) {
+            self.resize(write).await?;
             info!(pod = %name, "{done}");
         }
         Ok(())

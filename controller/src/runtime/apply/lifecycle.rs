@@ -2,27 +2,22 @@
 //! key in `KruisePodReady` where the hook marks the pod not ready, then the pod patch of
 //! the state label (with the hook put back on a pod that goes through another update).
 
-use std::borrow::Cow;
-
 use tracing::debug;
 
 use crate::error::Error;
 use crate::plan::Action;
-use crate::plan::lifecycle_write;
+use crate::plan::lifecycle_write::LifecycleWrite;
 
-use super::{Actor, action_key, now_rfc3339};
+use super::{Actor, now_rfc3339};
 
 impl Actor<'_> {
-    pub(super) async fn lifecycle(&self, name: &str, action: &Action) -> Result<(), Error> {
+    pub(super) async fn lifecycle(
+        &self,
+        name: &str,
+        write: &LifecycleWrite,
+        action: &Action,
+    ) -> Result<(), Error> {
         let pod = &self.pod(name)?;
-        // A plan made without its writes (by hand) has them derived from the action.
-        let write = match self.lifecycle_writes.get(&action_key(action)) {
-            Some(w) => Cow::Borrowed(*w),
-            None => match lifecycle_write::of(self.cs, action) {
-                Some(w) => Cow::Owned(w),
-                None => return Ok(()),
-            },
-        };
         if let Some(nr) = write.not_ready {
             self.set_not_ready_key(pod, nr.key, nr.add).await?;
         }

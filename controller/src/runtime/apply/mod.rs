@@ -7,9 +7,12 @@
 //!   decision made on a stale cache fails (409) instead of hitting the wrong object;
 //! - pod conditions are written by strategic merge patch on `pods/status` (conditions merge
 //!   by type, so the kubelet's own conditions are never overwritten);
-//! - consecutive actions of one kind form a phase; a phase runs with bounded parallelism
+//! - consecutive steps of one kind form a phase; a phase runs with bounded parallelism
 //!   (creates in slow-start batches 1, 2, 4, …); the first phase with a failure ends the
 //!   step, and the failure is reported (event, condition, retry with backoff).
+//!
+//! Each step of the plan holds its action's write ([`crate::plan::step`]); the applier
+//! sends it as it is (a step whose write could not be planned fails with its typed error).
 //!
 //! This module runs the phases and holds what every write shares (the APIs, patch helpers,
 //! expectations, events); the writes themselves are in:
@@ -54,10 +57,7 @@ use crate::error::Error;
 use crate::events::Note;
 use crate::expectations::Expectation;
 use crate::metrics::CloneSetLabels;
-use crate::plan::action_write::ActionWrite;
-use crate::plan::inplace_write::InPlaceWrite;
-use crate::plan::lifecycle_write::LifecycleWrite;
-use crate::plan::{Action, Plan, UpdateMethod};
+use crate::plan::{Action, Plan, Step, StepWrite, UpdateMethod};
 use crate::runtime::context::{Context, key_of};
 use crate::watch::{CachedPod, Owned};
 
@@ -130,60 +130,6 @@ struct Actor<'a> {
     /// [`Outcome::conflicts_passed`] so far.
     conflicts_passed: AtomicUsize,
     left: LeftVersions,
-    /// The plan's write of each of its lifecycle actions, by the action's address.
-    lifecycle_writes: HashMap<usize, &'a LifecycleWrite>,
-    /// The plan's write of each of its in-place actions, by the action's address.
-    in_place_writes: HashMap<usize, &'a InPlaceWrite>,
-    /// The plan's write of each of its other actions, by the action's address.
-    action_writes: HashMap<usize, &'a ActionWrite>,
-}
-
-/// An action's identity within its plan (its address), to find what the plan says it
-/// writes.
-fn action_key(action: &Action) -> usize {
-    std::ptr::from_ref(action) as usize
-}
-
-/// The plan's lifecycle writes by their actions (one per [`Action::Lifecycle`], in order).
-fn lifecycle_writes_of(plan: &Plan) -> HashMap<usize, &LifecycleWrite> {
-    plan.actions
-        .iter()
-        .filter(|a| matches!(a, Action::Lifecycle { .. }))
-        .zip(&plan.lifecycle_writes)
-        .filter(|(a, w)| pod_of(a) == Some(w.pod.as_str()))
-        .map(|(a, w)| (action_key(a), w))
-        .collect()
-}
-
-/// The plan's in-place writes by their actions (each names its action's index).
-fn in_place_writes_of(plan: &Plan) -> HashMap<usize, &InPlaceWrite> {
-    plan.in_place_writes
-        .iter()
-        .filter_map(|w| {
-            let action = plan.actions.get(w.action)?;
-            let in_place = matches!(
-                action,
-                Action::Update {
-                    method: UpdateMethod::InPlace,
-                    ..
-                } | Action::ApplyGracedUpdate { .. }
-                    | Action::ApplyNextContainerBatch { .. }
-            );
-            (in_place && pod_of(action) == Some(w.pod.as_str())).then(|| (action_key(action), w))
-        })
-        .collect()
-}
-
-/// The plan's writes of its other actions by their actions (each names its action's
-/// index).
-fn action_writes_of(plan: &Plan) -> HashMap<usize, &ActionWrite> {
-    plan.action_writes
-        .iter()
-        .filter_map(|w| {
-            let action = plan.actions.get(w.action)?;
-            crate::plan::action_write::covers(action).then(|| (action_key(action), w))
-        })
-        .collect()
 }
 
 /// Per pod name: the resourceVersion our last write of this execution left on the pod. A
@@ -259,29 +205,13 @@ fn phase_of(action: &Action) -> &'static str {
     }
 }
 
-/// The pod an action writes, if it is a per-pod action.
-fn pod_of(action: &Action) -> Option<&str> {
-    match action {
-        Action::Delete { pod, .. }
-        | Action::Update { pod, .. }
-        | Action::Lifecycle { pod, .. }
-        | Action::CompleteInPlaceUpdate { pod }
-        | Action::ApplyGracedUpdate { pod }
-        | Action::ApplyNextContainerBatch { pod }
-        | Action::ReportInPlaceStall { pod, .. }
-        | Action::SetTemplateHash { pod, .. } => Some(pod),
-        Action::ReownPvcToPod { pod, .. } => Some(pod),
-        Action::Create { .. } | Action::DeletePvc { .. } | Action::PrunePodsToDelete { .. } => None,
-    }
-}
-
-/// The actions of a phase in chains: one per pod (its actions in plan order), one per
-/// action without a pod; chains in order of first appearance.
-fn by_pod<'b>(phase: &[&'b Action]) -> Vec<Vec<&'b Action>> {
-    let mut chains: Vec<Vec<&Action>> = Vec::new();
+/// The steps of a phase in chains: one per pod (its steps in plan order), one per step
+/// without a pod; chains in order of first appearance.
+fn by_pod<'b>(phase: &[&'b Step]) -> Vec<Vec<&'b Step>> {
+    let mut chains: Vec<Vec<&Step>> = Vec::new();
     let mut index: BTreeMap<&str, usize> = BTreeMap::new();
     for action in phase {
-        match pod_of(action) {
+        match action.pod() {
             Some(pod) => match index.get(pod) {
                 Some(&i) => chains[i].push(action),
                 None => {
@@ -331,9 +261,6 @@ impl<'a> Actor<'a> {
             revisions_ok: AtomicBool::new(true),
             conflicts_passed: AtomicUsize::new(0),
             left: LeftVersions::default(),
-            lifecycle_writes: lifecycle_writes_of(plan),
-            in_place_writes: in_place_writes_of(plan),
-            action_writes: action_writes_of(plan),
         }
     }
 }
@@ -399,15 +326,6 @@ impl Actor<'_> {
         });
     }
 
-    /// The index of `action` (one of the plan's, by address) among the plan's actions.
-    fn index_of(&self, action: &Action) -> usize {
-        self.plan
-            .actions
-            .iter()
-            .position(|a| std::ptr::eq(a, action))
-            .unwrap_or_default()
-    }
-
     /// The full pod `name` (built from its cached form) for a write to it.
     fn pod(&self, name: &str) -> Result<Pod, Error> {
         self.pods
@@ -425,18 +343,21 @@ impl Actor<'_> {
                 kind: FailureKind::Update,
                 error: err,
             });
-            outcome.skipped = self.plan.actions.len();
+            outcome.skipped = self.plan.steps.len();
             return outcome;
         }
         self.init_pod_conditions(&mut outcome).await;
 
-        let mut phases: Vec<Vec<&Action>> = Vec::new();
-        for action in &self.plan.actions {
+        let mut phases: Vec<Vec<&Step>> = Vec::new();
+        for step in &self.plan.steps {
             match phases.last_mut() {
-                Some(last) if last.first().map(|a| phase_of(a)) == Some(phase_of(action)) => {
-                    last.push(action);
+                Some(last)
+                    if last.first().map(|s| phase_of(&s.action))
+                        == Some(phase_of(&step.action)) =>
+                {
+                    last.push(step);
                 }
-                _ => phases.push(vec![action]),
+                _ => phases.push(vec![step]),
             }
         }
         let mut failed = false;
@@ -447,7 +368,7 @@ impl Actor<'_> {
             }
             let results = if phase
                 .first()
-                .is_some_and(|a| matches!(a, Action::Create { .. }))
+                .is_some_and(|s| matches!(s.action, Action::Create { .. }))
             {
                 self.run_slow_start(&phase).await
             } else {
@@ -463,11 +384,11 @@ impl Actor<'_> {
             };
             outcome.attempted += results.len();
             outcome.skipped += phase.len() - results.len();
-            for (action, result) in results {
+            for (step, result) in results {
                 if let Err(error) = result {
                     failed = true;
                     outcome.failures.push(Failure {
-                        kind: failure_kind(action),
+                        kind: failure_kind(&step.action),
                         error,
                     });
                 }
@@ -505,10 +426,7 @@ impl Actor<'_> {
     }
 
     /// Creates in batches of 1, 2, 4, … and stops after the first batch with a failure.
-    async fn run_slow_start<'b>(
-        &self,
-        phase: &[&'b Action],
-    ) -> Vec<(&'b Action, Result<(), Error>)> {
+    async fn run_slow_start<'b>(&self, phase: &[&'b Step]) -> Vec<(&'b Step, Result<(), Error>)> {
         let mut results = Vec::new();
         let mut batch = 1usize;
         let mut i = 0usize;
@@ -527,8 +445,8 @@ impl Actor<'_> {
         results
     }
 
-    async fn act_tagged<'b>(&self, action: &'b Action) -> (&'b Action, Result<(), Error>) {
-        (action, self.act_boxed(action).await)
+    async fn act_tagged<'b>(&self, step: &'b Step) -> (&'b Step, Result<(), Error>) {
+        (step, self.act_boxed(step).await)
     }
 
     /// [`Actor::act`] on the heap. The future of `act` holds the state of every API call
@@ -537,13 +455,13 @@ impl Actor<'_> {
     /// per reconcile of futures not yet started (the largest transient allocation while
     /// creating 10,000 pods, found with heaptrack). Boxed, a future not yet started holds
     /// its arguments only, and the action's state is allocated when it runs.
-    async fn act_boxed(&self, action: &Action) -> Result<(), Error> {
-        Box::pin(self.act(action)).await
+    async fn act_boxed(&self, step: &Step) -> Result<(), Error> {
+        Box::pin(self.act(step)).await
     }
 
-    /// Runs the actions of one pod in order; after a failure the rest are not attempted
+    /// Runs the steps of one pod in order; after a failure the rest are not attempted
     /// (not returned).
-    async fn act_chain<'b>(&self, chain: Vec<&'b Action>) -> Vec<(&'b Action, Result<(), Error>)> {
+    async fn act_chain<'b>(&self, chain: Vec<&'b Step>) -> Vec<(&'b Step, Result<(), Error>)> {
         let mut out = Vec::with_capacity(chain.len());
         for action in chain {
             let result = self.act_boxed(action).await;
@@ -556,30 +474,38 @@ impl Actor<'_> {
         out
     }
 
-    async fn act(&self, action: &Action) -> Result<(), Error> {
+    /// Sends the write `step` holds, with what goes around it (events, metrics); a write
+    /// the planner could not make fails the step with its typed error.
+    async fn act(&self, step: &Step) -> Result<(), Error> {
+        let action = &step.action;
         debug!(?action, "acting");
-        match action {
-            Action::Update {
-                pod,
-                method: UpdateMethod::InPlace,
-                revision,
-            } => self.update_in_place(pod, revision, action).await,
-            Action::Lifecycle { pod, .. } => self.lifecycle(pod, action).await,
-            Action::CompleteInPlaceUpdate { pod } => self.complete_in_place(pod).await,
-            Action::ApplyGracedUpdate { pod } | Action::ApplyNextContainerBatch { pod } => {
-                self.apply_planned(pod, action).await
+        let write = step.write.as_ref().map_err(|e| Error::from(e.clone()));
+        match (action, write) {
+            (
+                Action::Update {
+                    pod,
+                    method: UpdateMethod::InPlace,
+                    revision,
+                },
+                write,
+            ) => self.update_in_place(pod, revision, action, write).await,
+            (_, Err(err)) => Err(err),
+            (_, Ok(StepWrite::Nothing { why })) => {
+                debug!(?action, why, "nothing to write");
+                Ok(())
             }
-            Action::Create { .. }
-            | Action::Delete { .. }
-            | Action::Update {
-                method: UpdateMethod::Recreate,
-                ..
+            (Action::Lifecycle { pod, .. }, Ok(StepWrite::Lifecycle(write))) => {
+                self.lifecycle(pod, write, action).await
             }
-            | Action::ReportInPlaceStall { .. }
-            | Action::DeletePvc { .. }
-            | Action::PrunePodsToDelete { .. }
-            | Action::ReownPvcToPod { .. }
-            | Action::SetTemplateHash { .. } => self.act_planned(action).await,
+            (Action::CompleteInPlaceUpdate { pod }, Ok(StepWrite::Completion(write))) => {
+                self.complete_in_place(pod, write).await
+            }
+            (
+                Action::ApplyGracedUpdate { pod } | Action::ApplyNextContainerBatch { pod },
+                Ok(StepWrite::InPlace(write)),
+            ) => self.apply_planned(pod, write).await,
+            (_, Ok(StepWrite::Object(write))) => self.act_planned(action, write).await,
+            (_, Ok(other)) => Err(mismatch(action, other)),
         }
     }
 
@@ -624,6 +550,11 @@ impl Actor<'_> {
         });
         Ok(written)
     }
+}
+
+/// A step whose write is not of its action's kind (a plan made wrong by hand).
+fn mismatch(action: &Action, write: &StepWrite) -> Error {
+    Error::NotCached(format!("a write of {action:?} (the plan has {write:?})"))
 }
 
 /// Runs `futs` with at most `limit` in flight; results in completion order.

@@ -107,6 +107,14 @@ fn a_condition_left_false_by_a_failed_update_is_restored() {
     assert!(gate_conditions_to_set(&cached(&p), true).is_empty());
 }
 
+/// A step of `action` that writes nothing (for what does not depend on the write).
+fn step(action: Action) -> Step {
+    Step {
+        action,
+        write: Ok(StepWrite::Nothing { why: "test" }),
+    }
+}
+
 #[test]
 fn refresh_actions_run_as_one_phase_in_per_pod_chains() {
     let complete = |p: &str| Action::CompleteInPlaceUpdate { pod: p.into() };
@@ -124,8 +132,12 @@ fn refresh_actions_run_as_one_phase_in_per_pod_chains() {
         Action::ApplyGracedUpdate { pod: "c".into() },
     ];
     assert!(actions.iter().all(|a| phase_of(a) == phase_of(&actions[0])));
-    let phase: Vec<&Action> = actions.iter().collect();
-    let chains = by_pod(&phase);
+    let steps: Vec<Step> = actions.iter().cloned().map(step).collect();
+    let phase: Vec<&Step> = steps.iter().collect();
+    let chains: Vec<Vec<&Action>> = by_pod(&phase)
+        .into_iter()
+        .map(|chain| chain.into_iter().map(|s| &s.action).collect())
+        .collect();
     assert_eq!(chains.len(), 3);
     assert_eq!(chains[0], vec![&actions[0], &actions[1]]);
     assert_eq!(chains[1], vec![&actions[2], &actions[3]]);
@@ -133,7 +145,8 @@ fn refresh_actions_run_as_one_phase_in_per_pod_chains() {
     // Actions without a pod stay one chain each.
     let prune = Action::PrunePodsToDelete { names: vec![] };
     let pvc = Action::DeletePvc { pvc: "x".into() };
-    assert_eq!(by_pod(&[&prune, &pvc]).len(), 2);
+    let (prune_step, pvc_step) = (step(prune.clone()), step(pvc));
+    assert_eq!(by_pod(&[&prune_step, &pvc_step]).len(), 2);
     assert_ne!(phase_of(&prune), phase_of(&actions[0]));
 }
 
@@ -427,102 +440,6 @@ fn a_later_write_of_a_pod_is_pinned_to_what_our_earlier_write_left() {
     assert_eq!(left.pin_for(&p), Some("15".into()));
 }
 
-#[test]
-fn each_lifecycle_action_finds_the_write_the_plan_made_for_it() {
-    let cs = CloneSet::new("demo", inplace_proto::CloneSetSpec::default());
-    let lifecycle = |pod: &str, to| Action::Lifecycle {
-        pod: pod.into(),
-        from: Some(LifecycleState::Updating),
-        to,
-        mark_not_ready: None,
-    };
-    let actions = vec![
-        lifecycle("demo-a", LifecycleState::Updated),
-        Action::CompleteInPlaceUpdate {
-            pod: "demo-b".into(),
-        },
-        lifecycle("demo-b", LifecycleState::Normal),
-    ];
-    let plan = Plan {
-        lifecycle_writes: crate::plan::lifecycle_write::all(&cs, &actions),
-        actions,
-        ..Plan::default()
-    };
-    let writes = lifecycle_writes_of(&plan);
-    assert_eq!(writes.len(), 2);
-    for action in &plan.actions {
-        let found = writes.get(&action_key(action)).map(|w| w.pod.as_str());
-        match action {
-            Action::Lifecycle { pod, to, .. } => {
-                assert_eq!(found, Some(pod.as_str()));
-                let w = writes[&action_key(action)];
-                assert_eq!(
-                    w.labels
-                        .get(keys::LIFECYCLE_STATE_LABEL)
-                        .map(String::as_str),
-                    Some(to.as_str())
-                );
-            }
-            _ => assert_eq!(found, None),
-        }
-    }
-    // A plan whose writes do not line up with its actions finds none (the applier then
-    // derives the write from the action).
-    let mismatched = Plan {
-        lifecycle_writes: plan.lifecycle_writes.iter().rev().cloned().collect(),
-        ..plan.clone()
-    };
-    assert!(lifecycle_writes_of(&mismatched).is_empty());
-}
-
-#[test]
-fn in_place_writes_are_found_by_the_action_they_name() {
-    use crate::plan::inplace_write::{Guard, InPlaceWrite, InPlaceWriteKind};
-    let update = |pod: &str, method| Action::Update {
-        pod: pod.into(),
-        method,
-        revision: "demo-new".into(),
-    };
-    let write = |action: usize, pod: &str| InPlaceWrite {
-        action,
-        kind: InPlaceWriteKind::Start,
-        pod: pod.into(),
-        resource_version: "1".into(),
-        revision: "demo-new".into(),
-        not_ready_first: false,
-        patch: json!({}).into(),
-        resize: None,
-        guard: Guard::default(),
-    };
-    let plan = Plan {
-        actions: vec![
-            update("demo-a", UpdateMethod::InPlace),
-            update("demo-b", UpdateMethod::Recreate),
-            Action::ApplyGracedUpdate {
-                pod: "demo-c".into(),
-            },
-        ],
-        in_place_writes: vec![
-            write(0, "demo-a"),
-            // Names a recreate: not an in-place action.
-            write(1, "demo-b"),
-            // Names another pod than its action's.
-            write(2, "demo-x"),
-            // Names no action.
-            write(7, "demo-a"),
-        ],
-        ..Plan::default()
-    };
-    let found = in_place_writes_of(&plan);
-    assert_eq!(found.len(), 1);
-    assert_eq!(
-        found
-            .get(&action_key(&plan.actions[0]))
-            .map(|w| w.pod.as_str()),
-        Some("demo-a")
-    );
-}
-
 /// Serves `app` on a loopback port; a client of it.
 async fn serve(
     app: axum::Router,
@@ -585,9 +502,14 @@ async fn a_completion_answered_409_is_let_pass_and_counted_for_a_quick_recheck()
         pods: vec![Arc::new(cached(&pod))],
         ..Owned::default()
     };
+    let write =
+        crate::plan::completion_write::of(&cached(&pod), None).ok_or("no completion write")?;
     let plan = Plan {
-        actions: vec![Action::CompleteInPlaceUpdate {
-            pod: "demo-a".into(),
+        steps: vec![Step {
+            action: Action::CompleteInPlaceUpdate {
+                pod: "demo-a".into(),
+            },
+            write: Ok(StepWrite::Completion(write)),
         }],
         ..Plan::default()
     };
@@ -670,9 +592,11 @@ fn test_context(client: kube::Client) -> Context {
 }
 
 #[tokio::test]
-async fn the_applier_sends_the_write_the_plan_holds_and_derives_one_only_without_it()
+async fn the_applier_sends_the_write_the_step_holds_and_nothing_for_a_write_not_planned()
 -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    use crate::plan::action_write::{self, ActionInputs, Write};
+    use crate::plan::action_write::{ActionInputs, Write};
+    use crate::plan::inplace_write::WriteInputs;
+    use crate::plan::{PlanOptions, WriteError};
     use inplace_testkit::pods as fixtures;
     let (client, seen, server) = recording_server(
         r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"demo-a","namespace":"default","uid":"uid-demo-a","resourceVersion":"9"}}"#,
@@ -690,13 +614,15 @@ async fn the_applier_sends_the_write_the_plan_holds_and_derives_one_only_without
         pod: "demo-a".into(),
         hash: "from-action".into(),
     };
-    let mut plan = Plan {
-        actions: vec![action],
-        ..Plan::default()
-    };
-    // The plan's write, changed after planning: what is sent is the plan's, not one
-    // derived again from the action.
-    let mut writes = action_write::all(
+    let options = PlanOptions::default();
+    let mut steps = crate::plan::step::plan_steps(
+        &WriteInputs {
+            cloneset: &cs,
+            revisions: &[],
+            update_revision: "demo-2",
+            options: &options,
+            now: Timestamp::now(),
+        },
         &ActionInputs {
             cloneset: &cs,
             pods: &owned.pods,
@@ -710,35 +636,49 @@ async fn the_applier_sends_the_write_the_plan_holds_and_derives_one_only_without
             .iter()
             .map(|p| crate::plan::PodFacts::from_pod(p, &Default::default()))
             .collect::<Vec<_>>(),
-        &plan.actions,
+        vec![action.clone()],
     );
-    if let Some(Write::Patch(p)) = writes.first_mut().map(|w| &mut w.write) {
+    // The step's write, changed after planning: what is sent is the step's, not one
+    // derived again from the action.
+    if let Some(Ok(StepWrite::Object(Write::Patch(p)))) = steps.first_mut().map(|s| &mut s.write) {
         p.patch = json!({"metadata": {"labels": {keys::POD_TEMPLATE_HASH_LABEL: "from-plan"}}});
     }
-    plan.action_writes = writes;
+    let plan = Plan {
+        steps,
+        ..Plan::default()
+    };
     let outcome = execute(&ctx, &cs, &owned, &plan).await;
     assert!(outcome.failures.is_empty(), "{:?}", outcome.failures);
-    // Without the write in the plan, the applier plans it the same way from the action.
-    plan.action_writes.clear();
-    let outcome = execute(&ctx, &cs, &owned, &plan).await;
-    assert!(outcome.failures.is_empty(), "{:?}", outcome.failures);
+    // A step whose write could not be planned sends nothing and fails with its error.
+    let unplanned = Plan {
+        steps: vec![Step {
+            action,
+            write: Err(WriteError::NotCached("pod default/demo-a".into())),
+        }],
+        ..Plan::default()
+    };
+    let outcome = execute(&ctx, &cs, &owned, &unplanned).await;
     server.abort();
+    assert!(
+        matches!(
+            outcome.failures.as_slice(),
+            [Failure {
+                kind: FailureKind::Update,
+                error: Error::NotCached(_)
+            }]
+        ),
+        "{:?}",
+        outcome.failures
+    );
     let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
     let label = |hash: &str| json!({"metadata": {"labels": {keys::POD_TEMPLATE_HASH_LABEL: hash}}});
     assert_eq!(
         seen,
-        vec![
-            (
-                "PATCH".to_owned(),
-                "/api/v1/namespaces/default/pods/demo-a".to_owned(),
-                label("from-plan")
-            ),
-            (
-                "PATCH".to_owned(),
-                "/api/v1/namespaces/default/pods/demo-a".to_owned(),
-                label("from-action")
-            ),
-        ]
+        vec![(
+            "PATCH".to_owned(),
+            "/api/v1/namespaces/default/pods/demo-a".to_owned(),
+            label("from-plan")
+        ),]
     );
     Ok(())
 }
@@ -758,14 +698,14 @@ async fn an_action_not_yet_started_is_small() -> Result<(), Box<dyn std::error::
     let cs = fixtures::cloneset(json!({}));
     let owned = Owned::default();
     let plan = Plan {
-        actions: vec![Action::Create {
+        steps: vec![step(Action::Create {
             revision: "demo-1".into(),
             instance_id: "a".into(),
-        }],
+        })],
         ..Plan::default()
     };
     let actor = Actor::new(&ctx, &cs, &owned, &plan);
-    let action = &plan.actions[0];
+    let action = &plan.steps[0];
     let conditions = crate::plan::pod_conditions::InitialConditions {
         pod: "demo-a".into(),
         resource_version: "7".into(),

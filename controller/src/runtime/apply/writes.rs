@@ -3,8 +3,6 @@
 //! per-action code around it (creates, pod deletes, recreate and stall events) is in
 //! `pods` and here.
 
-use std::borrow::Cow;
-
 use kube::ResourceExt;
 use kube::api::Patch as KubePatch;
 use tracing::{debug, info, warn};
@@ -12,10 +10,10 @@ use tracing::{debug, info, warn};
 use crate::error::{Error, is_conflict, is_not_found};
 use crate::events::Note;
 use crate::expectations::Expectation;
-use crate::plan::action_write::{self, ActionInputs, Patch, PvcDelete, Target, Write};
+use crate::plan::action_write::{Patch, PvcDelete, Target, Write};
 use crate::plan::{Action, UpdateMethod};
 
-use super::{Actor, action_key, delete_only_uid, now_time, pod_ref};
+use super::{Actor, delete_only_uid, now_time, pod_ref};
 
 /// What a failed write of `action` was doing (the error's text).
 fn what(action: &Action, patch: &Patch) -> String {
@@ -31,42 +29,9 @@ fn what(action: &Action, patch: &Patch) -> String {
 }
 
 impl Actor<'_> {
-    /// What the plan's other writes are planned from here (for a plan made without them).
-    fn action_inputs(&self) -> ActionInputs<'_> {
-        ActionInputs {
-            cloneset: self.cs,
-            pods: &self.owned.pods,
-            pvcs: &self.owned.pvcs,
-            revisions: &self.owned.revisions,
-            update_revision: &self.plan.revisions.update_revision,
-            short_hash: self.ctx.settings.plan_options.short_hash,
-        }
-    }
-
-    /// The plan's write of `action`; a plan made without its writes (by hand) has it
-    /// planned here, by the same function, from the cache.
-    pub(super) fn action_write(&self, action: &Action) -> Result<Cow<'_, Write>, Error> {
-        if let Some(w) = self.action_writes.get(&action_key(action)) {
-            return Ok(Cow::Borrowed(&w.write));
-        }
-        let pod = match action {
-            Action::Delete { pod, .. }
-            | Action::Update { pod, .. }
-            | Action::SetTemplateHash { pod, .. }
-            | Action::ReportInPlaceStall { pod, .. }
-            | Action::ReownPvcToPod { pod, .. } => self.pods.get(pod.as_str()).copied(),
-            _ => None,
-        };
-        match action_write::of(&self.action_inputs(), pod, self.index_of(action), action) {
-            Some(write) => Ok(Cow::Owned(write?.write)),
-            None => Err(Error::NotCached(format!("write of {action:?}"))),
-        }
-    }
-
     /// The actions whose write is the planned write alone, plus what each does around it.
-    pub(super) async fn act_planned(&self, action: &Action) -> Result<(), Error> {
-        let write = self.action_write(action)?;
-        match (action, write.as_ref()) {
+    pub(super) async fn act_planned(&self, action: &Action, write: &Write) -> Result<(), Error> {
+        match (action, write) {
             (_, Write::Skip { why }) => {
                 debug!(?action, why, "nothing to write");
                 Ok(())
