@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
+use inplace_tests::nodesim::costs::{Calibration, ShapeCosts};
 use inplace_tests::nodesim::duration::parse_flag;
 use inplace_tests::nodesim::fault::{Faults, GlobalFaults};
 use inplace_tests::nodesim::images::ImageStores;
@@ -75,6 +76,16 @@ struct Args {
     /// NodeImages of the simulated nodes are answered (pulled, then reported Succeeded).
     #[arg(long, default_value = "0s", value_parser = parse_flag)]
     pull_delay: i64,
+    /// Per-pod costs measured on the real kubelet (the JSON object, or the output of
+    /// `inplace-rollout-bench --scenario versus-deployment-real` with its `... costs: {...}`
+    /// lines): they replace --start-delay, --ready-delay, --update-delay and --pull-delay
+    /// where measured, and add the sandbox, init containers and drains (see
+    /// `inplace_tests::nodesim::costs`).
+    #[arg(long, value_name = "FILE")]
+    calibration: Option<std::path::PathBuf>,
+    /// The shape to take from --calibration (default: the last object in it).
+    #[arg(long, value_name = "SHAPE", requires = "calibration")]
+    calibration_shape: Option<String>,
     /// ErrImagePull becomes ImagePullBackOff after this long.
     #[arg(long, default_value = "5s", value_parser = parse_flag)]
     pull_backoff_after: i64,
@@ -147,19 +158,33 @@ async fn main() -> Result<()> {
     let stats = Arc::new(Stats::default());
     let (stop_tx, stop_rx) = watch::channel(false);
 
-    let images = (args.pull_delay > 0)
-        .then(|| Arc::new(std::sync::Mutex::new(ImageStores::new(args.pull_delay))));
+    let sim = SimConfig {
+        start_delay: args.start_delay,
+        ready_delay: args.ready_delay,
+        update_delay: args.update_delay,
+        max_grace: args.max_grace,
+        crash_run: args.crash_run,
+        crash_backoff: args.crash_backoff,
+        crash_backoff_max: args.crash_backoff_max,
+        pull_backoff_after: args.pull_backoff_after,
+        shape: ShapeCosts::default(),
+    };
+    let (sim, pull_delay) = match &args.calibration {
+        None => (sim, args.pull_delay),
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading --calibration {}", path.display()))?;
+            let cal = Calibration::find(&text, args.calibration_shape.as_deref())
+                .with_context(|| format!("--calibration {}", path.display()))?;
+            let (sim, pull) = cal.apply(&sim);
+            eprintln!("nodesim: calibration {cal:?}");
+            (sim, pull.unwrap_or(args.pull_delay))
+        }
+    };
+    let images =
+        (pull_delay > 0).then(|| Arc::new(std::sync::Mutex::new(ImageStores::new(pull_delay))));
     let pods_cfg = PodsConfig {
-        sim: SimConfig {
-            start_delay: args.start_delay,
-            ready_delay: args.ready_delay,
-            update_delay: args.update_delay,
-            max_grace: args.max_grace,
-            crash_run: args.crash_run,
-            crash_backoff: args.crash_backoff,
-            crash_backoff_max: args.crash_backoff_max,
-            pull_backoff_after: args.pull_backoff_after,
-        },
+        sim,
         node_prefix: args.name_prefix.clone(),
         node_count: args.nodes,
         faults: GlobalFaults {

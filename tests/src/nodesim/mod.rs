@@ -7,6 +7,7 @@
 //! Leases), [`pods`] (the watch, the timer heap, status patches and deletes) and
 //! [`nodeimages`] (NodeImage pulls, with `--pull-delay`).
 
+pub mod costs;
 pub mod duration;
 pub mod fault;
 pub mod images;

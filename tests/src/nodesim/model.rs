@@ -6,6 +6,7 @@
 //! the next one is due and whether the pod should now be deleted for good.
 //! [`super::render`] turns the state into the pod status the kubelet would report.
 
+use super::costs::{self, ShapeCosts};
 use super::fault::Faults;
 
 /// Milliseconds since the Unix epoch.
@@ -29,6 +30,8 @@ pub struct SimConfig {
     pub crash_backoff_max: Ms,
     /// ErrImagePull turns into ImagePullBackOff after this long.
     pub pull_backoff_after: Ms,
+    /// What the pod's shape costs beyond these delays ([`costs`]; nothing by default).
+    pub shape: ShapeCosts,
 }
 
 impl Default for SimConfig {
@@ -42,6 +45,7 @@ impl Default for SimConfig {
             crash_backoff: 10_000,
             crash_backoff_max: 300_000,
             pull_backoff_after: 5_000,
+            shape: ShapeCosts::default(),
         }
     }
 }
@@ -210,12 +214,29 @@ fn not_ready(now: Ms) -> Cond {
 }
 
 impl PodSim {
-    /// A pod seen for the first time: its containers start after `start_delay`.
+    /// A pod seen for the first time: its containers start after `start_delay` (and the
+    /// shape's sandbox and init containers, [`costs::new_pod_running_at`]); images are on
+    /// the node at once.
     pub fn new(view: &PodView, pod_ip: String, host_ip: String, now: Ms, cfg: &SimConfig) -> Self {
+        Self::new_with(view, pod_ip, host_ip, now, cfg, &mut |_, from| from)
+    }
+
+    /// [`PodSim::new`] with the node's image store: `image_at(image, from)` tells when
+    /// `image` is on the node for a pull that would start at `from`.
+    pub fn new_with(
+        view: &PodView,
+        pod_ip: String,
+        host_ip: String,
+        now: Ms,
+        cfg: &SimConfig,
+        image_at: &mut dyn FnMut(&str, Ms) -> Ms,
+    ) -> Self {
+        let running_at = costs::new_pod_running_at(cfg, view, now, image_at);
         let containers = view
             .containers
             .iter()
-            .map(|c| creating(c, now + cfg.start_delay, false))
+            .zip(running_at)
+            .map(|(c, at)| creating(c, at, false))
             .collect();
         PodSim {
             uid: view.uid.clone(),
@@ -255,12 +276,12 @@ impl PodSim {
                                 ready_at: Some(if o.ready {
                                     since
                                 } else {
-                                    now + cfg.ready_delay
+                                    now + costs::ready_of(cfg, &spec.name)
                                 }),
                                 crash_at: None,
                             },
                             None => CState::Creating {
-                                at: now + cfg.start_delay,
+                                at: now + costs::start_of(cfg, &spec.name),
                                 image: spec.image.clone(),
                                 restart: true,
                             },
@@ -278,7 +299,7 @@ impl PodSim {
                             state,
                         }
                     }
-                    None => creating(spec, now + cfg.start_delay, false),
+                    None => creating(spec, now + costs::start_of(cfg, &spec.name), false),
                 }
             })
             .collect();
@@ -348,7 +369,7 @@ pub fn advance_with(
 ) -> Step {
     if let Some(grace) = view.deletion_grace {
         let since = *sim.deleting_since.get_or_insert(now);
-        let at = since + grace.clamp(0, cfg.max_grace);
+        let at = since + costs::pod_drain(cfg, view, grace);
         return if now >= at {
             Step {
                 next_due: None,
@@ -399,7 +420,7 @@ fn sync_containers(
             .iter()
             .map(|spec| match old.iter().position(|c| c.name == spec.name) {
                 Some(i) => old.swap_remove(i),
-                None => creating(spec, now + cfg.start_delay, false),
+                None => creating(spec, now + costs::start_of(cfg, &spec.name), false),
             })
             .collect();
     }
@@ -484,7 +505,12 @@ fn advance_container(view: &PodView, c: &mut ContainerSim, now: Ms, cfg: &SimCon
                     }
                     c.container_id = Some(container_id(&view.uid, &c.name, c.restart_count));
                     c.started_once = true;
-                    Some(start(faults, at, cfg))
+                    let ready = if restart {
+                        costs::restart_ready_of(cfg, &c.name)
+                    } else {
+                        costs::ready_of(cfg, &c.name)
+                    };
+                    Some(start(faults, at, cfg, ready))
                 }
             }
             CState::PullFailed {
@@ -535,7 +561,7 @@ fn advance_container(view: &PodView, c: &mut ContainerSim, now: Ms, cfg: &SimCon
                 }),
                 (Some(_), false) => Some(CState::Running {
                     since: *since,
-                    ready_at: Some(now + cfg.ready_delay + faults.slow_start),
+                    ready_at: Some(now + costs::ready_of(cfg, &c.name) + faults.slow_start),
                     crash_at: None,
                 }),
                 _ => None,
@@ -544,7 +570,7 @@ fn advance_container(view: &PodView, c: &mut ContainerSim, now: Ms, cfg: &SimCon
                 let until = *until;
                 c.restart_count += 1;
                 c.container_id = Some(container_id(&view.uid, &c.name, c.restart_count));
-                Some(start(faults, until, cfg))
+                Some(start(faults, until, cfg, costs::ready_of(cfg, &c.name)))
             }
             CState::Creating { .. } | CState::BackOff { .. } => None,
         };
@@ -575,7 +601,8 @@ fn advance_container(view: &PodView, c: &mut ContainerSim, now: Ms, cfg: &SimCon
     }
 }
 
-fn start(faults: &Faults, at: Ms, cfg: &SimConfig) -> CState {
+/// A container running from `at`, ready `ready` later (unless it crash-loops).
+fn start(faults: &Faults, at: Ms, cfg: &SimConfig, ready: Ms) -> CState {
     if faults.crash_loop {
         CState::Running {
             since: at,
@@ -585,7 +612,7 @@ fn start(faults: &Faults, at: Ms, cfg: &SimConfig) -> CState {
     } else {
         CState::Running {
             since: at,
-            ready_at: Some(at + cfg.ready_delay + faults.slow_start),
+            ready_at: Some(at + ready + faults.slow_start),
             crash_at: None,
         }
     }
@@ -680,6 +707,7 @@ mod tests {
             crash_backoff: 10_000,
             crash_backoff_max: 40_000,
             pull_backoff_after: 5_000,
+            shape: ShapeCosts::default(),
         }
     }
 

@@ -398,7 +398,17 @@ impl Engine {
                     tracing::error!("pod IP pool exhausted; not simulating {ns}/{name}");
                     return;
                 };
-                PodSim::new(&view, ip, host_ip, now, &self.cfg.sim)
+                match &self.cfg.images {
+                    Some(stores) if self.cfg.sim.shape.new_pods_pull => {
+                        let mut image_at = |image: &str, from: Ms| {
+                            stores
+                                .lock()
+                                .map_or(from, |mut s| s.available_at(node, image, from))
+                        };
+                        PodSim::new_with(&view, ip, host_ip, now, &self.cfg.sim, &mut image_at)
+                    }
+                    _ => PodSim::new(&view, ip, host_ip, now, &self.cfg.sim),
+                }
             }
         };
         let id = self.next_id;

@@ -77,6 +77,7 @@ mod per_pod;
 mod predownload;
 mod rollout;
 mod versus;
+mod versus_shape;
 
 use clonesets::*;
 use controller::*;
@@ -175,6 +176,15 @@ struct Args {
     /// `predownload`: the simulator's pull time of an image a node does not hold.
     #[arg(long, default_value = "4s")]
     pull_delay: String,
+    /// `versus-deployment`: the pod shape whose real-node costs the simulator charges
+    /// (`--calibration`); without it, the equal-cost comparison.
+    #[arg(long, value_enum)]
+    shape: Option<versus_shape::Shape>,
+    /// `versus-deployment --shape`: the real node's per-pod costs, as
+    /// `--scenario versus-deployment-real` prints them (`... costs: {...}` lines; the one
+    /// of the shape is used).
+    #[arg(long, value_name = "FILE")]
+    calibration: Option<PathBuf>,
     /// RUST_LOG of the controller.
     #[arg(long, default_value = "info")]
     controller_log: String,

@@ -186,11 +186,8 @@ pub(super) async fn versus(args: &Args, client: &Client, report: &mut Report) ->
     ));
     let delay = format!("{}ms", update_delay.as_millis());
     let ready = format!("{}ms", ready_delay.as_millis());
-    let mut sim = Sim::start(
-        &args.nodesim_bin,
-        &group,
-        args.nodes,
-        &[
+    let flags: Vec<String> = match (args.shape, &args.calibration) {
+        (None, _) => [
             "--start-delay",
             &delay,
             "--update-delay",
@@ -201,8 +198,17 @@ pub(super) async fn versus(args: &Args, client: &Client, report: &mut Report) ->
             "1s",
             "--stats-interval",
             "30s",
-        ],
-    )?;
+        ]
+        .map(str::to_owned)
+        .to_vec(),
+        (Some(shape), Some(cal)) => versus_shape::sim_flags(args, shape, cal)?,
+        (Some(shape), None) => bail!(
+            "--shape {} wants --calibration FILE (the real node's costs: the output of --scenario versus-deployment-real)",
+            shape.name()
+        ),
+    };
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let mut sim = Sim::start(&args.nodesim_bin, &group, args.nodes, &flags)?;
     let result = versus_in(args, client, &sim, &group, report).await;
     cleanup(client, &group, &mut sim).await;
     result
@@ -297,16 +303,40 @@ pub(super) async fn versus_in(
         .await?;
     namespace(client, ns).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let image_patch = json!({ "spec": { "template": { "spec": {
-        "containers": [{ "name": "app", "image": IMAGE_NEW }] } } } });
+    let shape = args.shape;
+    let tag = shape.map_or_else(
+        || "versus-deployment".to_owned(),
+        |s| format!("versus-deployment[{}]", s.name()),
+    );
+    let template = |app: &str| match shape {
+        None => versus_template(app, sim, IMAGE_OLD),
+        Some(s) => versus_shape::shape_template(s, app, sim, IMAGE_OLD),
+    };
+    // A merge patch replaces the container list: every container of the shape goes in it.
+    let patch_to = |image: &str| {
+        let containers = match shape {
+            None => json!([{ "name": "app", "image": image }]),
+            Some(s) => versus_shape::containers(s, image),
+        };
+        json!({ "spec": { "template": { "spec": { "containers": containers } } } })
+    };
+    let image_patch = patch_to(IMAGE_NEW);
 
     // 1. The CloneSet, in place.
-    let mut ctrl = Controller::start(args, ns, "versus")?;
+    let mut ctrl = Controller::start_with(
+        args,
+        ns,
+        "versus",
+        shape.map_or(&[], versus_shape::controller_flags),
+    )?;
     let csapi: Api<CloneSet> = Api::namespaced(client.clone(), ns);
     let app = "inplace";
     let mut cs = cloneset(app, sim, p, IMAGE_OLD, &args.max_unavailable)?;
     // The same template as the Deployment's.
-    cs.spec.template = serde_json::from_value(versus_template(app, sim, IMAGE_OLD))?;
+    cs.spec.template = serde_json::from_value(template(app))?;
+    if let Some(s) = shape {
+        versus_shape::annotate(&mut cs, s, p);
+    }
     csapi.create(&PostParams::default(), &cs).await?;
     let created = wait_settled(
         &csapi,
@@ -348,7 +378,7 @@ pub(super) async fn versus_in(
     };
     let cpu = ctrl.usage().map_or(0.0, |u| u.cpu_s);
     for l in ctrl.problems(5) {
-        report.add(format!("versus-deployment: controller log: {l}"));
+        report.add(format!("{tag}: controller log: {l}"));
     }
     // Out of the way of the second leg: the CloneSet's pods deleted, the controller stopped.
     csapi
@@ -364,11 +394,16 @@ pub(super) async fn versus_in(
     // 2. The Deployment, by kube-controller-manager.
     let dapi: Api<Deployment> = Api::namespaced(client.clone(), ns);
     let app = "deploy";
-    dapi.create(
-        &PostParams::default(),
-        &deployment(app, sim, p, IMAGE_OLD, &args.max_unavailable)?,
-    )
-    .await?;
+    let mut d = deployment(app, sim, p, IMAGE_OLD, &args.max_unavailable)?;
+    if shape.is_some() {
+        d.spec.get_or_insert_default().template = serde_json::from_value(template(app))?;
+    }
+    dapi.create(&PostParams::default(), &d).await?;
+    // With a shape, an image the in-place leg's pre-download did not pull.
+    let deploy_patch = match shape {
+        None => image_patch.clone(),
+        Some(_) => patch_to(versus_shape::IMAGE_NEW_DEPLOY),
+    };
     let t_create = Instant::now();
     loop {
         let d = dapi.get(app).await?;
@@ -394,7 +429,7 @@ pub(super) async fn versus_in(
         "deployment",
         timeout,
         async || {
-            dapi.patch(app, &PatchParams::default(), &Patch::Merge(&image_patch))
+            dapi.patch(app, &PatchParams::default(), &Patch::Merge(&deploy_patch))
                 .await?;
             Ok(())
         },
@@ -410,11 +445,27 @@ pub(super) async fn versus_in(
     .await?;
 
     let batches = benchcalc::batches(p, mu);
-    report.add(format!(
-        "versus-deployment: {p} pods on {} simulated nodes, maxUnavailable {} = {mu} pods ({batches} batches), Deployment maxSurge 0; simulator: start delay = update delay {}, ready delay {}",
-        args.nodes, args.max_unavailable, args.update_delay, args.ready_delay
-    ));
-    report.add(benchcalc::versus_line(inplace.took, deploy.took));
+    match (shape, &args.calibration) {
+        (Some(s), Some(cal)) => {
+            report.add(format!(
+                "{tag}: {p} pods on {} simulated nodes, maxUnavailable {} = {mu} pods ({batches} batches), Deployment maxSurge 0, same template; simulator calibrated from {} (shape {}), unmeasured delays: start = update {}, ready {}",
+                args.nodes,
+                args.max_unavailable,
+                cal.display(),
+                s.name(),
+                args.update_delay,
+                args.ready_delay
+            ));
+            report.add(versus_shape::shape_line(s, inplace.took, deploy.took));
+        }
+        _ => {
+            report.add(format!(
+                "versus-deployment: {p} pods on {} simulated nodes, maxUnavailable {} = {mu} pods ({batches} batches), Deployment maxSurge 0; simulator: start delay = update delay {}, ready delay {}",
+                args.nodes, args.max_unavailable, args.update_delay, args.ready_delay
+            ));
+            report.add(benchcalc::versus_line(inplace.took, deploy.took));
+        }
+    }
     for (name, leg, workload) in [
         ("in-place", &inplace, "inplace controller"),
         ("deployment", &deploy, "kube-controller-manager"),
@@ -422,7 +473,7 @@ pub(super) async fn versus_in(
         use benchcalc::PodWriter as W;
         let w = &leg.writes;
         report.add(format!(
-            "versus-deployment: {name} pod writes seen by a watch: {} ({:.2}/pod): {workload} {} ({:.2}/pod), scheduler {}, simulated kubelet {} ({:.2}/pod), unattributed {}",
+            "{tag}: {name} pod writes seen by a watch: {} ({:.2}/pod): {workload} {} ({:.2}/pod), scheduler {}, simulated kubelet {} ({:.2}/pod), unattributed {}",
             w.total(),
             w.per_pod(None, p),
             w.get(W::Workload),
@@ -435,7 +486,7 @@ pub(super) async fn versus_in(
         let pod_reqs = benchcalc::requests_on(&leg.requests, "pods");
         let all: u64 = leg.requests.values().sum();
         report.add(format!(
-            "versus-deployment: {name} API write requests (apiserver_request_total, all clients): {all} in all, {pod_reqs} on pods ({:.2}/pod): {}",
+            "{tag}: {name} API write requests (apiserver_request_total, all clients): {all} in all, {pod_reqs} on pods ({:.2}/pod): {}",
             pod_reqs as f64 / f64::from(p.max(1)),
             benchcalc::delta_line(&leg.requests)
         ));
