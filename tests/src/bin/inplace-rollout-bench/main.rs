@@ -35,6 +35,14 @@
 //!   the medians and their ratio. Not part of `all`; needs neither the controller nor the
 //!   simulator.
 //!
+//! * `versus-deployment-real`: on the bed's real node, with the product installed
+//!   (`tests/testbed/up --install`), a CloneSet of `--real-pods` pods updated in place
+//!   against a Deployment rolling the same change (same template, maxUnavailable, maxSurge
+//!   0), for `--shape plain|sidecars|pull`; prints `versus-deployment-real[SHAPE]:
+//!   in-place X s, deployment Y s, speed-up R`, each leg's per-pod breakdown and a
+//!   `costs:` JSON line (sandbox, init, start, ready, drain, pull, in-place restart). Not
+//!   part of `all`; `pull` needs the gate PreDownloadImageForInPlaceUpdate on.
+//!
 //! It measures and prints; it exits 0 whether or not the targets are met, and non-zero
 //! only when a measurement could not be made (the controller died, a timeout).
 //!
@@ -76,7 +84,9 @@ mod fleet;
 mod per_pod;
 mod predownload;
 mod rollout;
+mod shape;
 mod versus;
+mod versus_real;
 mod versus_shape;
 
 use clonesets::*;
@@ -84,6 +94,7 @@ use controller::*;
 use fleet::*;
 use per_pod::*;
 use rollout::*;
+use shape::Shape;
 use versus::*;
 
 const TARGET_RATIO: f64 = 1.2;
@@ -104,6 +115,8 @@ enum Scenario {
     PerPod,
     /// Rollouts whose image pulls dominate: pre-download off, by node name, in update order.
     Predownload,
+    /// On the real node: the installed product's CloneSet in place against a Deployment.
+    VersusDeploymentReal,
     All,
 }
 
@@ -176,15 +189,28 @@ struct Args {
     /// `predownload`: the simulator's pull time of an image a node does not hold.
     #[arg(long, default_value = "4s")]
     pull_delay: String,
-    /// `versus-deployment`: the pod shape whose real-node costs the simulator charges
+    /// The pod shape ([`shape`]). `versus-deployment-real`: default `plain`.
+    /// `versus-deployment`: the shape whose real-node costs the simulator charges
     /// (`--calibration`); without it, the equal-cost comparison.
     #[arg(long, value_enum)]
-    shape: Option<versus_shape::Shape>,
+    shape: Option<Shape>,
     /// `versus-deployment --shape`: the real node's per-pod costs, as
     /// `--scenario versus-deployment-real` prints them (`... costs: {...}` lines; the one
     /// of the shape is used).
     #[arg(long, value_name = "FILE")]
     calibration: Option<PathBuf>,
+    /// `versus-deployment-real`: pods of each workload (all on the one real node).
+    #[arg(long, default_value_t = 30)]
+    real_pods: u32,
+    /// `versus-deployment-real --shape pull`: megabytes of random data in the new image.
+    #[arg(long, default_value_t = 100)]
+    pull_mb: u32,
+    /// `versus-deployment-real --shape pull`: the registry's bandwidth through the proxy, Mbit/s.
+    #[arg(long, default_value_t = 80.0)]
+    pull_mbit: f64,
+    /// `versus-deployment-real --shape pull`: the proxy's port (beside the registry's address).
+    #[arg(long, default_value_t = 5099)]
+    pull_proxy_port: u16,
     /// RUST_LOG of the controller.
     #[arg(long, default_value = "info")]
     controller_log: String,
@@ -218,6 +244,17 @@ async fn run(args: &Args, report: &mut Report) -> Result<()> {
         return per_pod(args, &client, report).await.inspect_err(|e| {
             report.add(format!("per-pod: FAILED: {e:#}"));
         });
+    }
+    if args.scenario == Scenario::VersusDeploymentReal {
+        // The real kubelet and the installed product: neither a controller of ours nor the simulator.
+        return versus_real::versus_real(args, &client, report)
+            .await
+            .inspect_err(|e| {
+                report.add(format!(
+                    "versus-deployment-real[{}]: FAILED: {e:#}",
+                    args.shape.unwrap_or(Shape::Plain).name()
+                ));
+            });
     }
     check_bin(
         &args.controller_bin,

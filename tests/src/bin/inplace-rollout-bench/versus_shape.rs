@@ -11,24 +11,6 @@
 
 use super::*;
 
-/// The pod shapes of the simulated comparison.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub(super) enum Shape {
-    Plain,
-    Sidecars,
-    Pull,
-}
-
-impl Shape {
-    pub(super) fn name(self) -> &'static str {
-        match self {
-            Shape::Plain => "plain",
-            Shape::Sidecars => "sidecars",
-            Shape::Pull => "pull",
-        }
-    }
-}
-
 const SIDE_IMAGE: &str = "bench.invalid/inplace/side:v1";
 /// The Deployment leg's new image: one the in-place leg's pre-download did not pull.
 pub(super) const IMAGE_NEW_DEPLOY: &str = "bench.invalid/inplace/app:v3";
