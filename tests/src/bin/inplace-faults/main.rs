@@ -117,7 +117,8 @@ struct Args {
     #[arg(long, env = "INPLACE_DAEMON_BIN")]
     daemon_bin: Option<PathBuf>,
     /// Restart the bed's API server in the runs whose plan has it (tests/testbed/restart;
-    /// root): every run at that moment, and the simulator, see it go away.
+    /// root): every run at that moment, and the simulator, see it go away. Not in the
+    /// default set, for the reason given at `--outages`.
     #[arg(long)]
     apiserver_restarts: bool,
     /// Cut the controller off from the API server for 30-60 s in the runs whose plan has
