@@ -80,6 +80,30 @@ pub async fn discover_retrying(
     (|| discover(client)).retry(backoff).notify(on_retry).await
 }
 
+/// Whether the server serves `resource` in `api_version` (`apps.kruise.io/v1beta1`), asked
+/// by `backoff` like [`discover_retrying`]: an answer that is not one (429, 5xx, a cut or
+/// refused connection) is asked again, never taken for "not served", so that one failed
+/// request at start does not switch a feature off for the life of the process. A group the
+/// server does not know (404) is an answer: not served.
+pub async fn serves_retrying(
+    client: &Client,
+    api_version: &str,
+    resource: &str,
+    backoff: impl BackoffBuilder,
+    on_retry: impl FnMut(&kube::Error, Duration),
+) -> Result<bool, kube::Error> {
+    (|| async {
+        match client.list_api_group_resources(api_version).await {
+            Ok(list) => Ok(list.resources.iter().any(|r| r.name == resource)),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+            Err(e) => Err(e),
+        }
+    })
+    .retry(backoff)
+    .notify(on_retry)
+    .await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,6 +129,91 @@ mod tests {
         let result = discover_retrying(&client, schedule, |_, _| retries += 1).await;
         assert!(result.is_err(), "nothing answers");
         assert_eq!(retries, 3, "three retries after the first attempt");
+    }
+
+    /// A stand-in API server for `/apis/apps.kruise.io/v1beta1`: answers 500 to the first
+    /// `failures` requests, then `status` with a list naming `imagepulljobs`.
+    #[allow(clippy::expect_used)]
+    async fn group_server(failures: usize, status: u16) -> Client {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let seen = Arc::new(AtomicUsize::new(0));
+        let app = axum::Router::new().fallback(move || {
+            let seen = seen.clone();
+            async move {
+                let code = if seen.fetch_add(1, Ordering::SeqCst) < failures {
+                    500
+                } else {
+                    status
+                };
+                let body = if code == 200 {
+                    r#"{"kind":"APIResourceList","groupVersion":"apps.kruise.io/v1beta1","resources":[{"name":"imagepulljobs","singularName":"","namespaced":true,"kind":"ImagePullJob","verbs":["get"]}]}"#.to_owned()
+                } else {
+                    format!(r#"{{"kind":"Status","apiVersion":"v1","status":"Failure","code":{code}}}"#)
+                };
+                (
+                    axum::http::StatusCode::from_u16(code).expect("a status"),
+                    [("content-type", "application/json")],
+                    body,
+                )
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let config = kube::Config::new(format!("http://{addr}").parse().expect("a valid url"));
+        Client::try_from(config).expect("a client")
+    }
+
+    fn fast() -> ExponentialBuilder {
+        ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(1))
+            .with_max_delay(Duration::from_millis(2))
+            .with_max_times(5)
+    }
+
+    #[tokio::test]
+    async fn a_failed_answer_is_asked_again_not_taken_for_not_served() {
+        let client = group_server(2, 200).await;
+        let mut retries = 0;
+        let served = serves_retrying(
+            &client,
+            "apps.kruise.io/v1beta1",
+            "imagepulljobs",
+            fast(),
+            |_, _| retries += 1,
+        )
+        .await;
+        assert!(matches!(served, Ok(true)), "{served:?}");
+        assert_eq!(retries, 2);
+        // Served, but not the resource asked for.
+        let other = serves_retrying(
+            &client,
+            "apps.kruise.io/v1beta1",
+            "sidecarsets",
+            fast(),
+            |_, _| {},
+        )
+        .await;
+        assert!(matches!(other, Ok(false)), "{other:?}");
+    }
+
+    #[tokio::test]
+    async fn a_group_the_server_does_not_know_is_not_served_at_once() {
+        let client = group_server(0, 404).await;
+        let mut retries = 0;
+        let served = serves_retrying(
+            &client,
+            "apps.kruise.io/v1beta1",
+            "imagepulljobs",
+            fast(),
+            |_, _| retries += 1,
+        )
+        .await;
+        assert!(matches!(served, Ok(false)), "{served:?}");
+        assert_eq!(retries, 0);
     }
 
     #[test]

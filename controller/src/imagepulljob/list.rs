@@ -41,12 +41,19 @@ where
 {
     // a cluster with CRDs from before this kind (e.g. Helm with crds.install=false and
     // the CRDs not yet re-applied) gets one warning, not a watch failing forever
-    match client
-        .list_api_group_resources(&ImageListPullJob::api_version(&()))
-        .await
+    // (a failed answer is asked again by the start schedule: one lost request must not
+    // keep the controller from running)
+    match crate::discovery::serves_retrying(
+        &client,
+        &ImageListPullJob::api_version(&()),
+        "imagelistpulljobs",
+        crate::discovery::startup_backoff(),
+        |e, retry_in| warn!(error = %e, ?retry_in, "cannot list apps.kruise.io/v1beta1 resources yet"),
+    )
+    .await
     {
-        Ok(list) if list.resources.iter().any(|r| r.name == "imagelistpulljobs") => {}
-        Ok(_) => {
+        Ok(true) => {}
+        Ok(false) => {
             warn!(
                 "imagelistpulljobs.apps.kruise.io/v1beta1 is not served (apply deploy/crds): \
                  the ImageListPullJob controller does not run"

@@ -63,18 +63,22 @@ impl std::fmt::Debug for PreDownloader {
 }
 
 /// Whether the server serves `imagepulljobs` in the version this controller writes
-/// (`apps.kruise.io/v1beta1`, OpenKruise v1.9.0's storage version).
+/// (`apps.kruise.io/v1beta1`, OpenKruise v1.9.0's storage version). A failed answer is
+/// asked again by the start schedule, so that one lost request does not switch
+/// pre-download off; only a server that never answers does (with a warning).
 async fn serves_image_pull_jobs(client: &Client) -> bool {
-    match client
-        .list_api_group_resources(&ImagePullJob::api_version(&()))
-        .await
-    {
-        Ok(list) => list.resources.iter().any(|r| r.name == "imagepulljobs"),
-        Err(e) => {
-            warn!(error = %e, "cannot list apps.kruise.io resources");
-            false
-        }
-    }
+    let asked = crate::discovery::serves_retrying(
+        client,
+        &ImagePullJob::api_version(&()),
+        "imagepulljobs",
+        crate::discovery::startup_backoff(),
+        |e, retry_in| warn!(error = %e, ?retry_in, "cannot list apps.kruise.io resources yet"),
+    )
+    .await;
+    asked.unwrap_or_else(|e| {
+        warn!(error = %e, "cannot list apps.kruise.io resources");
+        false
+    })
 }
 
 impl PreDownloader {
