@@ -379,6 +379,15 @@ fn list_response(answer: ListAnswer) -> Response<ProxyBody> {
     resp
 }
 
+/// Whether a read may be answered from a cache older than the latest write: the API server
+/// serves `resourceVersion=0` and `resourceVersionMatch=NotOlderThan` from its watch cache.
+fn allows_stale(target: &str) -> bool {
+    target.split_once('?').is_some_and(|(_, q)| {
+        q.split('&')
+            .any(|kv| kv == "resourceVersion=0" || kv == "resourceVersionMatch=NotOlderThan")
+    })
+}
+
 /// A JSON list (`kind` ending in `List`, with `items`).
 fn is_list(body: &[u8]) -> bool {
     serde_json::from_slice::<serde_json::Value>(body).is_ok_and(|v| {
@@ -481,12 +490,18 @@ async fn handle(
             record(rec, 200);
             return Ok(expired_watch());
         }
-        Some(Fault::StaleList) => match state.stale_list(&target) {
+        // Only a list that asked for a cached answer (resourceVersion=0, or NotOlderThan) can
+        // be older than an acknowledged write; a consistent list (no resourceVersion) cannot.
+        Some(Fault::StaleList) => match allows_stale(&target)
+            .then(|| state.stale_list(&target))
+            .flatten()
+        {
             Some(answer) => {
                 record(rec, 200);
                 return Ok(list_response(answer));
             }
-            // No earlier answer to give: forwarded, and no fault but the delay.
+            // A consistent list, or no earlier answer to give: forwarded, and no fault but
+            // the delay.
             None => rec.fault = (d.delay_ms > 0).then_some(Fault::Latency),
         },
         _ => {}
@@ -744,19 +759,28 @@ mod tests {
         let proxy = FaultProxy::start(client, only("stale_list"), Rng::new(1)).await?;
         proxy.set_faults(true);
         let wait = Duration::from_secs(5);
-        let first = get(proxy.addr, "/api/v1/namespaces/ns/pods", wait).await?;
+        let cached = "/api/v1/namespaces/ns/pods?resourceVersion=0";
+        let first = get(proxy.addr, cached, wait).await?;
         assert!(first.contains(r#""resourceVersion":"1""#), "{first}");
-        let second = get(proxy.addr, "/api/v1/namespaces/ns/pods", wait).await?;
+        let second = get(proxy.addr, cached, wait).await?;
         assert!(second.contains(r#""resourceVersion":"1""#), "{second}");
         // Another request's answers are its own.
         let other = get(
             proxy.addr,
-            "/api/v1/namespaces/ns/pods?labelSelector=a",
+            "/api/v1/namespaces/ns/pods?labelSelector=a&resourceVersion=0",
             wait,
         )
         .await?;
         assert!(other.contains(r#""resourceVersion":"2""#), "{other}");
-        assert_eq!(lists.load(Ordering::SeqCst), 2);
+        // A consistent list (no resourceVersion) is never stale, however often asked.
+        for rv in ["3", "4"] {
+            let fresh = get(proxy.addr, "/api/v1/namespaces/ns/pods", wait).await?;
+            assert!(
+                fresh.contains(&format!(r#""resourceVersion":"{rv}""#)),
+                "{fresh}"
+            );
+        }
+        assert_eq!(lists.load(Ordering::SeqCst), 4);
         let faults: Vec<_> = proxy
             .records()
             .iter()
@@ -767,6 +791,8 @@ mod tests {
             [
                 (None, Some(200)),
                 (Some(Fault::StaleList), None),
+                (None, Some(200)),
+                (None, Some(200)),
                 (None, Some(200))
             ]
         );

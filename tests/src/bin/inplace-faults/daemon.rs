@@ -28,7 +28,6 @@ use inplace_tests::bed::{delete_namespace_and_wait, namespace, suffix};
 use inplace_tests::faults::bed_containerd::BedContainerd;
 use inplace_tests::faults::cri_proxy::CriProxy;
 use inplace_tests::faults::figures::{RunOutcome, STEP_KILL_PREFIX};
-use inplace_tests::faults::injection::Rates;
 use inplace_tests::faults::inplace::{ContainerSnap, InPlaceChecker, InPlaceSnap, UpdateStep};
 use inplace_tests::faults::invariants::{Bounds, Checker, PodSnap};
 use inplace_tests::faults::proxy::FaultProxy;
@@ -614,8 +613,9 @@ async fn run_in(
     )?;
     // containerd's own view, on its socket (not through the proxy).
     let cri = CriClient::new(&bed_socket, Duration::from_secs(10))?;
-    let ctl_proxy = FaultProxy::start(client.clone(), Rates::default(), ctl_rng).await?;
-    let daemon_proxy = FaultProxy::start(client.clone(), Rates::default(), daemon_rng).await?;
+    let ctl_proxy = FaultProxy::start(client.clone(), super::rates(&shared.args), ctl_rng).await?;
+    let daemon_proxy =
+        FaultProxy::start(client.clone(), super::rates(&shared.args), daemon_rng).await?;
     let ctl_kubeconfig = shared.args.log_dir.join(format!("{ns}-kubeconfig"));
     std::fs::write(&ctl_kubeconfig, ctl_proxy.kubeconfig(ns))?;
     let daemon_kubeconfig = shared.args.log_dir.join(format!("{ns}-daemon-kubeconfig"));

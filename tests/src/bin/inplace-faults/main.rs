@@ -127,6 +127,11 @@ struct Args {
     /// reused connections for minutes; see docs/development.md "Fault injection").
     #[arg(long)]
     outages: bool,
+    /// Answer some lists that ask for a cached answer (`resourceVersion=0`, what kube's
+    /// watcher asks by default) with an earlier answer. Not in the default set: it was seen
+    /// to make a restarted controller create pods past `maxSurge` (docs/development.md).
+    #[arg(long)]
+    stale_lists: bool,
     /// The test bed's directory (its containerd socket, for the daemon).
     #[arg(
         long,
@@ -544,7 +549,7 @@ async fn run_in(
     if plan.pvc {
         answered("PersistentVolumes", || make_pvs(client, ns, 6)).await?;
     }
-    let proxy = FaultProxy::start(client.clone(), Rates::default(), proxy_rng).await?;
+    let proxy = FaultProxy::start(client.clone(), rates(&shared.args), proxy_rng).await?;
     let kubeconfig = shared.args.log_dir.join(format!("{ns}-kubeconfig"));
     std::fs::write(&kubeconfig, proxy.kubeconfig(ns))?;
     let bounds = Bounds {
@@ -801,6 +806,15 @@ async fn jobs_left(client: &Client, ns: &str) -> Result<Option<String>> {
             )));
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The proxies' fault rates: the defaults, without stale lists unless `--stale-lists`.
+fn rates(args: &Args) -> Rates {
+    let all = Rates::default();
+    Rates {
+        stale_list: if args.stale_lists { all.stale_list } else { 0 },
+        ..all
     }
 }
 
