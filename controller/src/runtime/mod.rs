@@ -261,17 +261,24 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context, key: &str) -> Result<Acti
 
     let outcome = apply::execute(ctx, cs, &owned, &plan).await;
     status_writer::write(ctx, cs, &plan, &outcome).await?;
-    if let Some(pd) = &ctx.predownload {
-        pd.reconcile(&ctx.job_writer(), &ctx.stores, snapshot, &plan.revisions)
-            .await;
-    }
+    let predownload_retry = match &ctx.predownload {
+        Some(pd) => {
+            pd.reconcile(&ctx.job_writer(), &ctx.stores, snapshot, &plan.revisions)
+                .await
+        }
+        None => None,
+    };
     let conflicts_passed = outcome.conflicts_passed;
     if let Some(err) = outcome.into_error() {
         return Err(err);
     }
+    let requeue = match (plan.requeue_after, predownload_retry) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
     Ok(Action::requeue(next_reconcile(
         ctx.settings.resync,
-        plan.requeue_after,
+        requeue,
         conflicts_passed,
     )))
 }

@@ -47,6 +47,9 @@ impl std::fmt::Debug for JobWriter<'_> {
     }
 }
 
+/// How soon a reconcile whose pre-download write failed is followed by the next.
+pub const RETRY_FAILED_WRITE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The ImagePullJob cache of the pre-download writer.
 #[derive(Clone)]
 pub struct PreDownloader {
@@ -124,18 +127,21 @@ impl PreDownloader {
     }
 
     /// Decides and acts for `cs` after its plan (`revisions` are the plan's, `snapshot`
-    /// what it was made from: the pull order of new jobs is read from it).
+    /// what it was made from: the pull order of new jobs is read from it). A write that
+    /// failed does not fail the reconcile (as in the reference), but asks for the next one
+    /// within [`RETRY_FAILED_WRITE`] (`Some`), so that a job is not left, say, after the
+    /// revisions converged and nothing else reconciles the CloneSet until the resync.
     pub async fn reconcile(
         &self,
         ctx: &JobWriter<'_>,
         stores: &Stores,
         snapshot: Snapshot<'_>,
         revisions: &RevisionPlan,
-    ) {
+    ) -> Option<std::time::Duration> {
         let cs = snapshot.cloneset;
         if !*self.synced.borrow() {
             debug!("ImagePullJob cache not synced yet; pre-download waits");
-            return;
+            return None;
         }
         let ns = cs.namespace().unwrap_or_default();
         let jobs: Vec<ImagePullJob> = self
@@ -166,10 +172,18 @@ impl PreDownloader {
             );
             predownload::with_node_order(&mut decision, &order);
         }
-        self.apply(ctx, cs, &ns, decision).await;
+        let failed = self.apply(ctx, cs, &ns, decision).await;
+        failed.then_some(RETRY_FAILED_WRITE)
     }
 
-    async fn apply(&self, ctx: &JobWriter<'_>, cs: &CloneSet, ns: &str, decision: Decision) {
+    /// Carries `decision` out; true when one of its writes failed.
+    async fn apply(
+        &self,
+        ctx: &JobWriter<'_>,
+        cs: &CloneSet,
+        ns: &str,
+        decision: Decision,
+    ) -> bool {
         let pp = PatchParams {
             field_manager: Some(ctx.field_manager.to_owned()),
             ..PatchParams::default()
@@ -179,7 +193,7 @@ impl PreDownloader {
         match decision {
             Decision::Nothing(idle) => {
                 debug!(?idle, "pre-download: nothing to do");
-                return;
+                return false;
             }
             Decision::Ignore { revision, reason } => {
                 info!(%revision, %reason, "pre-download skipped for this revision");
@@ -213,19 +227,23 @@ impl PreDownloader {
                 }
                 if failed {
                     // unlabelled: the next reconcile retries the missing jobs
-                    return;
+                    return true;
                 }
                 info!(%revision, jobs = jobs.len(), "pre-download jobs in place");
             }
             Decision::Delete { jobs } => {
+                let mut failed = false;
                 for name in jobs {
                     match job_api.delete(&name, &DeleteParams::background()).await {
                         Ok(_) => info!(job = %name, "deleted ImagePullJob: revisions converged"),
                         Err(kube::Error::Api(s)) if s.code == 404 => {}
-                        Err(e) => warn!(job = %name, error = %e, "deleting ImagePullJob"),
+                        Err(e) => {
+                            failed = true;
+                            warn!(job = %name, error = %e, "deleting ImagePullJob");
+                        }
                     }
                 }
-                return;
+                return failed;
             }
         }
         if let Some((revision, key)) = label {
@@ -233,8 +251,10 @@ impl PreDownloader {
             let revs: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), ns);
             if let Err(e) = revs.patch(&revision, &pp, &Patch::Merge(&patch)).await {
                 warn!(%revision, label = key, error = %e, "labelling ControllerRevision");
+                return true;
             }
         }
+        false
     }
 }
 
