@@ -276,6 +276,13 @@ impl Worker {
             base.metadata.resource_version = Some(w.after);
         }
         let pod = self.pods.get(&ObjectRef::new(pod_name).within(ns));
+        // A pod missing from a pod cache not yet filled (a daemon just started, its first
+        // list still coming) is not a pod that has gone: decide in a later round.
+        if pod.is_none() && futures::FutureExt::now_or_never(self.pods.wait_until_ready()).is_none()
+        {
+            tracing::debug!(crr = %kube::ResourceExt::name_any(stored), "pod cache not filled yet; the request waits");
+            return Ok(());
+        }
         let uid = pod.as_ref().and_then(|p| p.metadata.uid.clone());
         let pod_grace = pod
             .as_ref()
@@ -529,19 +536,14 @@ mod tests {
     use super::*;
     use crate::api::CrrPhase;
 
-    /// A request whose status write the API server keeps refusing (500) is synced again
-    /// with exponential back-off and jitter, not at every poll: over a minute with a
-    /// 100 ms poll, about eight writes instead of six hundred.
-    #[tokio::test(start_paused = true)]
-    async fn a_failing_sync_is_retried_with_back_off_not_every_poll() {
-        let patches: Arc<std::sync::Mutex<Vec<tokio::time::Instant>>> = Arc::default();
-        let client = crate::kube_io::failing_client(patches.clone());
-        let (crrs, mut crr_writer) = kube::runtime::reflector::store();
-        let mut c = (*req("ns", "r1", "gone", "2026-01-01T00:00:00Z", None)).clone();
-        c.metadata.uid = Some("u1".into());
-        c.metadata.resource_version = Some("1".into());
-        crr_writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(c));
-        let (pods, _pod_writer) = kube::runtime::reflector::store();
+    /// A handler with a CRI nobody serves, run for a minute of paused time with a 100 ms
+    /// poll; the instants of its status writes.
+    async fn run_for_a_minute(
+        client: kube::Client,
+        crrs: Store<ContainerRecreateRequest>,
+        pods: Store<Pod>,
+        patches: &Arc<std::sync::Mutex<Vec<tokio::time::Instant>>>,
+    ) -> Vec<tokio::time::Instant> {
         let cri = CriClient::new(
             std::path::Path::new("/nonexistent.sock"),
             Duration::from_secs(1),
@@ -559,7 +561,43 @@ mod tests {
         let task = tokio::spawn(handler.run());
         tokio::time::sleep(Duration::from_secs(60)).await;
         task.abort();
-        let at = patches.lock().map(|p| p.clone()).unwrap_or_default();
+        patches.lock().map(|p| p.clone()).unwrap_or_default()
+    }
+
+    /// A daemon that has not filled its pod cache yet (just started, its first list still
+    /// coming) does not take a pod missing from it for a pod that has gone: nothing is
+    /// written until the cache is filled.
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_missing_from_an_unfilled_cache_is_not_gone() {
+        let patches: Arc<std::sync::Mutex<Vec<tokio::time::Instant>>> = Arc::default();
+        let client = crate::kube_io::failing_client(patches.clone());
+        let (crrs, mut crr_writer) = kube::runtime::reflector::store();
+        let mut c = (*req("ns", "r1", "gone", "2026-01-01T00:00:00Z", None)).clone();
+        c.metadata.uid = Some("u1".into());
+        c.metadata.resource_version = Some("1".into());
+        crr_writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(c));
+        let (pods, _pod_writer) = kube::runtime::reflector::store();
+        let at = run_for_a_minute(client, crrs, pods, &patches).await;
+        assert!(at.is_empty(), "{} status writes", at.len());
+    }
+
+    /// A request whose status write the API server keeps refusing (500) is synced again
+    /// with exponential back-off and jitter, not at every poll: over a minute with a
+    /// 100 ms poll, about eight writes instead of six hundred.
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_sync_is_retried_with_back_off_not_every_poll() {
+        let patches: Arc<std::sync::Mutex<Vec<tokio::time::Instant>>> = Arc::default();
+        let client = crate::kube_io::failing_client(patches.clone());
+        let (crrs, mut crr_writer) = kube::runtime::reflector::store();
+        let mut c = (*req("ns", "r1", "gone", "2026-01-01T00:00:00Z", None)).clone();
+        c.metadata.uid = Some("u1".into());
+        c.metadata.resource_version = Some("1".into());
+        crr_writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(c));
+        // The pod cache is filled, without the request's pod: it has gone.
+        let (pods, mut pod_writer) = kube::runtime::reflector::store();
+        pod_writer.apply_watcher_event(&kube::runtime::watcher::Event::Init);
+        pod_writer.apply_watcher_event(&kube::runtime::watcher::Event::InitDone);
+        let at = run_for_a_minute(client, crrs, pods, &patches).await;
         let gaps: Vec<Duration> = at.windows(2).map(|w| w[1] - w[0]).collect();
         assert!(
             (5..=12).contains(&at.len()),
