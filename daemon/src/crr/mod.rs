@@ -167,6 +167,10 @@ impl CrrHandler {
     /// request of every pod whose previous sync has ended ([`next_per_pod`]); syncs of
     /// different pods run concurrently.
     pub async fn run(self) {
+        // Every decision reads the pod: a pod missing from a cache not yet filled (a daemon
+        // just started, its first list still coming) is not a pod that has gone. (A cache
+        // whose writer is gone never fills: then there is nothing to wait for.)
+        let _ = self.worker.pods.wait_until_ready().await;
         let worker = Arc::new(self.worker);
         let mut running: HashMap<PodKey, tokio::task::JoinHandle<()>> = HashMap::new();
         // pods whose last sync failed: tried again after an exponential back-off with
@@ -276,13 +280,6 @@ impl Worker {
             base.metadata.resource_version = Some(w.after);
         }
         let pod = self.pods.get(&ObjectRef::new(pod_name).within(ns));
-        // A pod missing from a pod cache not yet filled (a daemon just started, its first
-        // list still coming) is not a pod that has gone: decide in a later round.
-        if pod.is_none() && futures::FutureExt::now_or_never(self.pods.wait_until_ready()).is_none()
-        {
-            tracing::debug!(crr = %kube::ResourceExt::name_any(stored), "pod cache not filled yet; the request waits");
-            return Ok(());
-        }
         let uid = pod.as_ref().and_then(|p| p.metadata.uid.clone());
         let pod_grace = pod
             .as_ref()
@@ -536,14 +533,24 @@ mod tests {
     use super::*;
     use crate::api::CrrPhase;
 
-    /// A handler with a CRI nobody serves, run for a minute of paused time with a 100 ms
-    /// poll; the instants of its status writes.
-    async fn run_for_a_minute(
-        client: kube::Client,
-        crrs: Store<ContainerRecreateRequest>,
-        pods: Store<Pod>,
-        patches: &Arc<std::sync::Mutex<Vec<tokio::time::Instant>>>,
+    /// The instants of the status writes, over a minute of paused time with a 100 ms poll,
+    /// of a handler (a CRI nobody serves, an API server refusing every write with 500)
+    /// given one request whose pod is not in the pod cache, filled or not yet.
+    async fn writes_for_a_request_of_a_missing_pod(
+        pod_cache_filled: bool,
     ) -> Vec<tokio::time::Instant> {
+        let patches: Arc<std::sync::Mutex<Vec<tokio::time::Instant>>> = Arc::default();
+        let client = crate::kube_io::failing_client(patches.clone());
+        let (crrs, mut crr_writer) = kube::runtime::reflector::store();
+        let mut c = (*req("ns", "r1", "gone", "2026-01-01T00:00:00Z", None)).clone();
+        c.metadata.uid = Some("u1".into());
+        c.metadata.resource_version = Some("1".into());
+        crr_writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(c));
+        let (pods, mut pod_writer) = kube::runtime::reflector::store();
+        if pod_cache_filled {
+            pod_writer.apply_watcher_event(&kube::runtime::watcher::Event::Init);
+            pod_writer.apply_watcher_event(&kube::runtime::watcher::Event::InitDone);
+        }
         let cri = CriClient::new(
             std::path::Path::new("/nonexistent.sock"),
             Duration::from_secs(1),
@@ -561,6 +568,8 @@ mod tests {
         let task = tokio::spawn(handler.run());
         tokio::time::sleep(Duration::from_secs(60)).await;
         task.abort();
+        // (the writer lives to here: a dropped one would let an unfilled cache count)
+        drop(pod_writer);
         patches.lock().map(|p| p.clone()).unwrap_or_default()
     }
 
@@ -569,15 +578,7 @@ mod tests {
     /// written until the cache is filled.
     #[tokio::test(start_paused = true)]
     async fn a_pod_missing_from_an_unfilled_cache_is_not_gone() {
-        let patches: Arc<std::sync::Mutex<Vec<tokio::time::Instant>>> = Arc::default();
-        let client = crate::kube_io::failing_client(patches.clone());
-        let (crrs, mut crr_writer) = kube::runtime::reflector::store();
-        let mut c = (*req("ns", "r1", "gone", "2026-01-01T00:00:00Z", None)).clone();
-        c.metadata.uid = Some("u1".into());
-        c.metadata.resource_version = Some("1".into());
-        crr_writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(c));
-        let (pods, _pod_writer) = kube::runtime::reflector::store();
-        let at = run_for_a_minute(client, crrs, pods, &patches).await;
+        let at = writes_for_a_request_of_a_missing_pod(false).await;
         assert!(at.is_empty(), "{} status writes", at.len());
     }
 
@@ -586,18 +587,8 @@ mod tests {
     /// 100 ms poll, about eight writes instead of six hundred.
     #[tokio::test(start_paused = true)]
     async fn a_failing_sync_is_retried_with_back_off_not_every_poll() {
-        let patches: Arc<std::sync::Mutex<Vec<tokio::time::Instant>>> = Arc::default();
-        let client = crate::kube_io::failing_client(patches.clone());
-        let (crrs, mut crr_writer) = kube::runtime::reflector::store();
-        let mut c = (*req("ns", "r1", "gone", "2026-01-01T00:00:00Z", None)).clone();
-        c.metadata.uid = Some("u1".into());
-        c.metadata.resource_version = Some("1".into());
-        crr_writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(c));
         // The pod cache is filled, without the request's pod: it has gone.
-        let (pods, mut pod_writer) = kube::runtime::reflector::store();
-        pod_writer.apply_watcher_event(&kube::runtime::watcher::Event::Init);
-        pod_writer.apply_watcher_event(&kube::runtime::watcher::Event::InitDone);
-        let at = run_for_a_minute(client, crrs, pods, &patches).await;
+        let at = writes_for_a_request_of_a_missing_pod(true).await;
         let gaps: Vec<Duration> = at.windows(2).map(|w| w[1] - w[0]).collect();
         assert!(
             (5..=12).contains(&at.len()),
