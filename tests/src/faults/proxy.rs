@@ -351,19 +351,14 @@ fn expired_watch() -> Response<ProxyBody> {
             "code": 410,
         },
     });
-    let mut resp = Response::new(
-        Full::new(Bytes::from(format!("{event}\n")))
-            .map_err(|never| match never {})
-            .boxed_unsync(),
-    );
-    resp.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("application/json"),
-    );
-    resp
+    list_response(ListAnswer {
+        content_type: None,
+        body: Bytes::from(format!("{event}\n")),
+    })
 }
 
-/// A `200` answer with a read's body (a kept list, or one just read).
+/// A `200` answer with a whole body (a kept list, one just read, an expired watch's event);
+/// JSON unless the answer says otherwise.
 fn list_response(answer: ListAnswer) -> Response<ProxyBody> {
     let mut resp = Response::new(
         Full::new(answer.body)
