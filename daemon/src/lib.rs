@@ -10,6 +10,7 @@ pub mod inplace;
 pub mod kube_io;
 pub mod logging;
 pub mod metrics;
+pub mod pod_cache;
 pub mod puller;
 pub mod recorder;
 pub mod resize;

@@ -14,6 +14,7 @@ use inplace_daemon::inplace::{self, Executor};
 use inplace_daemon::kube_io::{self, RateLimiter};
 use inplace_daemon::logging::{self, LogFormat};
 use inplace_daemon::metrics::Metrics;
+use inplace_daemon::pod_cache::PodCache;
 use inplace_daemon::puller::provider_exec::CredentialProviders;
 use inplace_daemon::puller::{Puller, PullerConfig};
 use inplace_daemon::recorder::EventRecorder;
@@ -175,6 +176,7 @@ async fn main() -> anyhow::Result<()> {
 
     // pods: in-place executor
     let (store, writer) = reflector::store();
+    let pods = PodCache::new(store);
     let notify = Arc::new(Notify::new());
     tokio::spawn(inplace::watch_pods(
         Api::<Pod>::all(client.clone()),
@@ -186,7 +188,7 @@ async fn main() -> anyhow::Result<()> {
     let mut executor = Executor::new(
         cri.clone(),
         client.clone(),
-        store.clone(),
+        pods.clone(),
         notify.clone(),
         metrics.clone(),
         runtime_name.clone(),
@@ -211,7 +213,7 @@ async fn main() -> anyhow::Result<()> {
             cri.clone(),
             client.clone(),
             crr_store,
-            store,
+            pods,
             crr_notify.clone(),
             metrics.clone(),
             poll,

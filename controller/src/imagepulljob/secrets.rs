@@ -277,8 +277,16 @@ pub async fn run(
             () = wake.notified() => true,
             () = tokio::time::sleep(Duration::from_secs(2)) => false,
         };
-        if copies.wait_until_ready().await.is_err() || jobs.wait_until_ready().await.is_err() {
+        if copies.wait_until_ready().await.is_err() {
             return;
+        }
+        // The jobs' store is the ImagePullJob controller's, which awaits it too, and a
+        // store's readiness wakes one waiter only: this one may lose the wake-up, so it
+        // waits for a round at most and asks again in the next.
+        match tokio::time::timeout(Duration::from_secs(2), jobs.wait_until_ready()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return,
+            Err(_) => continue,
         }
         let state = jobs.state();
         let want = wanted(state.iter().map(|j| j.as_ref()), &mirror_namespace);

@@ -26,6 +26,7 @@ use crate::apiserver::{Health, patch_params, watch_into_store};
 use crate::cri::CriClient;
 use crate::inplace::{self, ExecError};
 use crate::metrics::{Metrics, PhaseLabel};
+use crate::pod_cache::PodCache;
 use decide::{Instance, Kill};
 
 /// Watches the active CRRs of `node` into `writer`, poking `notify` on every change.
@@ -86,7 +87,7 @@ pub struct CrrHandler {
 struct Worker {
     cri: CriClient,
     client: kube::Client,
-    pods: Store<Pod>,
+    pods: PodCache,
     metrics: Metrics,
     /// Per CRR uid: our last status write. While the watch cache still shows the object as
     /// it was before that write, the written status (and the version it left) is the base
@@ -137,7 +138,7 @@ impl CrrHandler {
         cri: CriClient,
         client: kube::Client,
         crrs: Store<ContainerRecreateRequest>,
-        pods: Store<Pod>,
+        pods: PodCache,
         notify: Arc<Notify>,
         metrics: Metrics,
         poll: Duration,
@@ -170,7 +171,7 @@ impl CrrHandler {
         // Every decision reads the pod: a pod missing from a cache not yet filled (a daemon
         // just started, its first list still coming) is not a pod that has gone. (A cache
         // whose writer is gone never fills: then there is nothing to wait for.)
-        let _ = self.worker.pods.wait_until_ready().await;
+        self.worker.pods.wait_filled().await;
         let worker = Arc::new(self.worker);
         let mut running: HashMap<PodKey, tokio::task::JoinHandle<()>> = HashMap::new();
         // pods whose last sync failed: tried again after an exponential back-off with
@@ -279,7 +280,7 @@ impl Worker {
             base.status = Some(w.status);
             base.metadata.resource_version = Some(w.after);
         }
-        let pod = self.pods.get(&ObjectRef::new(pod_name).within(ns));
+        let pod = self.pods.store().get(&ObjectRef::new(pod_name).within(ns));
         let uid = pod.as_ref().and_then(|p| p.metadata.uid.clone());
         let pod_grace = pod
             .as_ref()
@@ -560,7 +561,7 @@ mod tests {
             cri,
             client,
             crrs,
-            pods,
+            PodCache::new(pods),
             Arc::new(Notify::new()),
             Metrics::unregistered(),
             Duration::from_millis(100),

@@ -26,13 +26,14 @@ use inplace_proto::{InPlaceUpdateState, keys};
 use k8s_cri::v1::ContainerState;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch};
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector;
 use kube::runtime::watcher::{self};
 use tokio::sync::Notify;
 
 use crate::apiserver::{Health, RETRY_MAX, patch_params, retry_backoff, watch_into_store};
 use crate::cri::{CriClient, CriError};
 use crate::metrics::{Metrics, ReasonLabel};
+use crate::pod_cache::PodCache;
 use crate::resize;
 use decide::{Decision, RuntimeContainer};
 
@@ -103,7 +104,8 @@ pub async fn runtime_containers(
 pub struct Executor {
     pub cri: CriClient,
     pub client: kube::Client,
-    pub store: Store<Pod>,
+    /// The node's pods (shared with the CRR handler).
+    pub pods: PodCache,
     pub notify: Arc<Notify>,
     pub metrics: Metrics,
     /// Prefix of recorded container ids (`containerd`).
@@ -179,7 +181,7 @@ impl Executor {
     pub fn new(
         cri: CriClient,
         client: kube::Client,
-        store: Store<Pod>,
+        pods: PodCache,
         notify: Arc<Notify>,
         metrics: Metrics,
         runtime_name: String,
@@ -188,7 +190,7 @@ impl Executor {
         Self {
             cri,
             client,
-            store,
+            pods,
             notify,
             metrics,
             runtime_name,
@@ -207,7 +209,7 @@ impl Executor {
 
     pub async fn run(mut self) {
         // Until the pod cache has synced, every pod would look new to `batch_seen`.
-        if self.store.wait_until_ready().await.is_err() {
+        if !self.pods.wait_filled().await {
             tracing::warn!("pod watch ended before the cache synced");
         }
         let mut first_pass = true;
@@ -222,7 +224,8 @@ impl Executor {
                 }
             }
             let pods: Vec<Arc<Pod>> = self
-                .store
+                .pods
+                .store()
                 .state()
                 .into_iter()
                 .filter(|p| decide::in_update(p))
