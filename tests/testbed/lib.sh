@@ -203,9 +203,11 @@ bed_leftovers() {
   local out="" d cmd m cg hp veths
   for d in /proc/[0-9]*; do
     cmd=$(tr '\0' ' ' 2>/dev/null <"$d/cmdline") || continue
-    # processes the bed starts (clients that merely use its kubeconfig are not the bed's)
+    # processes the bed starts (clients that merely use its kubeconfig are not the bed's;
+    # Kubernetes binaries are this bed's when their arguments name its directory: a second
+    # control plane of another INPLACE_TESTBED_DIR may run from the same cached binaries)
     case $cmd in
-      *"$K8S_BIN/"*|*"$BED/containerd/"*|*"--data-dir $BED/etcd"*|*"$BED/registry.yml"*|*"$BED/nodesim.kubeconfig"*)
+      *"$K8S_BIN/"*"$BED/"*|*"$BED/containerd/"*|*"--data-dir $BED/etcd"*|*"$BED/registry.yml"*|*"$BED/nodesim.kubeconfig"*)
         out+="process ${d#/proc/}: ${cmd:0:120}"$'\n' ;;
     esac
   done
