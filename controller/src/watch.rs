@@ -100,7 +100,7 @@ where
 {
     let (reader, writer) = reflector::store();
     let stream = watcher(api, config)
-        .default_backoff()
+        .backoff(crate::watch_backoff::relist())
         .modify(modify)
         .reflect(writer)
         .touched_objects()
@@ -388,6 +388,70 @@ mod tests {
             }
         });
         Client::new(service, "ns")
+    }
+
+    /// After an outage the pod store lists again within the relist cap of the API server
+    /// being back (kube's default would wait up to a minute after a 40 s outage).
+    #[tokio::test(start_paused = true)]
+    async fn after_an_outage_the_pods_list_again_within_seconds() {
+        let started = tokio::time::Instant::now();
+        let back_at = started + Duration::from_secs(40);
+        let lists = Arc::new(Mutex::new(Vec::new()));
+        let seen = lists.clone();
+        let service = tower::service_fn(move |req: Request<kube::client::Body>| {
+            let seen = seen.clone();
+            async move {
+                let watching = req.uri().query().unwrap_or_default().contains("watch=true");
+                if watching {
+                    futures::future::pending::<()>().await;
+                }
+                let now = tokio::time::Instant::now();
+                let up = now >= back_at;
+                seen.lock().unwrap().push((now, up));
+                let (status, body) = if up {
+                    (
+                        200,
+                        json!({"metadata": {"resourceVersion": "1"}, "items": []}),
+                    )
+                } else {
+                    (
+                        503,
+                        json!({"kind": "Status", "code": 503, "message": "outage"}),
+                    )
+                };
+                Ok::<_, std::convert::Infallible>(
+                    Response::builder()
+                        .status(status)
+                        .body(kube::client::Body::from(body.to_string().into_bytes()))
+                        .unwrap(),
+                )
+            }
+        });
+        let scope = Scope {
+            namespace: Some("ns".into()),
+        };
+        let (_stores, streams) = secondary_watches(&Client::new(service, "ns"), &scope);
+        let task = drain(streams.pods);
+        while !lists.lock().unwrap().iter().any(|(_, up)| *up) {
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "never listed again"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        task.abort();
+        let lists = lists.lock().unwrap().clone();
+        let first_up = lists.iter().find(|(_, up)| *up).map(|(at, _)| *at).unwrap();
+        let late = first_up - back_at;
+        let bound = crate::watch_backoff::CAP.mul_f64(1.0 + crate::watch_backoff::JITTER);
+        assert!(
+            late <= bound,
+            "listed {late:?} after the API server was back"
+        );
+        // Tried again all along, never sooner than the first delay after a failure (the
+        // watcher's own `Init` after a failed list resets its backoff).
+        let tries = lists.iter().filter(|(_, up)| !*up).count();
+        assert!((8..=50).contains(&tries), "{tries} lists during the outage");
     }
 
     fn drain<K: Send + 'static>(stream: Reflected<K>) -> tokio::task::JoinHandle<()> {
