@@ -12,9 +12,10 @@
 //! controller may not look for up to a minute, longer if one more attempt fails. A
 //! controller should be back within seconds of its API server, so [`relist`] doubles
 //! from 0.8 s to a cap of 5 s (+ up to 25 % jitter, so that watches that failed together
-//! do not retry in step). While the API server is away that is one attempt per watch
-//! every second or so (the watcher's) and one pause of at most ~6 s for the controller:
-//! a handful of requests per second for the whole controller.
+//! do not retry in step), and a controller whose every stream backs off by itself (the
+//! CloneSet controller) does not pause its trigger stream at all ([`NoPause`]). While
+//! the API server is away that is one attempt per watch every second or so (the
+//! watcher's): a handful of requests per second for the whole controller.
 
 use std::time::Duration;
 
@@ -68,6 +69,27 @@ impl Backoff for Relist {
     }
 }
 
+/// The trigger backoff of a `Controller` fed only by streams that back off themselves
+/// (`for_stream`, `owns_stream`, `watches_stream`, each with [`relist`]): no pause. Each
+/// stream already waits after its own error, so nothing spins; and a pause here would
+/// stop every watch of the controller for one failing watch, with the failures of the
+/// others (requests cut by the outage, seen only when their stream is polled again)
+/// coming out one per pause afterwards.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoPause;
+
+impl Iterator for NoPause {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        Some(Duration::ZERO)
+    }
+}
+
+impl Backoff for NoPause {
+    fn reset(&mut self) {}
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,6 +127,14 @@ mod tests {
             again >= FIRST && again <= FIRST.mul_f64(1.0 + JITTER),
             "{again:?}"
         );
+    }
+
+    #[test]
+    fn no_pause_never_waits() {
+        let mut b = NoPause;
+        assert!(b.by_ref().take(100).all(|d| d.is_zero()));
+        b.reset();
+        assert_eq!(b.next(), Some(Duration::ZERO));
     }
 
     proptest! {

@@ -136,7 +136,8 @@ where
     info!("container launch-priority loop started");
     let results = Controller::for_stream(pods, reader)
         .with_config(Config::default().concurrency(CONCURRENCY))
-        .trigger_backoff(crate::watch_backoff::relist())
+        // the pod stream backs off by itself
+        .trigger_backoff(crate::watch_backoff::NoPause)
         .graceful_shutdown_on(stop)
         .run(
             |pod, ctx| {

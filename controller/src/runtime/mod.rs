@@ -546,9 +546,9 @@ pub async fn run(
     let turns = Arc::new(crate::turns::Turns::new(settings.workers));
     let controller = Controller::for_stream(clonesets, cs_reader)
         .with_config(ControllerConfig::default().concurrency(0))
-        // One failing watch pauses every watch of the controller for this long (see
-        // `watch_backoff`): seconds, not kube's minute.
-        .trigger_backoff(crate::watch_backoff::relist())
+        // Every stream backs off by itself; a trigger pause would stop all of them for
+        // one failing watch (see `watch_backoff`).
+        .trigger_backoff(crate::watch_backoff::NoPause)
         .owns_stream(pod_triggers)
         .owns_stream(streams.pvcs)
         .owns_stream(streams.revisions)
