@@ -1122,4 +1122,20 @@ mod tests {
         assert!((100..200).contains(&outages), "{outages}");
         assert!((80..170).contains(&restarts), "{restarts}");
     }
+
+    /// Stale lists, outages and API server restarts are on unless left out one by one.
+    #[test]
+    fn every_api_fault_is_on_by_default() {
+        let on = |a: &Args| (a.stale_lists, a.outages, a.apiserver_restarts);
+        let all = Args::try_parse_from(["inplace-faults"]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(on(&all), (true, true, true));
+        assert_eq!(rates(&all).stale_list, Rates::default().stale_list);
+        let some = Args::try_parse_from(["inplace-faults", "--no-outages", "--no-stale-lists"])
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(on(&some), (false, false, true));
+        assert_eq!(rates(&some).stale_list, 0);
+        let none = Args::try_parse_from(["inplace-faults", "--no-apiserver-restarts"])
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(on(&none), (true, true, false));
+    }
 }
