@@ -845,8 +845,15 @@ fn unanswered(e: &anyhow::Error) -> bool {
     })
 }
 
+/// One restart of the bed's API server at a time: two runs whose restarts fall together
+/// would otherwise both stop the same process and start two, one of which cannot bind
+/// the port (`restart: kube-apiserver does not serve again`). The later one waits and
+/// restarts it again.
+static RESTARTING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Restarts the bed's API server (tests/testbed/restart), waiting until it serves again.
 async fn restart_apiserver() -> Result<()> {
+    let _one_at_a_time = RESTARTING.lock().await;
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("testbed/restart");
     let run = script.clone();
     let out = tokio::task::spawn_blocking(move || {
