@@ -33,3 +33,4 @@ pub mod runtime;
 pub mod server;
 pub mod turns;
 pub mod watch;
+pub mod watch_backoff;

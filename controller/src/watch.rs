@@ -100,7 +100,7 @@ where
 {
     let (reader, writer) = reflector::store();
     let stream = watcher(api, config)
-        .default_backoff()
+        .backoff(crate::watch_backoff::relist())
         .modify(modify)
         .reflect(writer)
         .touched_objects()
@@ -108,9 +108,20 @@ where
     (reader, stream)
 }
 
+/// The watch of a store the controller's writes are planned from (its pods, PVCs and
+/// revisions): every list, the first after a start included, is a consistent read (no
+/// `resourceVersion`), never an answer of the API server's watch cache
+/// (`resourceVersion=0`), which may lag behind writes already acknowledged. A controller
+/// that has just started has no expectations of its own, so a list without the pod its
+/// predecessor created would make it create another one, past `maxSurge`. The cost is one
+/// read from etcd per list (at a start and after a `410 Gone`), not per event.
+pub fn consistent(config: watcher::Config) -> watcher::Config {
+    config.list_semantic(watcher::ListSemantic::MostRecent)
+}
+
 /// Builds the secondary watches for `scope`. The CloneSet store comes from the controller.
 pub fn secondary_watches(client: &Client, scope: &Scope) -> (StoresPart, Streams) {
-    let labelled = watcher::Config::default().labels(keys::INSTANCE_ID_LABEL);
+    let labelled = consistent(watcher::Config::default().labels(keys::INSTANCE_ID_LABEL));
     // `CachedPod` never holds managed fields: nothing to strip.
     let (pods, pod_stream) = reflected(
         scope.api::<CachedPod>(client),
@@ -124,7 +135,7 @@ pub fn secondary_watches(client: &Client, scope: &Scope) -> (StoresPart, Streams
     );
     let (revisions, revision_stream) = reflected(
         scope.api::<ControllerRevision>(client),
-        watcher::Config::default(),
+        consistent(watcher::Config::default()),
         strip::<ControllerRevision>,
     );
     let (nodes, node_stream) = reflected(
@@ -341,5 +352,170 @@ impl CacheView for NamespaceView<'_> {
                 .revisions
                 .get(&ObjectRef::new(name).within(self.namespace)),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use axum::http::{Request, Response};
+    use serde_json::json;
+
+    use super::*;
+
+    /// The query of every request a fake API server got: lists are answered empty, watches
+    /// never.
+    fn recording_client(seen: Arc<Mutex<Vec<String>>>) -> Client {
+        let service = tower::service_fn(move |req: Request<kube::client::Body>| {
+            let seen = seen.clone();
+            async move {
+                let query = req.uri().query().unwrap_or_default().to_owned();
+                let watching = query.split('&').any(|kv| kv == "watch=true");
+                seen.lock()
+                    .unwrap()
+                    .push(format!("{} {query}", req.uri().path()));
+                if watching {
+                    futures::future::pending::<()>().await;
+                }
+                let list = json!({"metadata": {"resourceVersion": "1"}, "items": []});
+                Ok::<_, std::convert::Infallible>(Response::new(kube::client::Body::from(
+                    list.to_string().into_bytes(),
+                )))
+            }
+        });
+        Client::new(service, "ns")
+    }
+
+    /// After an outage the pod store lists again within the relist cap of the API server
+    /// being back (kube's default would wait up to a minute after a 40 s outage).
+    #[tokio::test(start_paused = true)]
+    async fn after_an_outage_the_pods_list_again_within_seconds() {
+        let started = tokio::time::Instant::now();
+        let back_at = started + Duration::from_secs(40);
+        let lists = Arc::new(Mutex::new(Vec::new()));
+        let seen = lists.clone();
+        let service = tower::service_fn(move |req: Request<kube::client::Body>| {
+            let seen = seen.clone();
+            async move {
+                let watching = req.uri().query().unwrap_or_default().contains("watch=true");
+                if watching {
+                    futures::future::pending::<()>().await;
+                }
+                let now = tokio::time::Instant::now();
+                let up = now >= back_at;
+                seen.lock().unwrap().push((now, up));
+                let (status, body) = if up {
+                    (
+                        200,
+                        json!({"metadata": {"resourceVersion": "1"}, "items": []}),
+                    )
+                } else {
+                    (
+                        503,
+                        json!({"kind": "Status", "code": 503, "message": "outage"}),
+                    )
+                };
+                Ok::<_, std::convert::Infallible>(
+                    Response::builder()
+                        .status(status)
+                        .body(kube::client::Body::from(body.to_string().into_bytes()))
+                        .unwrap(),
+                )
+            }
+        });
+        let scope = Scope {
+            namespace: Some("ns".into()),
+        };
+        let (_stores, streams) = secondary_watches(&Client::new(service, "ns"), &scope);
+        let task = drain(streams.pods);
+        while !lists.lock().unwrap().iter().any(|(_, up)| *up) {
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "never listed again"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        task.abort();
+        let lists = lists.lock().unwrap().clone();
+        let first_up = lists.iter().find(|(_, up)| *up).map(|(at, _)| *at).unwrap();
+        let late = first_up - back_at;
+        let bound = crate::watch_backoff::CAP.mul_f64(1.0 + crate::watch_backoff::JITTER);
+        assert!(
+            late <= bound,
+            "listed {late:?} after the API server was back"
+        );
+        // Tried again all along, never sooner than the first delay after a failure (the
+        // watcher's own `Init` after a failed list resets its backoff).
+        let tries = lists.iter().filter(|(_, up)| !*up).count();
+        assert!((8..=50).contains(&tries), "{tries} lists during the outage");
+    }
+
+    fn drain<K: Send + 'static>(stream: Reflected<K>) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(stream.for_each(|_| async {}))
+    }
+
+    /// The stores a restarted controller plans from list consistently: no
+    /// `resourceVersion` (a cached, possibly stale answer) and no `resourceVersionMatch`.
+    #[tokio::test]
+    async fn the_planned_from_stores_list_consistently() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let scope = Scope {
+            namespace: Some("ns".into()),
+        };
+        let (_stores, streams) = secondary_watches(&recording_client(seen.clone()), &scope);
+        let Streams {
+            pods,
+            pvcs,
+            revisions,
+            nodes: _,
+        } = streams;
+        let tasks = [drain(pods), drain(pvcs), drain(revisions)];
+        let paths = [
+            "/api/v1/namespaces/ns/pods",
+            "/api/v1/namespaces/ns/persistentvolumeclaims",
+            "/apis/apps/v1/namespaces/ns/controllerrevisions",
+        ];
+        let lists = |seen: &[String]| -> Vec<String> {
+            seen.iter()
+                .filter(|r| !r.contains("watch=true"))
+                .cloned()
+                .collect()
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let got = lists(&seen.lock().unwrap());
+            if paths
+                .iter()
+                .all(|p| got.iter().any(|r| r.starts_with(&format!("{p} "))))
+            {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "lists seen: {got:?}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        for t in tasks {
+            t.abort();
+        }
+        let got = lists(&seen.lock().unwrap());
+        for list in got
+            .iter()
+            .filter(|r| paths.iter().any(|p| r.starts_with(&format!("{p} "))))
+        {
+            assert!(
+                !list.contains("resourceVersion"),
+                "a list from the watch cache: {list}"
+            );
+        }
+        for p in &paths[..2] {
+            assert!(
+                got.iter()
+                    .any(|r| r.starts_with(&format!("{p} ")) && r.contains("labelSelector=")),
+                "{p}: {got:?}"
+            );
+        }
     }
 }

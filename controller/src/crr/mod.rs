@@ -76,14 +76,15 @@ where
     let controller = Controller::new(
         scope.api::<ContainerRecreateRequest>(&client),
         watcher::Config::default(),
-    );
+    )
+    .trigger_backoff(crate::watch_backoff::relist());
     let crrs = controller.store();
     let for_pods = crrs.clone();
     let pods = watcher(
         scope.api::<PartialObjectMeta<Pod>>(&client),
         watcher::Config::default(),
     )
-    .default_backoff()
+    .backoff(crate::watch_backoff::relist())
     .touched_objects();
     // a request's change (its completion above all) wakes the other requests of its pod:
     // the next one in line becomes active

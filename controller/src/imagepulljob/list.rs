@@ -69,6 +69,7 @@ where
         scope.api::<ImageListPullJob>(&client),
         watcher::Config::default(),
     )
+    .trigger_backoff(crate::watch_backoff::relist())
     .owns(
         scope.api::<ImagePullJob>(&client),
         watcher::Config::default(),

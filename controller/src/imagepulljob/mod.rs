@@ -106,13 +106,13 @@ pub async fn run<S>(
         Api::<NodeImage>::all(client.clone()),
         watcher::Config::default(),
     )
-    .default_backoff()
+    .backoff(crate::watch_backoff::relist())
     .modify(strip_node_image)
     .reflect(ni_writer)
     .touched_objects();
     let (node_store, node_writer) = reflector::store();
     let node_stream = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
+        .backoff(crate::watch_backoff::relist())
         .modify(strip_node)
         .reflect(node_writer)
         .touched_objects();
@@ -123,7 +123,8 @@ pub async fn run<S>(
     )
     // No limit in the runner: `reconcile` takes its turn among `workers` in the order the
     // jobs fell due (kube-runtime's limit is not fair: see `crate::turns`).
-    .with_config(kube::runtime::controller::Config::default().concurrency(0));
+    .with_config(kube::runtime::controller::Config::default().concurrency(0))
+    .trigger_backoff(crate::watch_backoff::relist());
     let jobs = controller.store();
     let jobs_for_nodes = jobs.clone();
     let controller = controller

@@ -82,14 +82,14 @@ where
         Api::<NodeImage>::all(client.clone()),
         watcher::Config::default(),
     )
-    .default_backoff()
+    .backoff(crate::watch_backoff::relist())
     .modify(|ni: &mut NodeImage| ni.metadata.managed_fields = None)
     .reflect(ni_writer)
     .map(|_| ())
     .boxed();
     let (node_store, node_writer) = reflector::store();
     let node_events = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
+        .backoff(crate::watch_backoff::relist())
         .modify(strip_node)
         .reflect(node_writer)
         .map(|_| ())
@@ -99,7 +99,7 @@ where
         Api::<ImagePullJob>::all(client.clone()),
         watcher::Config::default(),
     )
-    .default_backoff()
+    .backoff(crate::watch_backoff::relist())
     .modify(strip_job)
     .reflect(job_writer)
     .map(|_| ())

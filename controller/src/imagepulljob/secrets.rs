@@ -256,7 +256,7 @@ pub async fn run(
             api.clone(),
             watcher::Config::default().labels(SOURCE_UID_LABEL),
         )
-        .default_backoff()
+        .backoff(crate::watch_backoff::relist())
         .reflect(writer)
         .touched_objects();
         tokio::spawn(async move {

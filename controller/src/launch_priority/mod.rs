@@ -126,7 +126,7 @@ where
         scope.api::<Pod>(&client),
         watcher::Config::default().labels(keys::INSTANCE_ID_LABEL),
     )
-    .default_backoff()
+    .backoff(crate::watch_backoff::relist())
     .modify(trim)
     .reflect(writer)
     .touched_objects()
@@ -136,6 +136,8 @@ where
     info!("container launch-priority loop started");
     let results = Controller::for_stream(pods, reader)
         .with_config(Config::default().concurrency(CONCURRENCY))
+        // the pod stream backs off by itself
+        .trigger_backoff(crate::watch_backoff::NoPause)
         .graceful_shutdown_on(stop)
         .run(
             |pod, ctx| {

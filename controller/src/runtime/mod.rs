@@ -525,7 +525,7 @@ pub async fn run(
     // finalizer is gone before any reconcile could see its deletionTimestamp).
     let cs_metrics = metrics.clone();
     let clonesets = watcher(cs_api, watcher::Config::default())
-        .default_backoff()
+        .backoff(crate::watch_backoff::relist())
         .reflect(cs_writer)
         .inspect(move |event| match event {
             Ok(watcher::Event::Apply(cs) | watcher::Event::InitApply(cs)) => {
@@ -546,6 +546,9 @@ pub async fn run(
     let turns = Arc::new(crate::turns::Turns::new(settings.workers));
     let controller = Controller::for_stream(clonesets, cs_reader)
         .with_config(ControllerConfig::default().concurrency(0))
+        // Every stream backs off by itself; a trigger pause would stop all of them for
+        // one failing watch (see `watch_backoff`).
+        .trigger_backoff(crate::watch_backoff::NoPause)
         .owns_stream(pod_triggers)
         .owns_stream(streams.pvcs)
         .owns_stream(streams.revisions)

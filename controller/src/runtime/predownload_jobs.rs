@@ -103,7 +103,7 @@ impl PreDownloader {
             scope.api::<ImagePullJob>(client),
             watcher::Config::default(),
         )
-        .default_backoff()
+        .backoff(crate::watch_backoff::relist())
         .modify(|j: &mut ImagePullJob| j.metadata.managed_fields = None)
         .reflect(writer)
         .touched_objects();

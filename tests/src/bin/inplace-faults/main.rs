@@ -6,9 +6,9 @@
 //! through a fault proxy ([`inplace_tests::faults::proxy`]), creates a CloneSet on
 //! simulated nodes and waits until it is settled (faults off), then turns the faults on,
 //! changes the CloneSet (the seed's scenario, up to 50 pods), SIGKILLs and restarts the
-//! controller at the seed's points of the fault window, with `--outages` cuts the API
-//! server off for 30-60 s in some runs and with `--apiserver-restarts` restarts the bed's
-//! API server in others, turns the faults off and waits until the CloneSet has converged
+//! controller at the seed's points of the fault window, cuts the API server off for
+//! 30-60 s in some runs (unless `--no-outages`) and restarts the bed's API server in
+//! others (unless `--no-apiserver-restarts`), turns the faults off and waits until the CloneSet has converged
 //! and its ImagePullJobs are gone. The invariants of
 //! [`inplace_tests::faults::invariants`] are checked on every pod and PVC event of a
 //! direct watch throughout; not converging within `--converge-secs` of the faults
@@ -117,20 +117,18 @@ struct Args {
     #[arg(long, env = "INPLACE_DAEMON_BIN")]
     daemon_bin: Option<PathBuf>,
     /// Restart the bed's API server in the runs whose plan has it (tests/testbed/restart;
-    /// root): every run at that moment, and the simulator, see it go away. Not in the
-    /// default set, for the reason given at `--outages`.
-    #[arg(long)]
+    /// root): every run at that moment, and the simulator, see it go away. On unless
+    /// `--no-apiserver-restarts`.
+    #[arg(long = "no-apiserver-restarts", action = clap::ArgAction::SetFalse)]
     apiserver_restarts: bool,
     /// Cut the controller off from the API server for 30-60 s in the runs whose plan has
-    /// an outage. Not in the default set: after such an outage the controller has been
-    /// seen to take longer than `--converge-secs` to resume (its watches failing on
-    /// reused connections for minutes; see docs/development.md "Fault injection").
-    #[arg(long)]
+    /// an outage. On unless `--no-outages`.
+    #[arg(long = "no-outages", action = clap::ArgAction::SetFalse)]
     outages: bool,
-    /// Answer some lists that ask for a cached answer (`resourceVersion=0`, what kube's
-    /// watcher asks by default) with an earlier answer. Not in the default set: it was seen
-    /// to make a restarted controller create pods past `maxSurge` (docs/development.md).
-    #[arg(long)]
+    /// Answer some lists that ask for a cached answer (`resourceVersion=0` or
+    /// `resourceVersionMatch=NotOlderThan`) with an earlier answer; a consistent list is
+    /// never stale. On unless `--no-stale-lists`.
+    #[arg(long = "no-stale-lists", action = clap::ArgAction::SetFalse)]
     stale_lists: bool,
     /// The test bed's directory (its containerd socket, for the daemon).
     #[arg(
@@ -809,7 +807,7 @@ async fn jobs_left(client: &Client, ns: &str) -> Result<Option<String>> {
     }
 }
 
-/// The proxies' fault rates: the defaults, without stale lists unless `--stale-lists`.
+/// The proxies' fault rates: the defaults, without stale lists with `--no-stale-lists`.
 fn rates(args: &Args) -> Rates {
     let all = Rates::default();
     Rates {
@@ -847,8 +845,15 @@ fn unanswered(e: &anyhow::Error) -> bool {
     })
 }
 
+/// One restart of the bed's API server at a time: two runs whose restarts fall together
+/// would otherwise both stop the same process and start two, one of which cannot bind
+/// the port (`restart: kube-apiserver does not serve again`). The later one waits and
+/// restarts it again.
+static RESTARTING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Restarts the bed's API server (tests/testbed/restart), waiting until it serves again.
 async fn restart_apiserver() -> Result<()> {
+    let _one_at_a_time = RESTARTING.lock().await;
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("testbed/restart");
     let run = script.clone();
     let out = tokio::task::spawn_blocking(move || {
@@ -1123,5 +1128,21 @@ mod tests {
         assert_eq!(scenarios.len(), Scenario::ALL.len(), "{scenarios:?}");
         assert!((100..200).contains(&outages), "{outages}");
         assert!((80..170).contains(&restarts), "{restarts}");
+    }
+
+    /// Stale lists, outages and API server restarts are on unless left out one by one.
+    #[test]
+    fn every_api_fault_is_on_by_default() {
+        let on = |a: &Args| (a.stale_lists, a.outages, a.apiserver_restarts);
+        let all = Args::try_parse_from(["inplace-faults"]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(on(&all), (true, true, true));
+        assert_eq!(rates(&all).stale_list, Rates::default().stale_list);
+        let some = Args::try_parse_from(["inplace-faults", "--no-outages", "--no-stale-lists"])
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(on(&some), (false, false, true));
+        assert_eq!(rates(&some).stale_list, 0);
+        let none = Args::try_parse_from(["inplace-faults", "--no-apiserver-restarts"])
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(on(&none), (true, true, false));
     }
 }
