@@ -19,7 +19,9 @@
 //! - `revisions`: ControllerRevisions;
 //! - `writes`: the planned writes of the other actions ([`crate::plan::action_write`])
 //!   sent by one path: `pod-template-hash`, `podsToDelete` pruning, PVC deletion and
-//!   hand-over, `InPlaceUpdateReady` completion and stall reports;
+//!   hand-over, `InPlaceUpdateReady` completion and stall reports, and the steps taken
+//!   before a plan ([`execute_steps`]): the deletion-protection finalizer and the
+//!   adoption and release of pods;
 //! - `pods`: create (from the plan's recipe), delete, recreate, with their events;
 //! - `inplace`: the in-place writes the plan made (start, held update, next batch,
 //!   resize); `conflict`: their guarded retry after a conflict;
@@ -202,7 +204,18 @@ fn phase_of(action: &Action) -> &'static str {
         Action::DeletePvc { .. } => "delete_pvc",
         Action::PrunePodsToDelete { .. } => "prune",
         Action::ReownPvcToPod { .. } => "reown",
+        // Written one at a time in plan order, the first failure ending the reconcile
+        // ([`Actor::run_steps`]).
+        Action::AddFinalizer { .. }
+        | Action::RemoveFinalizer { .. }
+        | Action::HoldDeletion { .. } => "finalizer",
+        Action::AdoptPod { .. } | Action::ReleasePod { .. } => "claim",
     }
+}
+
+/// Whether the steps of a phase run one after the other, the first failure ending it.
+fn sequential(phase: &str) -> bool {
+    matches!(phase, "finalizer" | "claim")
 }
 
 /// The steps of a phase in chains: one per pod (its steps in plan order), one per step
@@ -239,6 +252,18 @@ fn failure_kind(action: &Action) -> FailureKind {
 /// Carries out `plan` for `cs`.
 pub async fn execute(ctx: &Context, cs: &CloneSet, owned: &Owned, plan: &Plan) -> Outcome {
     Actor::new(ctx, cs, owned, plan).run().await
+}
+
+/// Sends the steps of `plan` alone: no revisions, no readiness-gate conditions. For the
+/// steps a reconcile takes instead of planning (the deletion-protection finalizer, the
+/// adoption and release of pods: [`crate::plan::protection::planned`],
+/// [`crate::plan::claim::steps`]).
+pub async fn execute_steps(ctx: &Context, cs: &CloneSet, owned: &Owned, plan: &Plan) -> Outcome {
+    let actor = Actor::new(ctx, cs, owned, plan);
+    let mut outcome = Outcome::default();
+    actor.run_steps(&mut outcome).await;
+    outcome.conflicts_passed = actor.conflicts_passed.load(Ordering::Relaxed);
+    outcome
 }
 
 impl<'a> Actor<'a> {
@@ -347,7 +372,22 @@ impl Actor<'_> {
             return outcome;
         }
         self.init_pod_conditions(&mut outcome).await;
+        let failed = self.run_steps(&mut outcome).await;
+        if self.revisions_ok.load(Ordering::Relaxed)
+            && !failed
+            && let Err(err) = self.delete_old_revisions().await
+        {
+            outcome.failures.push(Failure {
+                kind: FailureKind::Update,
+                error: err,
+            });
+        }
+        outcome.conflicts_passed = self.conflicts_passed.load(Ordering::Relaxed);
+        outcome
+    }
 
+    /// Runs the plan's steps phase by phase; whether one failed.
+    async fn run_steps(&self, outcome: &mut Outcome) -> bool {
         let mut phases: Vec<Vec<&Step>> = Vec::new();
         for step in &self.plan.steps {
             match phases.last_mut() {
@@ -366,11 +406,14 @@ impl Actor<'_> {
                 outcome.skipped += phase.len();
                 continue;
             }
+            let kind = phase.first().map(|s| phase_of(&s.action));
             let results = if phase
                 .first()
                 .is_some_and(|s| matches!(s.action, Action::Create { .. }))
             {
                 self.run_slow_start(&phase).await
+            } else if kind.is_some_and(sequential) {
+                self.act_chain(phase.clone()).await
             } else {
                 let futs: Vec<_> = by_pod(&phase)
                     .into_iter()
@@ -394,17 +437,7 @@ impl Actor<'_> {
                 }
             }
         }
-        if self.revisions_ok.load(Ordering::Relaxed)
-            && !failed
-            && let Err(err) = self.delete_old_revisions().await
-        {
-            outcome.failures.push(Failure {
-                kind: FailureKind::Update,
-                error: err,
-            });
-        }
-        outcome.conflicts_passed = self.conflicts_passed.load(Ordering::Relaxed);
-        outcome
+        failed
     }
 
     /// A write answered 409 is let pass (see [`Outcome::conflicts_passed`]).
@@ -490,6 +523,18 @@ impl Actor<'_> {
                 write,
             ) => self.update_in_place(pod, revision, action, write).await,
             (_, Err(err)) => Err(err),
+            (Action::HoldDeletion { message }, _) => {
+                self.ctx.events.send(Note {
+                    regarding: self.cs_ref.clone(),
+                    related: None,
+                    warning: true,
+                    reason: crate::plan::protection::REASON_HELD.to_owned(),
+                    action: "Delete".to_owned(),
+                    message: message.clone(),
+                });
+                info!(%message, "deletion held");
+                Ok(())
+            }
             (_, Ok(StepWrite::Nothing { why })) => {
                 debug!(?action, why, "nothing to write");
                 Ok(())

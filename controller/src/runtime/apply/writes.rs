@@ -23,6 +23,11 @@ fn what(action: &Action, patch: &Patch) -> String {
         (Action::PrunePodsToDelete { .. }, _) => "prune spec.scaleStrategy.podsToDelete".into(),
         (Action::SetTemplateHash { .. }, _) => format!("label pod {name}"),
         (Action::Update { .. }, _) => format!("mark for recreate pod {name}"),
+        (Action::AddFinalizer { .. } | Action::RemoveFinalizer { .. }, _) => {
+            "write CloneSet finalizers".into()
+        }
+        (Action::AdoptPod { .. }, _) => format!("adopt pod {name}"),
+        (Action::ReleasePod { .. }, _) => format!("release pod {name}"),
         (_, Target::PodStatus) => format!("patch status of pod {name}"),
         (_, target) => format!("patch {target:?} {name}"),
     }
@@ -80,8 +85,16 @@ impl Actor<'_> {
             }
             (_, Write::Patch(patch)) => {
                 self.send_patch(patch, &what(action, patch)).await?;
-                if let Action::PrunePodsToDelete { names } = action {
-                    info!(removed = ?names, "pruned podsToDelete");
+                match action {
+                    Action::PrunePodsToDelete { names } => {
+                        info!(removed = ?names, "pruned podsToDelete");
+                    }
+                    Action::AddFinalizer { .. } | Action::RemoveFinalizer { .. } => {
+                        info!(?action, "deletion-protection finalizer updated");
+                    }
+                    Action::AdoptPod { pod } => info!(pod = %pod, "adopted pod"),
+                    Action::ReleasePod { pod } => info!(pod = %pod, "released pod"),
+                    _ => {}
                 }
                 Ok(())
             }
