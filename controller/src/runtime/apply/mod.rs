@@ -52,7 +52,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
 use kube::{Api, Resource, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tracing::{debug, info, warn};
 
 use crate::error::Error;
@@ -554,46 +554,42 @@ impl Actor<'_> {
         }
     }
 
-    /// Strategic merge patch `body` (status and, for a precondition, metadata) of the
-    /// `pods/status` of pod `name`.
-    async fn patch_pod_status_body(&self, name: String, body: Value) -> Result<(), Error> {
-        let written = self
-            .pod_api()
-            .patch_status(&name, &self.pp(), &Patch::Strategic(body))
-            .await
-            .map_err(|e| Error::kube(format!("patch status of pod {name}"), e))?;
-        self.expect(Expectation::PodUpdated {
-            name,
-            uid: written.uid().unwrap_or_default(),
-            resource_version: written.resource_version().unwrap_or_default(),
-        });
-        Ok(())
+    /// The one pod write: a strategic merge patch of pod `name`, or of its `pods/status`
+    /// (conditions merge by type), sent as it is (a precondition is in `body`); the pod
+    /// written is expected at the version the server answered. `what` names the write in
+    /// its error.
+    async fn send_pod_patch(
+        &self,
+        name: &str,
+        status: bool,
+        body: Value,
+        what: impl FnOnce() -> String,
+    ) -> Result<Pod, Error> {
+        let (api, pp, patch) = (self.pod_api(), self.pp(), Patch::Strategic(body));
+        let sent = if status {
+            api.patch_status(name, &pp, &patch).await
+        } else {
+            api.patch(name, &pp, &patch).await
+        };
+        let written = sent.map_err(|e| Error::kube(what(), e))?;
+        self.expect_written(name, &written);
+        Ok(written)
     }
 
-    /// Strategic merge patch of a pod; with `pinned`, only of the pod version we planned
-    /// from (resourceVersion precondition), for patches whose content depends on it.
-    async fn patch_pod(
-        &self,
-        pod: &Pod,
-        mut body: Value,
-        what: &str,
-        pinned: bool,
-    ) -> Result<Pod, Error> {
-        let name = pod.name_any();
-        if pinned {
-            body["metadata"]["resourceVersion"] = json!(pod.resource_version());
-        }
-        let written = self
-            .pod_api()
-            .patch(&name, &self.pp(), &Patch::Strategic(body))
-            .await
-            .map_err(|e| Error::kube(format!("{what} pod {name}"), e))?;
+    /// Records the pod `written` (as the server answered a write of pod `name`).
+    fn expect_written(&self, name: &str, written: &Pod) {
         self.expect(Expectation::PodUpdated {
-            name,
+            name: name.to_owned(),
             uid: written.uid().unwrap_or_default(),
             resource_version: written.resource_version().unwrap_or_default(),
         });
-        Ok(written)
+    }
+
+    /// [`Self::send_pod_patch`] of the `pods/status` of pod `name`.
+    async fn patch_pod_status_body(&self, name: &str, body: Value) -> Result<(), Error> {
+        self.send_pod_patch(name, true, body, || format!("patch status of pod {name}"))
+            .await
+            .map(drop)
     }
 }
 

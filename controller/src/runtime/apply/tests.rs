@@ -3,6 +3,7 @@ use crate::plan::not_ready::NotReadyMessage;
 use inplace_proto::LifecycleState;
 use k8s_openapi::api::core::v1::{PodCondition, PodReadinessGate, PodSpec, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde_json::json;
 use std::sync::Arc;
 
 /// The gate conditions to set on a cached pod: the plan's rule over its facts.

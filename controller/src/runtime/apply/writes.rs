@@ -3,7 +3,6 @@
 //! per-action code around it (creates, pod deletes, recreate and stall events) is in
 //! `pods` and here.
 
-use kube::ResourceExt;
 use kube::api::Patch as KubePatch;
 use tracing::{debug, info, warn};
 
@@ -65,10 +64,8 @@ impl Actor<'_> {
                 },
                 Write::Patch(patch),
             ) => {
-                if !self
-                    .send_patch_passing_conflict(patch, &what(action, patch))
-                    .await?
-                {
+                let sent = self.send_patch(patch, &what(action, patch)).await;
+                if !self.written_or_passed(sent)? {
                     return Ok(());
                 }
                 warn!(pod = %pod, reason, %message, "in-place update stalled");
@@ -104,12 +101,6 @@ impl Actor<'_> {
         }
     }
 
-    /// [`Self::send_patch`] pinned to the version judged: a 409 is let pass
-    /// ([`Self::written_or_passed`]). Whether the patch was written.
-    async fn send_patch_passing_conflict(&self, patch: &Patch, what: &str) -> Result<bool, Error> {
-        self.written_or_passed(self.send_patch(patch, what).await)
-    }
-
     /// Sends a planned patch (with its precondition and write time); a pod written is
     /// expected at the version the server answered.
     pub(super) async fn send_patch(&self, patch: &Patch, what: &str) -> Result<(), Error> {
@@ -117,34 +108,25 @@ impl Actor<'_> {
         let name = &patch.name;
         let pp = self.pp();
         let kube_err = |e| Error::kube(what, e);
-        let written = match patch.target {
-            Target::Pod => self
-                .pod_api()
-                .patch(name, &pp, &KubePatch::Strategic(body))
-                .await
-                .map_err(kube_err)?,
-            // The pod-status writes' one path (its error names the pod the same way).
-            Target::PodStatus => return self.patch_pod_status_body(name.clone(), body).await,
+        match patch.target {
+            Target::Pod | Target::PodStatus => {
+                let status = patch.target == Target::PodStatus;
+                self.send_pod_patch(name, status, body, || what.to_owned())
+                    .await?;
+            }
             Target::Pvc => {
                 self.pvc_api()
                     .patch(name, &pp, &KubePatch::Merge(&body))
                     .await
                     .map_err(kube_err)?;
-                return Ok(());
             }
             Target::CloneSet => {
                 self.cs_api()
                     .patch(name, &pp, &KubePatch::Merge(&body))
                     .await
                     .map_err(kube_err)?;
-                return Ok(());
             }
-        };
-        self.expect(Expectation::PodUpdated {
-            name: name.clone(),
-            uid: written.uid().unwrap_or_default(),
-            resource_version: written.resource_version().unwrap_or_default(),
-        });
+        }
         Ok(())
     }
 
