@@ -118,7 +118,7 @@ impl Actor<'_> {
         match self.patch_pod_status_body(&name, body).await {
             Err(e) if e.is_conflict() => {
                 let fresh = self
-                    .pod_api()
+                    .api::<Pod>()
                     .get(&name)
                     .await
                     .map_err(|e| Error::kube(format!("read pod {name} after a conflict"), e))?;

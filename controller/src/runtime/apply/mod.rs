@@ -46,8 +46,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use futures::StreamExt;
 use inplace_proto::{CloneSet, keys};
-use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Pod};
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
@@ -291,15 +291,11 @@ impl<'a> Actor<'a> {
 }
 
 impl Actor<'_> {
-    fn pod_api(&self) -> Api<Pod> {
-        Api::namespaced(self.ctx.client.clone(), &self.ns)
-    }
-
-    fn pvc_api(&self) -> Api<PersistentVolumeClaim> {
-        Api::namespaced(self.ctx.client.clone(), &self.ns)
-    }
-
-    fn revision_api(&self) -> Api<ControllerRevision> {
+    /// The API of kind `K` in the CloneSet's namespace.
+    fn api<K>(&self) -> Api<K>
+    where
+        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>,
+    {
         Api::namespaced(self.ctx.client.clone(), &self.ns)
     }
 
@@ -310,10 +306,6 @@ impl Actor<'_> {
             &self.ns,
             &ApiResource::erase::<K>(&()),
         )
-    }
-
-    fn cs_api(&self) -> Api<CloneSet> {
-        Api::namespaced(self.ctx.client.clone(), &self.ns)
     }
 
     fn pp(&self) -> PatchParams {
@@ -565,7 +557,7 @@ impl Actor<'_> {
         body: Value,
         what: impl FnOnce() -> String,
     ) -> Result<Pod, Error> {
-        let (api, pp, patch) = (self.pod_api(), self.pp(), Patch::Strategic(body));
+        let (api, pp, patch) = (self.api::<Pod>(), self.pp(), Patch::Strategic(body));
         let sent = if status {
             api.patch_status(name, &pp, &patch).await
         } else {

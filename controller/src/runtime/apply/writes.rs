@@ -3,6 +3,8 @@
 //! per-action code around it (creates, pod deletes, recreate and stall events) is in
 //! `pods` and here.
 
+use inplace_proto::CloneSet;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::Patch as KubePatch;
 use tracing::{debug, info, warn};
 
@@ -115,13 +117,13 @@ impl Actor<'_> {
                     .await?;
             }
             Target::Pvc => {
-                self.pvc_api()
+                self.api::<PersistentVolumeClaim>()
                     .patch(name, &pp, &KubePatch::Merge(&body))
                     .await
                     .map_err(kube_err)?;
             }
             Target::CloneSet => {
-                self.cs_api()
+                self.api::<CloneSet>()
                     .patch(name, &pp, &KubePatch::Merge(&body))
                     .await
                     .map_err(kube_err)?;
@@ -133,7 +135,11 @@ impl Actor<'_> {
     /// Deletes a PVC, only of the planned UID; gone or replaced is no failure.
     pub(super) async fn delete_pvc(&self, delete: &PvcDelete) -> Result<(), Error> {
         let PvcDelete { pvc, uid } = delete;
-        match self.pvc_api().delete(pvc, &delete_only_uid(uid)).await {
+        match self
+            .api::<PersistentVolumeClaim>()
+            .delete(pvc, &delete_only_uid(uid))
+            .await
+        {
             Ok(_) => debug!(pvc = %pvc, "deleted PVC"),
             Err(e) if is_not_found(&e) || is_conflict(&e) => {}
             Err(e) => return Err(Error::kube(format!("delete PVC {pvc}"), e)),
