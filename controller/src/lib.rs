@@ -14,7 +14,6 @@ pub mod cli;
 #[cfg(not(target_env = "msvc"))]
 pub mod allocator;
 pub mod api_metrics;
-pub mod claim;
 pub mod crr;
 pub mod discovery;
 pub mod error;

@@ -382,3 +382,68 @@ fn deletes_and_patches_are_shown_with_their_preconditions() {
     let table = stdout(&partition_plan(&cs_path, &pods, "table"));
     insta::assert_snapshot!("delete_and_prune_writes_table", table);
 }
+
+#[test]
+fn the_deletion_protection_finalizer_is_a_step_of_its_own_with_its_write() {
+    // The partition sample labelled for deletion protection, planned with the gate on: the
+    // reconcile first writes the finalizer (the whole list, only on the version read) and
+    // nothing else; without the gate nothing about it is planned.
+    let dir = tempfile::tempdir().unwrap();
+    let cs = std::fs::read_to_string(fixture("partition-cloneset.yaml"))
+        .unwrap()
+        .replace(
+            "  labels:\n    app: sample\n",
+            "  labels:\n    app: sample\n    policy.kruise.io/delete-protection: Always\n",
+        )
+        .replace(
+            "  generation: 2\n",
+            "  generation: 2\n  resourceVersion: \"902\"\n  finalizers: [example.com/keep]\n",
+        );
+    let cs_path = dir.path().join("cloneset.yaml");
+    std::fs::write(&cs_path, cs).unwrap();
+    let cs_path = cs_path.display().to_string();
+    let pods = fixture("partition-pods.yaml");
+    let with_gate = |output: &str| {
+        run(&[
+            "plan",
+            "-f",
+            &cs_path,
+            "--pods",
+            &pods,
+            "--revisions",
+            &fixture("partition-revisions.yaml"),
+            "--now",
+            NOW,
+            "--deletion-protection",
+            "-o",
+            output,
+        ])
+    };
+    let out = with_gate("json");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("a reconcile of their own"),
+        "{}",
+        stderr(&out)
+    );
+    let v = json(&out);
+    insta::assert_json_snapshot!("deletion_protection_step_json", v["steps"][0]);
+    let table = stdout(&with_gate("table"));
+    let next_step = table
+        .split("\nNext step\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n\n").next())
+        .unwrap_or_default();
+    insta::assert_snapshot!("deletion_protection_step_table", next_step);
+
+    let without = json(&partition_plan(&cs_path, &pods, "json"));
+    let actions = without["actions"].as_array().unwrap();
+    assert!(
+        actions.iter().all(|a| a.get("addFinalizer").is_none()),
+        "{actions:?}"
+    );
+    assert_eq!(
+        without["steps"].as_array().unwrap().len() + 1,
+        v["steps"].as_array().unwrap().len()
+    );
+}

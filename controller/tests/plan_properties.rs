@@ -548,7 +548,12 @@ impl World {
                 | Action::ReownPvcToPod { .. }
                 | Action::SetTemplateHash { .. }
                 | Action::ApplyNextContainerBatch { .. }
-                | Action::ReportInPlaceStall { .. } => {}
+                | Action::ReportInPlaceStall { .. }
+                | Action::AddFinalizer { .. }
+                | Action::RemoveFinalizer { .. }
+                | Action::HoldDeletion { .. }
+                | Action::AdoptPod { .. }
+                | Action::ReleasePod { .. } => {}
             }
         }
         self.cs.status = Some(plan.status.clone());

@@ -24,6 +24,7 @@
 pub mod action_write;
 pub mod build;
 pub mod cached;
+pub mod claim;
 pub mod completion_write;
 pub mod container_batches;
 pub mod diffs;

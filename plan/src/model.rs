@@ -469,6 +469,26 @@ pub enum Action {
         reason: String,
         message: String,
     },
+    /// `ResourcesDeletionProtection`: put the deletion-protection finalizer on the
+    /// CloneSet ([`crate::protection`]). A reconcile that writes it does nothing else.
+    #[serde(rename_all = "camelCase")]
+    AddFinalizer { finalizer: String },
+    /// Take the deletion-protection finalizer off the CloneSet (gate off, or no longer
+    /// protected). A reconcile that writes it does nothing else.
+    #[serde(rename_all = "camelCase")]
+    RemoveFinalizer { finalizer: String },
+    /// The CloneSet is being deleted while protected: the finalizer stays, and a Warning
+    /// event says why (`message`). Writes nothing.
+    #[serde(rename_all = "camelCase")]
+    HoldDeletion { message: String },
+    /// Make the CloneSet the controller of an orphan pod that matches its selector
+    /// ([`crate::claim`]). A reconcile that adopts or releases does nothing else.
+    #[serde(rename_all = "camelCase")]
+    AdoptPod { pod: String },
+    /// Remove the CloneSet's owner reference from a pod that no longer matches its
+    /// selector ([`crate::claim`]).
+    #[serde(rename_all = "camelCase")]
+    ReleasePod { pod: String },
 }
 
 /// A problem that the planner reports as a condition and an event instead of acting.

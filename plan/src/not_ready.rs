@@ -6,6 +6,10 @@
 
 use inplace_proto::keys;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde_json::{Value, json};
+
+use crate::pod_conditions::has_gate;
 
 /// The `userAgent` of our entries in the `KruisePodReady` message (the reference uses this
 /// one for lifecycle keys too).
@@ -51,4 +55,33 @@ pub fn kruise_pod_ready(pod: &Pod, key: &NotReadyMessage, add: bool) -> Option<(
         let text = serde_json::to_string(&keys_now).ok()?;
         Some(("False".into(), text))
     }
+}
+
+/// The `pods/status` patch that adds (`add`) or removes our `key` in the `KruisePodReady`
+/// condition's message list of `pod`, conditional on `resource_version`; `None` when the
+/// pod has no such readiness gate or the list is already as wanted.
+pub fn not_ready_key_patch(
+    pod: &Pod,
+    key: &str,
+    add: bool,
+    resource_version: Option<&str>,
+    now: Time,
+) -> Option<Value> {
+    if !has_gate(pod, keys::KRUISE_POD_READY_CONDITION) {
+        return None;
+    }
+    let ours = NotReadyMessage {
+        user_agent: NOT_READY_USER_AGENT.into(),
+        key: key.into(),
+    };
+    let (status, message) = kruise_pod_ready(pod, &ours, add)?;
+    Some(json!({
+        "metadata": {"resourceVersion": resource_version},
+        "status": {"conditions": [{
+            "type": keys::KRUISE_POD_READY_CONDITION,
+            "status": status,
+            "message": message,
+            "lastTransitionTime": now,
+        }]},
+    }))
 }

@@ -8,9 +8,15 @@
 //! reports that with a Warning event. `kubectl delete --cascade=foreground` is not held
 //! this way (the garbage collector deletes the pods first); the policy refuses it.
 //!
-//! [`decide`] is the whole rule; the runtime applies its step.
+//! [`decide`] is the whole rule; [`planned`] makes its step of the plan (the finalizer
+//! write, or the held deletion's event), which the applier sends like any other.
 
 use inplace_proto::{CloneSet, keys};
+use serde_json::json;
+
+use crate::action_write::{Patch, Target, Write};
+use crate::model::Action;
+use crate::step::{self as plan_step, StepWrite};
 
 /// The finalizer: the label's key, so that a user who finds it knows where it comes from.
 pub const FINALIZER: &str = keys::DELETE_PROTECTION_LABEL;
@@ -85,8 +91,49 @@ pub fn finalizers_after(cs: &CloneSet, step: &Step) -> Option<Vec<String>> {
     }
 }
 
+/// The plan's step for the finalizer of `cs` with the gate `enabled` (None: nothing to
+/// do). Adding or removing it is a merge patch of the whole `metadata.finalizers` list,
+/// only on the CloneSet version decided from (a concurrent change of the list wins and is
+/// decided again); a held deletion writes nothing (its step's event says why).
+pub fn planned(cs: &CloneSet, enabled: bool) -> Option<plan_step::Step> {
+    let step = decide(cs, enabled);
+    let action = match &step {
+        Step::Nothing => return None,
+        Step::Held { message } => {
+            return Some(plan_step::Step {
+                action: Action::HoldDeletion {
+                    message: message.clone(),
+                },
+                write: Ok(StepWrite::Nothing {
+                    why: "the deletion waits: the finalizer stays",
+                }),
+            });
+        }
+        Step::AddFinalizer => Action::AddFinalizer {
+            finalizer: FINALIZER.to_owned(),
+        },
+        Step::RemoveFinalizer => Action::RemoveFinalizer {
+            finalizer: FINALIZER.to_owned(),
+        },
+    };
+    let finalizers = finalizers_after(cs, &step)?;
+    let patch = Patch {
+        target: Target::CloneSet,
+        name: cs.metadata.name.clone().unwrap_or_default(),
+        resource_version: cs.metadata.resource_version.clone(),
+        patch: json!({"metadata": {"finalizers": finalizers}}),
+        stamp_conditions: false,
+    };
+    Some(plan_step::Step {
+        action,
+        write: Ok(StepWrite::Object(Write::Patch(patch))),
+    })
+}
+
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::expect_used)]
+
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use serde_json::json;
 
@@ -168,6 +215,87 @@ mod tests {
         };
         assert!(message.contains("policy.kruise.io/delete-protection=Cascading"));
         assert!(message.contains("scale to 0"));
+    }
+
+    /// The step's write as sent: the target, the precondition and the body.
+    fn sent(step: &plan_step::Step) -> Option<(Target, String, Option<String>, serde_json::Value)> {
+        match &step.write {
+            Ok(StepWrite::Object(Write::Patch(p))) => Some((
+                p.target,
+                p.name.clone(),
+                p.resource_version.clone(),
+                p.patch.clone(),
+            )),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn planned_steps_carry_the_whole_finalizer_list_on_the_version_decided_from() {
+        let versioned = |mut cs: CloneSet| {
+            cs.metadata.resource_version = Some("41".into());
+            cs
+        };
+        let fin = || FINALIZER.to_owned();
+        // (CloneSet, gate) -> (action, the finalizers written; None: nothing written)
+        let cases: Vec<(CloneSet, bool, Option<Action>, Option<serde_json::Value>)> = vec![
+            (
+                versioned(cs(Some("Always"), 3, false, false)),
+                true,
+                Some(Action::AddFinalizer { finalizer: fin() }),
+                Some(json!([FINALIZER])),
+            ),
+            (
+                versioned(cs(None, 3, true, false)),
+                true,
+                Some(Action::RemoveFinalizer { finalizer: fin() }),
+                Some(json!(["other/keep"])),
+            ),
+            (
+                versioned(cs(Some("Always"), 3, true, true)),
+                false,
+                Some(Action::RemoveFinalizer { finalizer: fin() }),
+                Some(json!(["other/keep"])),
+            ),
+            (
+                versioned(cs(Some("Always"), 3, true, false)),
+                true,
+                None,
+                None,
+            ),
+            (versioned(cs(None, 3, false, false)), true, None, None),
+        ];
+        for (cloneset, gate, action, finalizers) in cases {
+            let step = planned(&cloneset, gate);
+            assert_eq!(
+                step.as_ref().map(|s| s.action.clone()),
+                action,
+                "{cloneset:?}"
+            );
+            if let Some(finalizers) = finalizers {
+                let step = step.expect("a step");
+                assert_eq!(
+                    sent(&step),
+                    Some((
+                        Target::CloneSet,
+                        "demo".to_owned(),
+                        Some("41".to_owned()),
+                        json!({"metadata": {"finalizers": finalizers}})
+                    ))
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_held_deletion_is_a_step_that_writes_nothing_and_says_why() {
+        let step = planned(&cs(Some("Always"), 3, true, true), true).expect("a step");
+        let Action::HoldDeletion { message } = &step.action else {
+            panic!("held: {step:?}")
+        };
+        assert!(message.contains("=Always"), "{message}");
+        assert!(matches!(step.write, Ok(StepWrite::Nothing { .. })));
+        assert_eq!(sent(&step), None);
     }
 
     #[test]

@@ -43,8 +43,15 @@ pub fn pod_of(action: &Action) -> Option<&str> {
         | Action::ApplyNextContainerBatch { pod }
         | Action::ReportInPlaceStall { pod, .. }
         | Action::SetTemplateHash { pod, .. }
-        | Action::ReownPvcToPod { pod, .. } => Some(pod),
-        Action::Create { .. } | Action::DeletePvc { .. } | Action::PrunePodsToDelete { .. } => None,
+        | Action::ReownPvcToPod { pod, .. }
+        | Action::AdoptPod { pod }
+        | Action::ReleasePod { pod } => Some(pod),
+        Action::Create { .. }
+        | Action::DeletePvc { .. }
+        | Action::PrunePodsToDelete { .. }
+        | Action::AddFinalizer { .. }
+        | Action::RemoveFinalizer { .. }
+        | Action::HoldDeletion { .. } => None,
     }
 }
 

@@ -177,6 +177,10 @@ pub struct PlanArgs {
     /// Raising the partition rolls updated pods back (gate CloneSetPartitionRollback).
     #[arg(long)]
     pub partition_rollback: bool,
+    /// Protected CloneSets carry the deletion-protection finalizer (gate
+    /// ResourcesDeletionProtection).
+    #[arg(long)]
+    pub deletion_protection: bool,
     /// Output form.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Table)]
     pub output: Format,
@@ -189,6 +193,9 @@ pub struct Inputs {
     pub pods: Vec<Pod>,
     pub revisions: Vec<ControllerRevision>,
     pub pvcs: Vec<PersistentVolumeClaim>,
+    /// The other pods of the namespace that carry an instance id, which the CloneSet may
+    /// adopt or must release ([`crate::plan::claim`]); none from files.
+    pub unowned_pods: Vec<Pod>,
 }
 
 /// Settings of one plan run.
@@ -197,6 +204,8 @@ pub struct Settings {
     pub update_revision: Option<String>,
     pub current_revision: Option<String>,
     pub partition_rollback: bool,
+    /// The gate ResourcesDeletionProtection.
+    pub deletion_protection: bool,
 }
 
 /// A computed plan and the warnings about the CloneSet.
@@ -245,6 +254,7 @@ pub fn load(
         pods: pod_list,
         revisions: revision_list,
         pvcs: pvc_list,
+        unowned_pods: Vec::new(),
     })
 }
 
@@ -279,11 +289,21 @@ pub fn live_inputs(
          b: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
             a.name.cmp(&b.name)
         };
-    let mut pods: Vec<Pod> = pods
+    let (mut pods, unowned): (Vec<Pod>, Vec<Pod>) = pods
         .into_iter()
-        .filter(|p| day2::controlled_by(&p.metadata, &uid) && matches(&p.metadata))
-        .collect();
+        .partition(|p| day2::controlled_by(&p.metadata, &uid) && matches(&p.metadata));
     pods.sort_by(|a, b| by_name(&a.metadata, &b.metadata));
+    // The controller sees only pods with an instance id (its pod watch is filtered on it).
+    let mut unowned_pods: Vec<Pod> = unowned
+        .into_iter()
+        .filter(|p| {
+            p.metadata
+                .labels
+                .as_ref()
+                .is_some_and(|l| l.contains_key(inplace_proto::keys::INSTANCE_ID_LABEL))
+        })
+        .collect();
+    unowned_pods.sort_by(|a, b| by_name(&a.metadata, &b.metadata));
     let mut pvcs: Vec<PersistentVolumeClaim> = pvcs
         .into_iter()
         .filter(|p| {
@@ -302,6 +322,7 @@ pub fn live_inputs(
         pods,
         revisions,
         pvcs,
+        unowned_pods,
     })
 }
 
@@ -349,8 +370,15 @@ pub fn compute(
         options: &options,
         pods_to_delete_seen: &crate::plan::pods_to_delete::NO_NAMES,
     };
-    let plan = crate::plan::plan(snapshot).map_err(|e| plan_error(cloneset_file, &e))?;
+    let mut plan = crate::plan::plan(snapshot).map_err(|e| plan_error(cloneset_file, &e))?;
     let mut warnings = checks::warnings(&inputs.cloneset);
+    let before = steps_before_planning(inputs, settings);
+    if !before.is_empty() {
+        warnings.push(
+            "the first steps (the deletion-protection finalizer, adopting or releasing pods) are a reconcile of their own: the controller plans the rest once it sees them written".to_owned(),
+        );
+        plan.steps.splice(0..0, before);
+    }
     let current = &plan.revisions.current_revision;
     let known = |name: &str| {
         inputs
@@ -368,6 +396,22 @@ pub fn compute(
         warnings,
         now,
     })
+}
+
+/// The steps the controller takes before it plans (`runtime::reconcile_inner`): the
+/// deletion-protection finalizer (a write ends the reconcile, a held deletion goes on), then
+/// the adoption and release of pods (unless the CloneSet is being deleted).
+fn steps_before_planning(inputs: &Inputs, settings: &Settings) -> Vec<crate::plan::Step> {
+    let cs = &inputs.cloneset;
+    match crate::plan::protection::planned(cs, settings.deletion_protection) {
+        Some(step) if !matches!(step.action, crate::plan::Action::HoldDeletion { .. }) => {
+            vec![step]
+        }
+        held => held
+            .into_iter()
+            .chain(crate::plan::claim::steps(cs, &inputs.unowned_pods))
+            .collect(),
+    }
 }
 
 fn plan_error(file: &str, e: &PlanError) -> InputError {
@@ -433,6 +477,7 @@ fn plan_settings(args: &PlanArgs) -> Settings {
         update_revision: args.update_revision.clone(),
         current_revision: args.current_revision.clone(),
         partition_rollback: args.partition_rollback,
+        deletion_protection: args.deletion_protection,
     }
 }
 

@@ -136,6 +136,23 @@ pub fn describe(cs: &CloneSet, action: &Action) -> String {
             "remove {} from spec.scaleStrategy.podsToDelete (no such pod any more)",
             names.join(", ")
         ),
+        Action::AddFinalizer { finalizer } => format!(
+            "add the finalizer {finalizer} to CloneSet {cs_name} (ResourcesDeletionProtection; a reconcile of its own, before the rest)"
+        ),
+        Action::RemoveFinalizer { finalizer } => format!(
+            "remove the finalizer {finalizer} from CloneSet {cs_name} (not protected, or the gate is off; a reconcile of its own, before the rest)"
+        ),
+        Action::HoldDeletion { message } => {
+            format!(
+                "hold the deletion of CloneSet {cs_name} (Warning event DeletionProtected): {message}"
+            )
+        }
+        Action::AdoptPod { pod } => format!(
+            "adopt orphan pod {pod} (it matches the selector; with the other claims, a reconcile of their own, before the rest)"
+        ),
+        Action::ReleasePod { pod } => format!(
+            "release pod {pod} (it no longer matches the selector; with the other claims, a reconcile of their own, before the rest)"
+        ),
     }
 }
 
@@ -422,11 +439,14 @@ fn action_write_words(w: &Write) -> String {
             } else {
                 ""
             };
+            // An owner-reference patch carries the pod's UID as its precondition.
+            let on = match p.patch.pointer("/metadata/uid").and_then(Value::as_str) {
+                Some(uid) if p.resource_version.is_none() => format!("only on UID {uid}"),
+                _ => only_on(p.resource_version.as_deref()),
+            };
             format!(
-                "writes: patch {target} {} {} ({}{stamp})",
-                p.name,
-                p.patch,
-                only_on(p.resource_version.as_deref())
+                "writes: patch {target} {} {} ({on}{stamp})",
+                p.name, p.patch
             )
         }
         Write::Skip { why } => format!("writes: nothing ({why})"),

@@ -455,3 +455,80 @@ fn status_patches_and_skipped_writes_are_shown_under_their_action() {
     );
     assert_eq!(render::json(&Plan::default())["steps"], json!([]));
 }
+
+/// `plan NAME` shows the adoption and release the controller makes before it plans, in
+/// pod name order: an orphan with an instance id that matches the selector is adopted, a
+/// pod of ours that no longer matches is released (each only on its UID); a pod without
+/// an instance id is never seen by the controller, so never adopted.
+#[test]
+fn live_plans_start_with_the_pods_adopted_and_released() {
+    let cs = input::cloneset(Source {
+        name: "cs",
+        text: CS,
+    })
+    .unwrap();
+    let pod = |name: &str, labels: serde_json::Value, owners: serde_json::Value| -> Pod {
+        serde_json::from_value(json!({"metadata": {"name": name, "namespace": "default",
+            "uid": format!("uid-{name}"), "labels": labels, "ownerReferences": owners}}))
+        .unwrap()
+    };
+    let ours = json!([{"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet",
+                       "name": "demo", "uid": "u1", "controller": true}]);
+    let id = "apps.kruise.io/cloneset-instance-id";
+    let pods = vec![
+        pod(
+            "demo-orphan",
+            json!({"app": "demo", id: "orphan"}),
+            json!([]),
+        ),
+        pod("demo-no-id", json!({"app": "demo"}), json!([])),
+        pod(
+            "demo-moved",
+            json!({"app": "moved", id: "moved"}),
+            ours.clone(),
+        ),
+        pod("demo-kept", json!({"app": "demo", id: "kept"}), ours),
+    ];
+    let inputs = live_inputs(cs, pods, Vec::new(), Vec::new()).unwrap();
+    let now = "2026-01-02T00:00:00Z".parse().unwrap();
+    let report = compute(&inputs, &Settings::default(), now, "cloneset/demo").unwrap();
+    let actions = report.plan.actions();
+    assert_eq!(
+        actions[..2],
+        [
+            crate::plan::Action::ReleasePod {
+                pod: "demo-moved".into()
+            },
+            crate::plan::Action::AdoptPod {
+                pod: "demo-orphan".into()
+            },
+        ],
+        "{actions:?}"
+    );
+    assert!(
+        report
+            .warnings
+            .iter()
+            .any(|w| w.contains("a reconcile of their own")),
+        "{:?}",
+        report.warnings
+    );
+    let table = render(&report, &inputs, Format::Table);
+    assert!(
+        table.contains("2. adopt orphan pod demo-orphan")
+            && table.contains("(only on UID uid-demo-orphan)")
+            && table.contains("1. release pod demo-moved")
+            && table.contains("(only on UID uid-demo-moved)"),
+        "{table}"
+    );
+    // From files there is nothing to adopt: the pods given are the CloneSet's.
+    let from_files = load(src("cs.yaml", CS), Some(src("pods.yaml", PODS)), None, None).unwrap();
+    let report = compute(&from_files, &Settings::default(), now, "cs.yaml").unwrap();
+    assert!(
+        report
+            .plan
+            .actions()
+            .iter()
+            .all(|a| !matches!(a, crate::plan::Action::AdoptPod { .. })),
+    );
+}

@@ -30,7 +30,7 @@ use inplace_proto::CloneSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::{WatchStreamExt as _, watcher};
-use kube::{Client, Resource, ResourceExt};
+use kube::{Client, ResourceExt};
 use tracing::{Instrument, debug, info, info_span, trace, warn};
 
 use crate::discovery::ServerCapabilities;
@@ -167,9 +167,14 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context, key: &str) -> Result<Acti
         .set(i64::try_from(ctx.stores.pods.len()).unwrap_or(i64::MAX));
 
     let ns = cs.namespace().unwrap_or_default();
-    if deletion_protection(cs, ctx).await? {
-        // The finalizer changed: plan on the object that carries the change.
-        return Ok(Action::requeue(Duration::from_millis(200)));
+    if let Some(step) = crate::plan::protection::planned(cs, ctx.settings.deletion_protection) {
+        // A held deletion writes nothing and goes on; a finalizer written ends the
+        // reconcile: plan on the object that carries the change.
+        let writes = !matches!(step.action, crate::plan::Action::HoldDeletion { .. });
+        send_steps(ctx, cs, &crate::watch::Owned::default(), vec![step]).await?;
+        if writes {
+            return Ok(Action::requeue(Duration::from_millis(200)));
+        }
     }
     if cs.metadata.deletion_timestamp.is_some() {
         // Pods, PVCs and revisions carry owner references: the garbage collector removes them.
@@ -220,16 +225,11 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context, key: &str) -> Result<Acti
         return Ok(Action::requeue(ctx.settings.resync));
     }
     let owned = ctx.stores.owned(cs);
-    let claims = crate::claim::decide(cs, &claim_candidates(&ctx.stores, cs, &owned));
+    let claims = crate::plan::claim::steps(cs, &claim_candidates(&ctx.stores, cs, &owned));
     if !claims.is_empty() {
         // Adopted / released pods change what the CloneSet owns: plan once the cache
-        // shows them with their new owner.
-        let pp = kube::api::PatchParams {
-            field_manager: Some(ctx.settings.field_manager.clone()),
-            ..kube::api::PatchParams::default()
-        };
-        let api = kube::Api::<Pod>::namespaced(ctx.client.clone(), &ns);
-        crate::claim::apply(&api, &pp, cs, &claims, &ctx.expectations, key).await?;
+        // shows them with their new owner (each write is expected).
+        send_steps(ctx, cs, &owned, claims).await?;
         return Ok(Action::requeue(Duration::from_millis(200)));
     }
     let seen = seen_pods_to_delete(ctx, cs).update(&owned.pods);
@@ -362,42 +362,25 @@ fn next_reconcile(
     next
 }
 
-/// Applies the deletion-protection step of `cs` ([`crate::plan::protection`]): adds or
-/// removes the finalizer (true when it did), or reports a held deletion.
-async fn deletion_protection(cs: &CloneSet, ctx: &Context) -> Result<bool, Error> {
-    use crate::plan::protection::{self, Step};
-    let step = protection::decide(cs, ctx.settings.deletion_protection);
-    if let Step::Held { message } = &step {
-        ctx.events.send(crate::events::Note {
-            regarding: cs.object_ref(&()),
-            related: None,
-            warning: true,
-            reason: protection::REASON_HELD.to_owned(),
-            action: "Delete".to_owned(),
-            message: message.clone(),
-        });
-        info!(%message, "deletion held");
-        return Ok(false);
-    }
-    let Some(finalizers) = protection::finalizers_after(cs, &step) else {
-        return Ok(false);
+/// Sends `steps`, planned instead of a plan (the finalizer, the claims), through the
+/// applier; their first failure is the reconcile's.
+async fn send_steps(
+    ctx: &Context,
+    cs: &CloneSet,
+    owned: &crate::watch::Owned,
+    steps: Vec<crate::plan::Step>,
+) -> Result<(), Error> {
+    let plan = crate::plan::Plan {
+        steps,
+        ..crate::plan::Plan::default()
     };
-    // resourceVersion makes the merge patch conditional: the list is written whole.
-    let body = serde_json::json!({"metadata": {
-        "finalizers": finalizers,
-        "resourceVersion": cs.resource_version(),
-    }});
-    let api: kube::Api<CloneSet> =
-        kube::Api::namespaced(ctx.client.clone(), &cs.namespace().unwrap_or_default());
-    let pp = kube::api::PatchParams {
-        field_manager: Some(ctx.settings.field_manager.clone()),
-        ..kube::api::PatchParams::default()
-    };
-    api.patch(&cs.name_any(), &pp, &kube::api::Patch::Merge(&body))
+    match apply::execute_steps(ctx, cs, owned, &plan)
         .await
-        .map_err(|e| Error::kube("write CloneSet finalizers", e))?;
-    info!(?step, "deletion-protection finalizer updated");
-    Ok(true)
+        .into_error()
+    {
+        Some(err) => Err(err),
+        None => Ok(()),
+    }
 }
 
 /// Pods of `cs`'s namespace that it may adopt (no controller) or must release (controlled

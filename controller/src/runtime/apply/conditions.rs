@@ -8,14 +8,12 @@ use inplace_proto::keys;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
-use kube::api::Patch;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::error::Error;
-use crate::expectations::Expectation;
 use crate::plan::completion_write::CompletionWrite;
-use crate::plan::not_ready::{NOT_READY_USER_AGENT, NotReadyMessage, kruise_pod_ready};
-use crate::plan::pod_conditions::{InitialConditions, has_gate};
+pub use crate::plan::not_ready::not_ready_key_patch;
+use crate::plan::pod_conditions::InitialConditions;
 
 use super::{Actor, Failure, FailureKind, Outcome, bounded, now_rfc3339, now_time};
 
@@ -55,7 +53,7 @@ impl Actor<'_> {
         write: &InitialConditions,
         now: &Time,
     ) -> Result<(), Error> {
-        Box::pin(self.patch_pod_status_body(write.pod.clone(), write.patch(now))).await
+        Box::pin(self.patch_pod_status_body(&write.pod, write.patch(now))).await
     }
 
     /// Sets `InPlaceUpdateReady` (and `Ready`) False on pod `name`, pinned to
@@ -66,41 +64,25 @@ impl Actor<'_> {
         resource_version: &str,
     ) -> Result<Pod, Error> {
         let now = now_time();
-        let name = name.to_owned();
-        let written = self
-            .pod_api()
-            .patch_status(
-                &name,
-                &self.pp(),
-                &Patch::Strategic(json!({
-                    "metadata": {"resourceVersion": resource_version},
-                    "status": {"conditions": [
-                        {"type": keys::INPLACE_UPDATE_READY_CONDITION, "status": "False",
-                         "reason": keys::START_INPLACE_UPDATE_REASON, "message": null,
-                         "lastTransitionTime": now},
-                        {"type": "Ready", "status": "False", "reason": "ReadinessGatesNotReady",
-                         "message": format!("the status of pod readiness gate \"{}\" is not \"True\", but False", keys::INPLACE_UPDATE_READY_CONDITION),
-                         "lastTransitionTime": now},
-                    ]}
-                })),
-            )
-            .await
-            .map_err(|e| {
-                Error::kube(
-                    format!(
-                        "set {} False on pod {name}",
-                        keys::INPLACE_UPDATE_READY_CONDITION
-                    ),
-                    e,
-                )
-            })?;
-        // Recorded like every pod write: the next plan must see the condition False.
-        self.expect(Expectation::PodUpdated {
-            name,
-            uid: written.uid().unwrap_or_default(),
-            resource_version: written.resource_version().unwrap_or_default(),
+        let body = json!({
+            "metadata": {"resourceVersion": resource_version},
+            "status": {"conditions": [
+                {"type": keys::INPLACE_UPDATE_READY_CONDITION, "status": "False",
+                 "reason": keys::START_INPLACE_UPDATE_REASON, "message": null,
+                 "lastTransitionTime": now},
+                {"type": "Ready", "status": "False", "reason": "ReadinessGatesNotReady",
+                 "message": format!("the status of pod readiness gate \"{}\" is not \"True\", but False", keys::INPLACE_UPDATE_READY_CONDITION),
+                 "lastTransitionTime": now},
+            ]}
         });
-        Ok(written)
+        // Recorded like every pod write: the next plan must see the condition False.
+        self.send_pod_patch(name, true, body, || {
+            format!(
+                "set {} False on pod {name}",
+                keys::INPLACE_UPDATE_READY_CONDITION
+            )
+        })
+        .await
     }
 
     /// The plan's completion write of pod `name` ([`crate::plan::completion_write`]):
@@ -113,7 +95,7 @@ impl Actor<'_> {
     ) -> Result<(), Error> {
         let body = write.patch(&now_time(), &now_rfc3339());
         // Only for the pod version we checked: a newer one is judged again next time.
-        self.written_or_passed(self.patch_pod_status_body(name.to_owned(), body).await)
+        self.written_or_passed(self.patch_pod_status_body(name, body).await)
             .map(|_| ())
     }
 
@@ -133,49 +115,20 @@ impl Actor<'_> {
         let Some(body) = not_ready_key_patch(pod, key, add, pinned.as_deref(), now_time()) else {
             return Ok(());
         };
-        match self.patch_pod_status_body(name.clone(), body).await {
+        match self.patch_pod_status_body(&name, body).await {
             Err(e) if e.is_conflict() => {
                 let fresh = self
-                    .pod_api()
+                    .api::<Pod>()
                     .get(&name)
                     .await
                     .map_err(|e| Error::kube(format!("read pod {name} after a conflict"), e))?;
                 let rv = fresh.resource_version();
                 match not_ready_key_patch(&fresh, key, add, rv.as_deref(), now_time()) {
-                    Some(body) => self.patch_pod_status_body(name, body).await,
+                    Some(body) => self.patch_pod_status_body(&name, body).await,
                     None => Ok(()),
                 }
             }
             other => other,
         }
     }
-}
-
-/// The `pods/status` patch that adds (`add`) or removes our `key` in the `KruisePodReady`
-/// condition's message list of `pod`, conditional on `resource_version`; `None` when the
-/// pod has no such readiness gate or the list is already as wanted.
-pub fn not_ready_key_patch(
-    pod: &Pod,
-    key: &str,
-    add: bool,
-    resource_version: Option<&str>,
-    now: Time,
-) -> Option<Value> {
-    if !has_gate(pod, keys::KRUISE_POD_READY_CONDITION) {
-        return None;
-    }
-    let ours = NotReadyMessage {
-        user_agent: NOT_READY_USER_AGENT.into(),
-        key: key.into(),
-    };
-    let (status, message) = kruise_pod_ready(pod, &ours, add)?;
-    Some(json!({
-        "metadata": {"resourceVersion": resource_version},
-        "status": {"conditions": [{
-            "type": keys::KRUISE_POD_READY_CONDITION,
-            "status": status,
-            "message": message,
-            "lastTransitionTime": now,
-        }]},
-    }))
 }

@@ -71,7 +71,7 @@ impl Actor<'_> {
     ) -> Result<Pod, Error> {
         let name = &write.pod;
         let fresh = self
-            .pod_api()
+            .api::<Pod>()
             .get(name)
             .await
             .map_err(|e| Error::kube(format!("read pod {name} after a conflict"), e))?;

@@ -13,7 +13,6 @@ use serde_json::{Value, json};
 use tracing::{info, warn};
 
 use crate::error::Error;
-use crate::expectations::Expectation;
 use crate::plan::inplace_write::{self, InPlaceWrite, InPlaceWriteKind, ResizeVia, WriteInputs};
 use crate::plan::{Action, StepWrite};
 use crate::watch::CachedPod;
@@ -121,7 +120,8 @@ impl Actor<'_> {
         self.retry_on_conflict(write, pin, write.not_ready_first, |p| {
             let body = self.body_for(write, &p);
             async move {
-                self.patch_pod_body(&write.pod, body?, "update in place")
+                let name = &write.pod;
+                self.send_pod_patch(name, false, body?, || format!("update in place pod {name}"))
                     .await
             }
         })
@@ -159,7 +159,8 @@ impl Actor<'_> {
                 "grace period over, in-place update applied",
             )
         };
-        self.patch_pod_body(name, write.pinned_patch(&write.resource_version), what)
+        let body = write.pinned_patch(&write.resource_version);
+        self.send_pod_patch(name, false, body, || format!("{what} pod {name}"))
             .await?;
         // A held update of another revision is only dropped: nothing more.
         if next_batch || on_revision(write) {
@@ -167,21 +168,6 @@ impl Actor<'_> {
             info!(pod = %name, "{done}");
         }
         Ok(())
-    }
-
-    /// Strategic merge patch `body` (with its precondition) of pod `name`.
-    async fn patch_pod_body(&self, name: &str, body: Value, what: &str) -> Result<Pod, Error> {
-        let written = self
-            .pod_api()
-            .patch(name, &self.pp(), &Patch::Strategic(body))
-            .await
-            .map_err(|e| Error::kube(format!("{what} pod {name}"), e))?;
-        self.expect(Expectation::PodUpdated {
-            name: name.to_owned(),
-            uid: written.uid().unwrap_or_default(),
-            resource_version: written.resource_version().unwrap_or_default(),
-        });
-        Ok(written)
     }
 
     /// The cpu/memory change of `write` through `pods/resize`, where the plan says so.
@@ -219,11 +205,7 @@ impl Actor<'_> {
             .request(http)
             .await
             .map_err(|e| Error::kube(format!("resize pod {name}"), e))?;
-        self.expect(Expectation::PodUpdated {
-            name: name.to_owned(),
-            uid: written.uid().unwrap_or_default(),
-            resource_version: written.resource_version().unwrap_or_default(),
-        });
+        self.expect_written(name, &written);
         Ok(())
     }
 }

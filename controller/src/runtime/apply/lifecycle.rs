@@ -26,7 +26,8 @@ impl Actor<'_> {
         let Some(body) = write.patch(&now_rfc3339()) else {
             return Ok(());
         };
-        self.patch_pod(pod, body, "set lifecycle of", false).await?;
+        self.send_pod_patch(name, false, body, || format!("set lifecycle of pod {name}"))
+            .await?;
         if let Action::Lifecycle { from, to, .. } = action {
             debug!(pod = %name, ?from, to = %to, "lifecycle state changed");
         }

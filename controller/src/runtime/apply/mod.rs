@@ -19,7 +19,9 @@
 //! - `revisions`: ControllerRevisions;
 //! - `writes`: the planned writes of the other actions ([`crate::plan::action_write`])
 //!   sent by one path: `pod-template-hash`, `podsToDelete` pruning, PVC deletion and
-//!   hand-over, `InPlaceUpdateReady` completion and stall reports;
+//!   hand-over, `InPlaceUpdateReady` completion and stall reports, and the steps taken
+//!   before a plan ([`execute_steps`]): the deletion-protection finalizer and the
+//!   adoption and release of pods;
 //! - `pods`: create (from the plan's recipe), delete, recreate, with their events;
 //! - `inplace`: the in-place writes the plan made (start, held update, next batch,
 //!   resize); `conflict`: their guarded retry after a conflict;
@@ -44,13 +46,13 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use futures::StreamExt;
 use inplace_proto::{CloneSet, keys};
-use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Pod};
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
 use kube::{Api, Resource, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tracing::{debug, info, warn};
 
 use crate::error::Error;
@@ -202,7 +204,18 @@ fn phase_of(action: &Action) -> &'static str {
         Action::DeletePvc { .. } => "delete_pvc",
         Action::PrunePodsToDelete { .. } => "prune",
         Action::ReownPvcToPod { .. } => "reown",
+        // Written one at a time in plan order, the first failure ending the reconcile
+        // ([`Actor::run_steps`]).
+        Action::AddFinalizer { .. }
+        | Action::RemoveFinalizer { .. }
+        | Action::HoldDeletion { .. } => "finalizer",
+        Action::AdoptPod { .. } | Action::ReleasePod { .. } => "claim",
     }
+}
+
+/// Whether the steps of a phase run one after the other, the first failure ending it.
+fn sequential(phase: &str) -> bool {
+    matches!(phase, "finalizer" | "claim")
 }
 
 /// The steps of a phase in chains: one per pod (its steps in plan order), one per step
@@ -241,6 +254,18 @@ pub async fn execute(ctx: &Context, cs: &CloneSet, owned: &Owned, plan: &Plan) -
     Actor::new(ctx, cs, owned, plan).run().await
 }
 
+/// Sends the steps of `plan` alone: no revisions, no readiness-gate conditions. For the
+/// steps a reconcile takes instead of planning (the deletion-protection finalizer, the
+/// adoption and release of pods: [`crate::plan::protection::planned`],
+/// [`crate::plan::claim::steps`]).
+pub async fn execute_steps(ctx: &Context, cs: &CloneSet, owned: &Owned, plan: &Plan) -> Outcome {
+    let actor = Actor::new(ctx, cs, owned, plan);
+    let mut outcome = Outcome::default();
+    actor.run_steps(&mut outcome).await;
+    outcome.conflicts_passed = actor.conflicts_passed.load(Ordering::Relaxed);
+    outcome
+}
+
 impl<'a> Actor<'a> {
     fn new(ctx: &'a Context, cs: &'a CloneSet, owned: &'a Owned, plan: &'a Plan) -> Self {
         let ns = cs.namespace().unwrap_or_default();
@@ -266,15 +291,11 @@ impl<'a> Actor<'a> {
 }
 
 impl Actor<'_> {
-    fn pod_api(&self) -> Api<Pod> {
-        Api::namespaced(self.ctx.client.clone(), &self.ns)
-    }
-
-    fn pvc_api(&self) -> Api<PersistentVolumeClaim> {
-        Api::namespaced(self.ctx.client.clone(), &self.ns)
-    }
-
-    fn revision_api(&self) -> Api<ControllerRevision> {
+    /// The API of kind `K` in the CloneSet's namespace.
+    fn api<K>(&self) -> Api<K>
+    where
+        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>,
+    {
         Api::namespaced(self.ctx.client.clone(), &self.ns)
     }
 
@@ -285,10 +306,6 @@ impl Actor<'_> {
             &self.ns,
             &ApiResource::erase::<K>(&()),
         )
-    }
-
-    fn cs_api(&self) -> Api<CloneSet> {
-        Api::namespaced(self.ctx.client.clone(), &self.ns)
     }
 
     fn pp(&self) -> PatchParams {
@@ -347,7 +364,22 @@ impl Actor<'_> {
             return outcome;
         }
         self.init_pod_conditions(&mut outcome).await;
+        let failed = self.run_steps(&mut outcome).await;
+        if self.revisions_ok.load(Ordering::Relaxed)
+            && !failed
+            && let Err(err) = self.delete_old_revisions().await
+        {
+            outcome.failures.push(Failure {
+                kind: FailureKind::Update,
+                error: err,
+            });
+        }
+        outcome.conflicts_passed = self.conflicts_passed.load(Ordering::Relaxed);
+        outcome
+    }
 
+    /// Runs the plan's steps phase by phase; whether one failed.
+    async fn run_steps(&self, outcome: &mut Outcome) -> bool {
         let mut phases: Vec<Vec<&Step>> = Vec::new();
         for step in &self.plan.steps {
             match phases.last_mut() {
@@ -366,11 +398,14 @@ impl Actor<'_> {
                 outcome.skipped += phase.len();
                 continue;
             }
+            let kind = phase.first().map(|s| phase_of(&s.action));
             let results = if phase
                 .first()
                 .is_some_and(|s| matches!(s.action, Action::Create { .. }))
             {
                 self.run_slow_start(&phase).await
+            } else if kind.is_some_and(sequential) {
+                self.act_chain(phase.clone()).await
             } else {
                 let futs: Vec<_> = by_pod(&phase)
                     .into_iter()
@@ -394,17 +429,7 @@ impl Actor<'_> {
                 }
             }
         }
-        if self.revisions_ok.load(Ordering::Relaxed)
-            && !failed
-            && let Err(err) = self.delete_old_revisions().await
-        {
-            outcome.failures.push(Failure {
-                kind: FailureKind::Update,
-                error: err,
-            });
-        }
-        outcome.conflicts_passed = self.conflicts_passed.load(Ordering::Relaxed);
-        outcome
+        failed
     }
 
     /// A write answered 409 is let pass (see [`Outcome::conflicts_passed`]).
@@ -490,6 +515,18 @@ impl Actor<'_> {
                 write,
             ) => self.update_in_place(pod, revision, action, write).await,
             (_, Err(err)) => Err(err),
+            (Action::HoldDeletion { message }, _) => {
+                self.ctx.events.send(Note {
+                    regarding: self.cs_ref.clone(),
+                    related: None,
+                    warning: true,
+                    reason: crate::plan::protection::REASON_HELD.to_owned(),
+                    action: "Delete".to_owned(),
+                    message: message.clone(),
+                });
+                info!(%message, "deletion held");
+                Ok(())
+            }
             (_, Ok(StepWrite::Nothing { why })) => {
                 debug!(?action, why, "nothing to write");
                 Ok(())
@@ -509,46 +546,42 @@ impl Actor<'_> {
         }
     }
 
-    /// Strategic merge patch `body` (status and, for a precondition, metadata) of the
-    /// `pods/status` of pod `name`.
-    async fn patch_pod_status_body(&self, name: String, body: Value) -> Result<(), Error> {
-        let written = self
-            .pod_api()
-            .patch_status(&name, &self.pp(), &Patch::Strategic(body))
-            .await
-            .map_err(|e| Error::kube(format!("patch status of pod {name}"), e))?;
-        self.expect(Expectation::PodUpdated {
-            name,
-            uid: written.uid().unwrap_or_default(),
-            resource_version: written.resource_version().unwrap_or_default(),
-        });
-        Ok(())
+    /// The one pod write: a strategic merge patch of pod `name`, or of its `pods/status`
+    /// (conditions merge by type), sent as it is (a precondition is in `body`); the pod
+    /// written is expected at the version the server answered. `what` names the write in
+    /// its error.
+    async fn send_pod_patch(
+        &self,
+        name: &str,
+        status: bool,
+        body: Value,
+        what: impl FnOnce() -> String,
+    ) -> Result<Pod, Error> {
+        let (api, pp, patch) = (self.api::<Pod>(), self.pp(), Patch::Strategic(body));
+        let sent = if status {
+            api.patch_status(name, &pp, &patch).await
+        } else {
+            api.patch(name, &pp, &patch).await
+        };
+        let written = sent.map_err(|e| Error::kube(what(), e))?;
+        self.expect_written(name, &written);
+        Ok(written)
     }
 
-    /// Strategic merge patch of a pod; with `pinned`, only of the pod version we planned
-    /// from (resourceVersion precondition), for patches whose content depends on it.
-    async fn patch_pod(
-        &self,
-        pod: &Pod,
-        mut body: Value,
-        what: &str,
-        pinned: bool,
-    ) -> Result<Pod, Error> {
-        let name = pod.name_any();
-        if pinned {
-            body["metadata"]["resourceVersion"] = json!(pod.resource_version());
-        }
-        let written = self
-            .pod_api()
-            .patch(&name, &self.pp(), &Patch::Strategic(body))
-            .await
-            .map_err(|e| Error::kube(format!("{what} pod {name}"), e))?;
+    /// Records the pod `written` (as the server answered a write of pod `name`).
+    fn expect_written(&self, name: &str, written: &Pod) {
         self.expect(Expectation::PodUpdated {
-            name,
+            name: name.to_owned(),
             uid: written.uid().unwrap_or_default(),
             resource_version: written.resource_version().unwrap_or_default(),
         });
-        Ok(written)
+    }
+
+    /// [`Self::send_pod_patch`] of the `pods/status` of pod `name`.
+    async fn patch_pod_status_body(&self, name: &str, body: Value) -> Result<(), Error> {
+        self.send_pod_patch(name, true, body, || format!("patch status of pod {name}"))
+            .await
+            .map(drop)
     }
 }
 

@@ -130,7 +130,7 @@ impl Actor<'_> {
         // The full pod only for the events' reference (as every event of a pod has it).
         let pod = self.pod(name).ok();
         let related = || pod.as_ref().map(pod_ref);
-        match self.pod_api().delete(name, &delete_only_uid(uid)).await {
+        match self.api::<Pod>().delete(name, &delete_only_uid(uid)).await {
             Ok(_) => {}
             Err(e) if is_not_found(&e) || is_conflict(&e) => {
                 debug!(pod = %name, "pod already gone or replaced");

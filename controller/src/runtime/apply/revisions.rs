@@ -1,6 +1,7 @@
 //! The CloneSet's ControllerRevisions: the new one created (or an old one's number
 //! bumped) before any pod is written, old ones deleted after a step without failures.
 
+use k8s_openapi::api::apps::v1::ControllerRevision;
 use kube::ResourceExt;
 use kube::api::{DeleteParams, Patch, PostParams};
 use serde_json::json;
@@ -13,7 +14,7 @@ use super::Actor;
 
 impl Actor<'_> {
     pub(super) async fn write_revisions(&self) -> Result<(), Error> {
-        let api = self.revision_api();
+        let api = self.api::<ControllerRevision>();
         if let Some(rev) = &self.plan.revisions.create {
             let name = rev.name_any();
             match api.create(&PostParams::default(), rev).await {
@@ -44,7 +45,7 @@ impl Actor<'_> {
     }
 
     pub(super) async fn delete_old_revisions(&self) -> Result<(), Error> {
-        let api = self.revision_api();
+        let api = self.api::<ControllerRevision>();
         for name in &self.plan.revisions.delete {
             match api.delete(name, &DeleteParams::default()).await {
                 Ok(_) => debug!(revision = %name, "deleted old ControllerRevision"),

@@ -3,6 +3,7 @@ use crate::plan::not_ready::NotReadyMessage;
 use inplace_proto::LifecycleState;
 use k8s_openapi::api::core::v1::{PodCondition, PodReadinessGate, PodSpec, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde_json::json;
 use std::sync::Arc;
 
 /// The gate conditions to set on a cached pod: the plan's rule over its facts.
@@ -729,5 +730,81 @@ async fn an_action_not_yet_started_is_small() -> Result<(), Box<dyn std::error::
             "{what}: {size} bytes not yet started (act: {inlined})"
         );
     }
+    Ok(())
+}
+
+/// The finalizer step is sent as the plan holds it: one merge patch of the CloneSet with
+/// the whole finalizer list and the version decided from.
+#[tokio::test]
+async fn the_finalizer_step_is_sent_with_its_list_and_precondition()
+-> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    use inplace_testkit::pods as fixtures;
+    let mut cs = fixtures::cloneset(json!({}));
+    cs.metadata.resource_version = Some("41".into());
+    cs.metadata.labels = Some(
+        [(
+            keys::DELETE_PROTECTION_LABEL.to_owned(),
+            "Always".to_owned(),
+        )]
+        .into(),
+    );
+    let answer: &'static str = Box::leak(serde_json::to_string(&cs)?.into_boxed_str());
+    let (client, seen, server) = recording_server(answer).await?;
+    let ctx = test_context(client);
+    let step = crate::plan::protection::planned(&cs, true).ok_or("a finalizer step")?;
+    let plan = Plan {
+        steps: vec![step],
+        ..Plan::default()
+    };
+    let outcome = execute_steps(&ctx, &cs, &Owned::default(), &plan).await;
+    server.abort();
+    assert!(outcome.failures.is_empty(), "{:?}", outcome.failures);
+    let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
+    assert_eq!(
+        seen,
+        vec![(
+            "PATCH".to_owned(),
+            "/apis/apps.kruise.io/v1alpha1/namespaces/default/clonesets/demo".to_owned(),
+            json!({"metadata": {
+                "finalizers": [keys::DELETE_PROTECTION_LABEL],
+                "resourceVersion": "41",
+            }}),
+        )]
+    );
+    Ok(())
+}
+
+/// Claims are sent one after the other and the first failure ends them (the rest is not
+/// attempted), with the error naming the claim, as the runtime's loop did before they were
+/// plan steps.
+#[tokio::test]
+async fn claims_are_sent_one_by_one_and_stop_at_the_first_failure()
+-> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    use inplace_testkit::pods as fixtures;
+    let (client, seen, server) = conflicting_server().await?;
+    let ctx = test_context(client);
+    let cs = fixtures::cloneset(json!({}));
+    let orphan = |name: &str| -> Result<Pod, serde_json::Error> {
+        serde_json::from_value(json!({"metadata": {"name": name, "namespace": "default",
+            "uid": format!("uid-{name}"), "labels": {"app": "demo"}}}))
+    };
+    let steps = crate::plan::claim::steps(&cs, &[orphan("demo-a")?, orphan("demo-b")?]);
+    assert_eq!(steps.len(), 2);
+    let plan = Plan {
+        steps,
+        ..Plan::default()
+    };
+    let outcome = execute_steps(&ctx, &cs, &Owned::default(), &plan).await;
+    server.abort();
+    assert_eq!(seen.load(Ordering::SeqCst), 1, "one patch, then nothing");
+    assert_eq!((outcome.attempted, outcome.skipped), (1, 1));
+    assert!(
+        matches!(
+            outcome.failures.as_slice(),
+            [Failure { error: Error::Kube { action, .. }, .. }] if action == "adopt pod demo-a"
+        ),
+        "{:?}",
+        outcome.failures
+    );
     Ok(())
 }

@@ -3,7 +3,8 @@
 //! per-action code around it (creates, pod deletes, recreate and stall events) is in
 //! `pods` and here.
 
-use kube::ResourceExt;
+use inplace_proto::CloneSet;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::Patch as KubePatch;
 use tracing::{debug, info, warn};
 
@@ -23,6 +24,11 @@ fn what(action: &Action, patch: &Patch) -> String {
         (Action::PrunePodsToDelete { .. }, _) => "prune spec.scaleStrategy.podsToDelete".into(),
         (Action::SetTemplateHash { .. }, _) => format!("label pod {name}"),
         (Action::Update { .. }, _) => format!("mark for recreate pod {name}"),
+        (Action::AddFinalizer { .. } | Action::RemoveFinalizer { .. }, _) => {
+            "write CloneSet finalizers".into()
+        }
+        (Action::AdoptPod { .. }, _) => format!("adopt pod {name}"),
+        (Action::ReleasePod { .. }, _) => format!("release pod {name}"),
         (_, Target::PodStatus) => format!("patch status of pod {name}"),
         (_, target) => format!("patch {target:?} {name}"),
     }
@@ -60,10 +66,8 @@ impl Actor<'_> {
                 },
                 Write::Patch(patch),
             ) => {
-                if !self
-                    .send_patch_passing_conflict(patch, &what(action, patch))
-                    .await?
-                {
+                let sent = self.send_patch(patch, &what(action, patch)).await;
+                if !self.written_or_passed(sent)? {
                     return Ok(());
                 }
                 warn!(pod = %pod, reason, %message, "in-place update stalled");
@@ -80,8 +84,16 @@ impl Actor<'_> {
             }
             (_, Write::Patch(patch)) => {
                 self.send_patch(patch, &what(action, patch)).await?;
-                if let Action::PrunePodsToDelete { names } = action {
-                    info!(removed = ?names, "pruned podsToDelete");
+                match action {
+                    Action::PrunePodsToDelete { names } => {
+                        info!(removed = ?names, "pruned podsToDelete");
+                    }
+                    Action::AddFinalizer { .. } | Action::RemoveFinalizer { .. } => {
+                        info!(?action, "deletion-protection finalizer updated");
+                    }
+                    Action::AdoptPod { pod } => info!(pod = %pod, "adopted pod"),
+                    Action::ReleasePod { pod } => info!(pod = %pod, "released pod"),
+                    _ => {}
                 }
                 Ok(())
             }
@@ -91,12 +103,6 @@ impl Actor<'_> {
         }
     }
 
-    /// [`Self::send_patch`] pinned to the version judged: a 409 is let pass
-    /// ([`Self::written_or_passed`]). Whether the patch was written.
-    async fn send_patch_passing_conflict(&self, patch: &Patch, what: &str) -> Result<bool, Error> {
-        self.written_or_passed(self.send_patch(patch, what).await)
-    }
-
     /// Sends a planned patch (with its precondition and write time); a pod written is
     /// expected at the version the server answered.
     pub(super) async fn send_patch(&self, patch: &Patch, what: &str) -> Result<(), Error> {
@@ -104,41 +110,36 @@ impl Actor<'_> {
         let name = &patch.name;
         let pp = self.pp();
         let kube_err = |e| Error::kube(what, e);
-        let written = match patch.target {
-            Target::Pod => self
-                .pod_api()
-                .patch(name, &pp, &KubePatch::Strategic(body))
-                .await
-                .map_err(kube_err)?,
-            // The pod-status writes' one path (its error names the pod the same way).
-            Target::PodStatus => return self.patch_pod_status_body(name.clone(), body).await,
+        match patch.target {
+            Target::Pod | Target::PodStatus => {
+                let status = patch.target == Target::PodStatus;
+                self.send_pod_patch(name, status, body, || what.to_owned())
+                    .await?;
+            }
             Target::Pvc => {
-                self.pvc_api()
+                self.api::<PersistentVolumeClaim>()
                     .patch(name, &pp, &KubePatch::Merge(&body))
                     .await
                     .map_err(kube_err)?;
-                return Ok(());
             }
             Target::CloneSet => {
-                self.cs_api()
+                self.api::<CloneSet>()
                     .patch(name, &pp, &KubePatch::Merge(&body))
                     .await
                     .map_err(kube_err)?;
-                return Ok(());
             }
-        };
-        self.expect(Expectation::PodUpdated {
-            name: name.clone(),
-            uid: written.uid().unwrap_or_default(),
-            resource_version: written.resource_version().unwrap_or_default(),
-        });
+        }
         Ok(())
     }
 
     /// Deletes a PVC, only of the planned UID; gone or replaced is no failure.
     pub(super) async fn delete_pvc(&self, delete: &PvcDelete) -> Result<(), Error> {
         let PvcDelete { pvc, uid } = delete;
-        match self.pvc_api().delete(pvc, &delete_only_uid(uid)).await {
+        match self
+            .api::<PersistentVolumeClaim>()
+            .delete(pvc, &delete_only_uid(uid))
+            .await
+        {
             Ok(_) => debug!(pvc = %pvc, "deleted PVC"),
             Err(e) if is_not_found(&e) || is_conflict(&e) => {}
             Err(e) => return Err(Error::kube(format!("delete PVC {pvc}"), e)),

@@ -2,24 +2,25 @@
 //! matching the selector without an owner are adopted; owned pods no longer matching are
 //! released).
 //!
-//! [`decide`] is pure; [`apply`] patches the pods' owner references, each patch carrying
-//! the pod's UID so that it cannot land on a pod recreated under the same name.
+//! [`decide`] is the rule; [`steps`] makes the plan's steps of it: each a strategic merge
+//! patch of the pod's owner references carrying the pod's UID (`metadata.uid` in the
+//! body: the API server refuses the patch of a pod recreated under the same name).
 //!
-//! Only pods carrying `apps.kruise.io/cloneset-instance-id` are seen (the pod watch is
-//! filtered on it): every pod a CloneSet made, e.g. the pods left behind by
+//! Only pods carrying `apps.kruise.io/cloneset-instance-id` are seen (the controller's pod
+//! watch is filtered on it): every pod a CloneSet made, e.g. the pods left behind by
 //! `kubectl delete cloneset --cascade=orphan`, which a CloneSet applied again adopts.
 //! Unlike the reference, a pod without that label is not adopted.
 
 use inplace_proto::CloneSet;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Patch, PatchParams};
-use kube::{Api, Resource, ResourceExt};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde_json::json;
-use tracing::info;
 
-use crate::error::Error;
-use crate::expectations::{Expectation, Expectations};
-use crate::plan::selector::Selector;
+use crate::action_write::{Patch, Target, Write};
+use crate::model::Action;
+use crate::revision::owner_reference;
+use crate::selector::Selector;
+use crate::step::{Step, StepWrite};
 
 /// A change of a pod's controller.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,7 +66,12 @@ pub fn decide(cs: &CloneSet, pods: &[Pod]) -> Vec<Claim> {
             .iter()
             .flatten()
             .find(|o| o.controller == Some(true));
-        let matches = selector.matches(pod.labels());
+        let matches = selector.matches_with(|key| {
+            meta.labels
+                .as_ref()
+                .and_then(|l| l.get(key))
+                .map(String::as_str)
+        });
         match controller {
             Some(owner) if owner.uid == uid && !matches => claims.push(Claim::Release {
                 pod: name,
@@ -88,57 +94,59 @@ fn claim_pod(c: &Claim) -> &str {
     }
 }
 
-/// Patches the owner references of `claims`' pods; each write is recorded as an
-/// expectation of `key`, so the next plan sees the pods with their new owner.
-pub async fn apply(
-    api: &Api<Pod>,
-    pp: &PatchParams,
-    cs: &CloneSet,
-    claims: &[Claim],
-    expectations: &Expectations,
-    key: &str,
-) -> Result<(), Error> {
-    let owner = cs.controller_owner_ref(&());
-    for claim in claims {
-        let (name, body, verb) = match claim {
-            Claim::Adopt { pod, uid } => (
-                pod,
-                json!({"metadata": {"uid": uid, "ownerReferences": [owner]}}),
-                "adopt",
-            ),
-            Claim::Release { pod, uid } => (
-                pod,
-                json!({"metadata": {"uid": uid, "ownerReferences": [
-                    {"$patch": "delete", "uid": cs.metadata.uid}
-                ]}}),
-                "release",
-            ),
-        };
-        let written = api
-            .patch(name, pp, &Patch::Strategic(body))
-            .await
-            .map_err(|e| Error::kube(format!("{verb} pod {name}"), e))?;
-        info!(pod = %name, "{verb}ed pod");
-        expectations.expect(
-            key,
-            Expectation::PodUpdated {
-                name: name.clone(),
-                uid: written.uid().unwrap_or_default(),
-                resource_version: written.resource_version().unwrap_or_default(),
-            },
-        );
+/// The owner reference an adoption writes: the CloneSet as the pod's controller (as kube's
+/// `controller_owner_ref`, without `blockOwnerDeletion`).
+fn adopting_owner(cs: &CloneSet) -> OwnerReference {
+    OwnerReference {
+        block_owner_deletion: None,
+        ..owner_reference(cs)
     }
-    Ok(())
+}
+
+/// The plan's steps of [`decide`]: each claim with its patch, in pod name order.
+pub fn steps(cs: &CloneSet, pods: &[Pod]) -> Vec<Step> {
+    let owner = adopting_owner(cs);
+    decide(cs, pods)
+        .into_iter()
+        .map(|claim| {
+            let (action, pod, body) = match claim {
+                Claim::Adopt { pod, uid } => (
+                    Action::AdoptPod { pod: pod.clone() },
+                    pod,
+                    json!({"metadata": {"uid": uid, "ownerReferences": [owner]}}),
+                ),
+                Claim::Release { pod, uid } => (
+                    Action::ReleasePod { pod: pod.clone() },
+                    pod,
+                    json!({"metadata": {"uid": uid, "ownerReferences": [
+                        {"$patch": "delete", "uid": cs.metadata.uid}
+                    ]}}),
+                ),
+            };
+            let patch = Patch {
+                target: Target::Pod,
+                name: pod,
+                resource_version: None,
+                patch: body,
+                stamp_conditions: false,
+            };
+            Step {
+                action,
+                write: Ok(StepWrite::Object(Write::Patch(patch))),
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use serde_json::{Value, json};
 
     use super::*;
-    use inplace_testkit::pods::cloneset;
+    use crate::fixtures::cloneset;
 
     fn pod(name: &str, labels: Value, owner_uid: Option<&str>) -> Pod {
         let owners = owner_uid.map(|uid| {
@@ -199,5 +207,58 @@ mod tests {
         let mut elsewhere = pod("orphan", json!({"app": "demo"}), None);
         elsewhere.metadata.namespace = Some("other".into());
         assert!(decide(&cs, &[elsewhere]).is_empty());
+    }
+
+    #[test]
+    fn each_claim_is_a_step_with_its_pod_patch_carrying_the_pods_uid() {
+        let cs = cloneset(json!({}));
+        let pods = vec![
+            pod("ours-relabelled", json!({"app": "moved"}), Some("cs-uid")),
+            pod("orphan", json!({"app": "demo"}), None),
+            pod("someone-elses", json!({"app": "demo"}), Some("other-uid")),
+        ];
+        // (action, pod patched, body sent)
+        let want = [
+            (
+                Action::AdoptPod {
+                    pod: "orphan".into(),
+                },
+                "orphan",
+                json!({"metadata": {"uid": "uid-orphan", "ownerReferences": [{
+                    "apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet",
+                    "name": "demo", "uid": "cs-uid", "controller": true,
+                }]}}),
+            ),
+            (
+                Action::ReleasePod {
+                    pod: "ours-relabelled".into(),
+                },
+                "ours-relabelled",
+                json!({"metadata": {"uid": "uid-ours-relabelled", "ownerReferences": [
+                    {"$patch": "delete", "uid": "cs-uid"}
+                ]}}),
+            ),
+        ];
+        let steps = steps(&cs, &pods);
+        assert_eq!(steps.len(), want.len(), "{steps:?}");
+        for (step, (action, name, body)) in steps.iter().zip(want) {
+            assert_eq!(step.action, action);
+            let Ok(StepWrite::Object(Write::Patch(patch))) = &step.write else {
+                panic!("a patch: {step:?}")
+            };
+            assert_eq!(patch.target, Target::Pod);
+            assert_eq!(patch.name, name);
+            // No resourceVersion: the owner references are right whatever the version;
+            // the UID in the body is the precondition.
+            assert_eq!(patch.resource_version, None);
+            assert_eq!(patch.body(&Time(crate::fixtures::t(0))), body);
+        }
+    }
+
+    #[test]
+    fn nothing_to_claim_is_no_step() {
+        let cs = cloneset(json!({}));
+        let ours = pod("ours", json!({"app": "demo"}), Some("cs-uid"));
+        assert!(steps(&cs, &[ours]).is_empty());
     }
 }
