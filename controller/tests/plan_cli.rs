@@ -43,6 +43,17 @@ fn portable(text: &str) -> String {
 
 /// `plan` of the CloneSet file `cs` with the pods file `pods` and the partition sample's
 /// revisions, at [`NOW`], printed as `output`.
+/// The partition sample with each `(from, to)` replacement made, written into `dir`: its path.
+fn edited_partition_cloneset(dir: &std::path::Path, edits: &[(&str, &str)]) -> String {
+    let cs = edits.iter().fold(
+        std::fs::read_to_string(fixture("partition-cloneset.yaml")).unwrap(),
+        |cs, (from, to)| cs.replace(from, to),
+    );
+    let path = dir.join("cloneset.yaml");
+    std::fs::write(&path, cs).unwrap();
+    path.display().to_string()
+}
+
 fn partition_plan(cs: &str, pods: &str, output: &str) -> Output {
     run(&[
         "plan",
@@ -364,16 +375,19 @@ fn deletes_and_patches_are_shown_with_their_preconditions() {
     // The partition sample scaled to 4 with one of its pods and a gone one named in
     // podsToDelete: the named pod is deleted (only with its UID) and the gone name pruned.
     let dir = tempfile::tempdir().unwrap();
-    let cs = std::fs::read_to_string(fixture("partition-cloneset.yaml"))
-        .unwrap()
-        .replace(
-            "  replicas: 5\n  selector:",
-            "  replicas: 4\n  scaleStrategy:\n    podsToDelete: [sample-chvnr, sample-gone]\n  selector:",
-        )
-        .replace("  generation: 2\n", "  generation: 2\n  resourceVersion: \"901\"\n");
-    let cs_path = dir.path().join("cloneset.yaml");
-    std::fs::write(&cs_path, cs).unwrap();
-    let cs_path = cs_path.display().to_string();
+    let cs_path = edited_partition_cloneset(
+        dir.path(),
+        &[
+            (
+                "  replicas: 5\n  selector:",
+                "  replicas: 4\n  scaleStrategy:\n    podsToDelete: [sample-chvnr, sample-gone]\n  selector:",
+            ),
+            (
+                "  generation: 2\n",
+                "  generation: 2\n  resourceVersion: \"901\"\n",
+            ),
+        ],
+    );
     let pods = fixture("partition-pods.yaml");
     let out = partition_plan(&cs_path, &pods, "json");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -389,19 +403,19 @@ fn the_deletion_protection_finalizer_is_a_step_of_its_own_with_its_write() {
     // reconcile first writes the finalizer (the whole list, only on the version read) and
     // nothing else; without the gate nothing about it is planned.
     let dir = tempfile::tempdir().unwrap();
-    let cs = std::fs::read_to_string(fixture("partition-cloneset.yaml"))
-        .unwrap()
-        .replace(
-            "  labels:\n    app: sample\n",
-            "  labels:\n    app: sample\n    policy.kruise.io/delete-protection: Always\n",
-        )
-        .replace(
-            "  generation: 2\n",
-            "  generation: 2\n  resourceVersion: \"902\"\n  finalizers: [example.com/keep]\n",
-        );
-    let cs_path = dir.path().join("cloneset.yaml");
-    std::fs::write(&cs_path, cs).unwrap();
-    let cs_path = cs_path.display().to_string();
+    let cs_path = edited_partition_cloneset(
+        dir.path(),
+        &[
+            (
+                "  labels:\n    app: sample\n",
+                "  labels:\n    app: sample\n    policy.kruise.io/delete-protection: Always\n",
+            ),
+            (
+                "  generation: 2\n",
+                "  generation: 2\n  resourceVersion: \"902\"\n  finalizers: [example.com/keep]\n",
+            ),
+        ],
+    );
     let pods = fixture("partition-pods.yaml");
     let with_gate = |output: &str| {
         run(&[
