@@ -21,8 +21,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// The verb of a request as the metrics name it: the lower-case HTTP method, and `watch`
 /// for a GET that opens a watch.
 pub fn verb(method: &Method, query: Option<&str>) -> String {
-    let watch = query.is_some_and(|q| q.split('&').any(|kv| kv == "watch=true" || kv == "watch=1"));
-    if *method == Method::GET && watch {
+    if inplace_proto::request_timeout::is_watch(method, query) {
         "watch".to_owned()
     } else {
         method.as_str().to_ascii_lowercase()

@@ -458,4 +458,33 @@ mod tests {
         assert_eq!(err.to_string(), "planner: spec.template: bad");
         assert!(std::error::Error::source(&err).is_some());
     }
+
+    /// A request the API server never answered fails after `--api-request-timeout`: the
+    /// reconcile sees a failure (requeued by the error policy), not a conflict (which would
+    /// be retried at once).
+    #[test]
+    fn an_unanswered_request_is_a_failure_not_a_conflict() {
+        let timed_out = crate::request_timeout::RequestTimedOut {
+            method: "PATCH".into(),
+            path: "/api/v1/namespaces/ns/pods/p/status".into(),
+            after: std::time::Duration::from_secs(30),
+        };
+        let err = Error::kube(
+            "set a condition on pod p",
+            kube::Error::Service(Box::new(timed_out)),
+        );
+        assert!(!err.is_conflict());
+        let Error::Kube {
+            source: kube::Error::Service(cause),
+            ..
+        } = &err
+        else {
+            panic!("not a failed request: {err:?}");
+        };
+        assert!(
+            cause
+                .downcast_ref::<crate::request_timeout::RequestTimedOut>()
+                .is_some()
+        );
+    }
 }

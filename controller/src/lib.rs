@@ -27,7 +27,8 @@ pub mod leader;
 pub mod logging;
 pub mod metrics;
 pub mod pod_events;
-pub mod request_timeout;
+// The request bound lives in proto: the daemon's client carries it too.
+pub use inplace_proto::request_timeout;
 pub mod runtime;
 pub mod server;
 pub mod turns;

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
+use inplace_proto::request_timeout::RequestTimeoutLayer;
 use kube::Resource;
 use kube::api::{Api, PatchParams};
 use kube::runtime::WatchStreamExt;
@@ -25,6 +26,19 @@ pub fn patch_params() -> PatchParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()
     }
+}
+
+/// The daemon's API client for `config`: every request but a watch fails after
+/// `request_timeout` unanswered (kube's client has no such bound, and a half-open
+/// connection would hold the status patch that ends an in-place update for good).
+/// Watches keep kube's own idle timeout.
+pub fn client(
+    config: kube::Config,
+    request_timeout: Duration,
+) -> Result<kube::Client, kube::Error> {
+    Ok(kube::client::ClientBuilder::try_from(config)?
+        .with_layer(&RequestTimeoutLayer(request_timeout))
+        .build())
 }
 
 /// What `/healthz` looks at.
@@ -129,6 +143,46 @@ pub async fn watch_into_store<K>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A status patch on a connection the API server never answers (held, half-open)
+    /// fails within the bound instead of holding the update it reports.
+    #[tokio::test]
+    async fn an_unanswered_status_patch_fails_within_the_bound()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("http://{}", listener.local_addr()?);
+        let server = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                held.push(stream);
+            }
+        });
+        let bound = Duration::from_millis(300);
+        let pods: Api<k8s_openapi::api::core::v1::Pod> =
+            Api::namespaced(client(kube::Config::new(url.parse()?), bound)?, "ns");
+        let started = std::time::Instant::now();
+        let answer = tokio::time::timeout(
+            Duration::from_secs(10),
+            pods.patch_status(
+                "p",
+                &patch_params(),
+                &kube::api::Patch::Strategic(serde_json::json!({"status": {}})),
+            ),
+        )
+        .await;
+        server.abort();
+        let Ok(Err(kube::Error::Service(cause))) = answer else {
+            return Err(format!("not a timed-out request: {answer:?}").into());
+        };
+        assert!(
+            cause
+                .downcast_ref::<inplace_proto::request_timeout::RequestTimedOut>()
+                .is_some(),
+            "{cause:?}"
+        );
+        assert!(started.elapsed() >= bound && started.elapsed() < Duration::from_secs(5));
+        Ok(())
+    }
 
     /// A failing pod is tried again after half a second at first, backing off to about
     /// half a minute (with jitter), and never given up on.

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use inplace_daemon::api::{ContainerRecreateRequest, NodeImage};
-use inplace_daemon::apiserver::Health;
+use inplace_daemon::apiserver::{self, Health};
 use inplace_daemon::cri::{self, CriClient};
 use inplace_daemon::inplace::{self, Executor};
 use inplace_daemon::kube_io::{self, RateLimiter};
@@ -49,6 +49,10 @@ struct Args {
     /// Address of /healthz and /metrics.
     #[arg(long, default_value = "0.0.0.0:10231")]
     addr: SocketAddr,
+    /// Seconds an API request (other than a watch) may go unanswered before it fails and
+    /// is retried (kube's client has no such bound).
+    #[arg(long, default_value_t = inplace_proto::request_timeout::DEFAULT_REQUEST_TIMEOUT.as_secs())]
+    api_request_timeout: u64,
     /// Timeout of every CRI call but PullImage (seconds).
     #[arg(long, default_value_t = 5)]
     runtime_timeout_seconds: u64,
@@ -105,8 +109,10 @@ async fn main() -> anyhow::Result<()> {
             "containerd".to_string()
         }
     };
-    let client = kube::Client::try_default()
+    let config = kube::Config::infer()
         .await
+        .context("cannot build a Kubernetes client (in-cluster or KUBECONFIG)")?;
+    let client = apiserver::client(config, Duration::from_secs(args.api_request_timeout.max(1)))
         .context("cannot build a Kubernetes client (in-cluster or KUBECONFIG)")?;
 
     let mut registry = prometheus_client::registry::Registry::default();

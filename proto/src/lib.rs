@@ -19,6 +19,7 @@ pub mod monitoring;
 pub mod nodeimage;
 pub mod process_metrics;
 pub mod quantity;
+pub mod request_timeout;
 pub mod template;
 pub mod validation;
 

@@ -490,6 +490,26 @@ impl PullImage {
 }
 
 /// Pod timelines of `app`, from a watch started before the leg.
+/// Keeps the last version of every ImagePullJob of the watched namespace, by name, deleted
+/// ones included.
+fn spawn_job_watch(
+    api: Api<ImagePullJob>,
+    into: Arc<Mutex<HashMap<String, ImagePullJob>>>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let cfg = watcher::Config::default();
+        let mut stream = std::pin::pin!(watcher(api, cfg).default_backoff());
+        while let Some(ev) = stream.next().await {
+            let Ok(watcher::Event::Apply(j) | watcher::Event::InitApply(j)) = ev else {
+                continue;
+            };
+            if let (Some(name), Ok(mut map)) = (j.metadata.name.clone(), into.lock()) {
+                map.insert(name, j);
+            }
+        }
+    })
+}
+
 fn spawn_timeline_watch(
     api: Api<Pod>,
     app: &str,
@@ -659,6 +679,10 @@ async fn versus_real_in(
     ));
     let lines = Arc::new(Mutex::new(HashMap::new()));
     let tw = spawn_timeline_watch(pods.clone(), app, new.clone(), lines.clone());
+    // The ImagePullJobs as the leg sees them: the controller deletes a CloneSet's jobs once
+    // its rollout is done, so a list after the leg finds none.
+    let jobs_seen = Arc::new(Mutex::new(HashMap::new()));
+    let jw = spawn_job_watch(Api::namespaced(client.clone(), ns), jobs_seen.clone());
     let inplace = run_leg(
         client,
         &pods,
@@ -686,6 +710,7 @@ async fn versus_real_in(
     )
     .await?;
     tw.abort();
+    jw.abort();
     let in_place_lines: Vec<Timeline> = lines
         .lock()
         .map(|m| m.values().cloned().collect())
@@ -693,9 +718,11 @@ async fn versus_real_in(
     let recreated = in_place_lines.iter().filter(|t| !t.existing).count();
     let mut predownload = String::new();
     if shape == Shape::Pull {
-        let jobs: Api<ImagePullJob> = Api::namespaced(client.clone(), ns);
-        let list = jobs.list(&ListParams::default()).await?.items;
-        let Some(job) = list.iter().find(|j| j.spec.image == new) else {
+        let seen: Vec<ImagePullJob> = jobs_seen
+            .lock()
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default();
+        let Some(job) = seen.iter().find(|j| j.spec.image == new) else {
             bail!(
                 "{tag}: the CloneSet created no ImagePullJob for {new}: turn image pre-download on (tests/testbed/set-gates PreDownloadImageForInPlaceUpdate=true)"
             );
