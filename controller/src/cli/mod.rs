@@ -563,7 +563,11 @@ where
             .skip(2)
             .map(|a| a.to_string_lossy().into_owned())
             .collect();
-        let _ = out.write_all(complete::answer(&Cli::command(), &words).as_bytes());
+        let cmd = Cli::command();
+        let names = complete::cloneset_request(&cmd, &words)
+            .map(|connect| cloneset_names(&connect))
+            .unwrap_or_default();
+        let _ = out.write_all(complete::answer_with(&cmd, &words, &names).as_bytes());
         return 0;
     }
     let cli = match Cli::try_parse_from(args) {
@@ -607,6 +611,25 @@ where
             0
         }
     }
+}
+
+/// The names of the CloneSets of the namespace `connect` reaches, for completion: none when
+/// the server cannot be asked within 3 s (a completion prints no error).
+fn cloneset_names(connect: &online::ConnectArgs) -> Vec<String> {
+    let Ok(rt) = runtime() else {
+        return Vec::new();
+    };
+    rt.block_on(async {
+        let list = async {
+            let (client, ns) = online::connect(connect).await.ok()?;
+            let api: kube::Api<CloneSet> = kube::Api::namespaced(client, &ns);
+            api.list(&kube::api::ListParams::default()).await.ok()
+        };
+        match tokio::time::timeout(std::time::Duration::from_secs(3), list).await {
+            Ok(Some(list)) => online::select::sorted_names(&list.items),
+            _ => Vec::new(),
+        }
+    })
 }
 
 fn online_exit(result: Result<(), online::OnlineError>, err: &mut dyn Write) -> i32 {

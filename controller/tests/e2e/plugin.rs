@@ -990,7 +990,7 @@ async fn get_and_rollout_status_say_why_a_rollout_waits() -> TestResult {
 /// `-l SELECTOR` on `rollout` and `set image`: every matching CloneSet in name order, the
 /// others untouched; `rollout status -l` waits for each; a selector matching nothing is
 /// said or not as kubectl 1.33 does (exit 0); a name with `-l` and a bad selector are bad
-/// input.
+/// input. Completion offers the namespace's CloneSet names.
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs the test bed"]
 async fn rollout_and_set_image_act_on_every_cloneset_a_selector_matches() -> TestResult {
@@ -1114,6 +1114,15 @@ async fn rollout_and_set_image_act_on_every_cloneset_a_selector_matches() -> Tes
         let (code, out, err) = plugin_in(&ns, args);
         assert_eq!((code, out.as_str(), err.as_str()), (0, "", ""), "{args:?}");
     }
+    // `kubectl inplace -n NS rollout status s<TAB>`: kubectl_complete-inplace runs this.
+    let complete = Command::new(env!("CARGO_BIN_EXE_kubectl-inplace"))
+        .args(["__complete", "--kubeconfig"])
+        .arg(e2e_support::kubeconfig())
+        .args(["-n", ns.name.as_str(), "rollout", "status", "s"])
+        .stdin(Stdio::null())
+        .output()?;
+    assert_eq!(text(&complete).0, "sa\nsb\nsc\n:4\n");
+
     let (code, _, err) = plugin_in(&ns, &["rollout", "pause", "sa", "-l", "tier=front"]);
     assert_eq!(code, 2, "{err}");
     assert!(
