@@ -77,8 +77,13 @@ pub async fn names(api: &Api<CloneSet>, target: &Target) -> Result<Vec<String>, 
                 .list(&ListParams::default().labels(selector))
                 .await
                 .map_err(|e| {
+                    // The server's own words (a bad selector is a 400 with the reason).
+                    let why = match &e {
+                        kube::Error::Api(status) => status.message.clone(),
+                        other => other.to_string(),
+                    };
                     OnlineError::BadInput(format!(
-                        "listing the CloneSets matching {selector:?}: {e}"
+                        "listing the CloneSets matching {selector:?}: {why}"
                     ))
                 })?;
             Ok(sorted_names(&list.items))
