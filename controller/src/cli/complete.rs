@@ -4,7 +4,9 @@
 //! completion protocol back: one candidate per line, then `:<directive>`. The
 //! `kubectl_complete-inplace` shipped beside the plugin runs `kubectl-inplace __complete
 //! "$@"`, which [`super::run`] answers here, from the command line's own definition:
-//! subcommands, long flags, and the values of enumerated arguments and options.
+//! subcommands, long flags, and the values of enumerated arguments and options; where a
+//! CloneSet is expected, also the names of the CloneSets the API server lists then
+//! ([`cloneset_request`] says where and which namespace; `run` asks the server).
 
 use clap::{Arg, Command};
 
@@ -18,13 +20,115 @@ const NO_FILE_COMP: u32 = 4;
 /// The completion answer for `words` (the words after `inplace`, the last one partial), in
 /// Cobra's protocol: the candidates, one a line, then the directive.
 pub fn answer(cmd: &Command, words: &[String]) -> String {
+    answer_with(cmd, words, &[])
+}
+
+/// [`answer`], with `clonesets` (names read from the API server, see [`cloneset_request`])
+/// offered too where they start with the word under completion.
+pub fn answer_with(cmd: &Command, words: &[String], clonesets: &[String]) -> String {
+    let partial = words.last().map(String::as_str).unwrap_or("");
+    let mut all = candidates(cmd, words);
+    all.extend(clonesets.iter().filter(|n| n.starts_with(partial)).cloned());
+    all.sort();
+    all.dedup();
     let mut out = String::new();
-    for candidate in candidates(cmd, words) {
+    for candidate in all {
         out.push_str(&candidate);
         out.push('\n');
     }
     out.push_str(&format!(":{NO_FILE_COMP}\n"));
     out
+}
+
+/// Where the CloneSets whose names complete the last of `words` live: `Some` when that word
+/// stands where a command takes a CloneSet (an argument named CLONESET, unless `-l` or `-A`
+/// chose them already), with the `--kubeconfig`, `--context` and `-n` typed before it.
+pub fn cloneset_request(root: &Command, words: &[String]) -> Option<super::online::ConnectArgs> {
+    let (partial, typed) = words.split_last()?;
+    if partial.starts_with('-') {
+        return None;
+    }
+    let mut connect = super::online::ConnectArgs::default();
+    let mut pending: Option<String> = None;
+    let mut selector = false;
+    for word in typed {
+        if let Some(option) = pending.take() {
+            set_connect(&mut connect, &option, word);
+            continue;
+        }
+        let flag = word
+            .strip_prefix("--")
+            .or_else(|| word.strip_prefix('-').filter(|s| s.chars().count() == 1));
+        if let Some(flag) = flag {
+            let (name, value) = match flag.split_once('=') {
+                Some((n, v)) => (n, Some(v)),
+                None => (flag, None),
+            };
+            if matches!(name, "l" | "selector" | "A" | "all-namespaces") {
+                selector = true;
+            }
+            match value {
+                Some(v) => set_connect(&mut connect, name, v),
+                None if matches!(name, "n" | "namespace" | "kubeconfig" | "context") => {
+                    pending = Some(name.to_owned());
+                }
+                None => {}
+            }
+        }
+    }
+    let wanted = position(root, words)
+        .and_then(|(cmd, n)| cmd.get_arguments().filter(|a| a.is_positional()).nth(n))
+        .is_some_and(|arg| {
+            arg.get_value_names()
+                .is_some_and(|v| v.iter().any(|n| n.as_str().starts_with("CLONESET")))
+                || arg.get_id() == "cloneset"
+        });
+    (wanted && !selector).then_some(connect)
+}
+
+fn set_connect(connect: &mut super::online::ConnectArgs, option: &str, value: &str) {
+    match option {
+        "n" | "namespace" => connect.namespace = Some(value.to_owned()),
+        "kubeconfig" => connect.kubeconfig = Some(value.into()),
+        "context" => connect.context = Some(value.to_owned()),
+        _ => {}
+    }
+}
+
+/// The command the last of `words` is typed in and how many positional words precede it
+/// there; `None` while it is an option's value.
+fn position<'c>(root: &'c Command, words: &[String]) -> Option<(&'c Command, usize)> {
+    let typed = words.split_last().map(|(_, rest)| rest).unwrap_or(&[]);
+    let mut path = vec![root];
+    let mut expecting = false;
+    let mut positionals = 0usize;
+    for word in typed {
+        let cmd = path.last().copied().unwrap_or(root);
+        if std::mem::take(&mut expecting) {
+            continue;
+        }
+        if let Some(long) = word.strip_prefix("--") {
+            expecting = !long.contains('=')
+                && find_option(&path, |a| a.get_long() == Some(long)).is_some_and(takes_value);
+            continue;
+        }
+        if let Some(short) = word.strip_prefix('-').filter(|s| s.chars().count() == 1) {
+            expecting = find_option(&path, |a| {
+                a.get_short().map(String::from).as_deref() == Some(short)
+            })
+            .is_some_and(takes_value);
+            continue;
+        }
+        match cmd.find_subcommand(word) {
+            Some(sub) => {
+                path.push(sub);
+                positionals = 0;
+            }
+            None => positionals += 1,
+        }
+    }
+    let cmd = path.last().copied().unwrap_or(root);
+    (!expecting).then_some((cmd, positionals))
 }
 
 /// What may stand in place of the last of `words`, starting with it: the values of the
@@ -170,6 +274,65 @@ mod tests {
         let rollout = complete(&["rollout", ""]);
         assert!(rollout.iter().any(|c| c == "status"), "{rollout:?}");
         assert!(!rollout.iter().any(|c| c == "plan"), "{rollout:?}");
+    }
+
+    fn request(words: &[&str]) -> Option<crate::cli::online::ConnectArgs> {
+        let words: Vec<String> = words.iter().map(|w| (*w).to_owned()).collect();
+        cloneset_request(&Cli::command(), &words)
+    }
+
+    #[test]
+    fn clonesets_are_asked_for_where_a_command_takes_one() {
+        for words in [
+            &["rollout", "status", ""][..],
+            &["rollout", "undo", "we"][..],
+            &["get", ""][..],
+            &["plan", ""][..],
+            &["set", "image", ""][..],
+            &["scale-down", "w"][..],
+            &["rollout", "pause", "--output", "json", ""][..],
+        ] {
+            assert!(request(words).is_some(), "{words:?}");
+        }
+        for words in [
+            &[""][..],
+            &["rollout", ""][..],
+            &["rollout", "status", "web", ""][..],
+            &["rollout", "status", "--timeout", ""][..],
+            &["rollout", "status", "-"][..],
+            &["rollout", "status", "-l", "app=web", ""][..],
+            &["get", "-A", ""][..],
+            &["set", "image", "web", ""][..],
+            &["warm-up", ""][..],
+            &["completion", ""][..],
+        ] {
+            assert!(request(words).is_none(), "{words:?}");
+        }
+        let Some(c) = request(&[
+            "-n",
+            "dev",
+            "--kubeconfig=/k",
+            "rollout",
+            "--context",
+            "c1",
+            "status",
+            "",
+        ]) else {
+            panic!("no request after -n, --kubeconfig=, --context");
+        };
+        assert_eq!(c.namespace.as_deref(), Some("dev"));
+        assert_eq!(c.kubeconfig.as_deref(), Some(std::path::Path::new("/k")));
+        assert_eq!(c.context.as_deref(), Some("c1"));
+    }
+
+    #[test]
+    fn names_join_the_candidates_that_start_with_the_word() {
+        let words = vec!["get".to_owned(), "w".to_owned()];
+        let names = ["web".to_owned(), "api".to_owned(), "worker".to_owned()];
+        assert_eq!(
+            answer_with(&Cli::command(), &words, &names),
+            "web\nworker\n:4\n"
+        );
     }
 
     #[test]

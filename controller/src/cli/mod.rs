@@ -563,7 +563,11 @@ where
             .skip(2)
             .map(|a| a.to_string_lossy().into_owned())
             .collect();
-        let _ = out.write_all(complete::answer(&Cli::command(), &words).as_bytes());
+        let cmd = Cli::command();
+        let names = complete::cloneset_request(&cmd, &words)
+            .map(|connect| cloneset_names(&connect))
+            .unwrap_or_default();
+        let _ = out.write_all(complete::answer_with(&cmd, &words, &names).as_bytes());
         return 0;
     }
     let cli = match Cli::try_parse_from(args) {
@@ -591,9 +595,15 @@ where
                 EXIT_BAD_INPUT
             }
         },
-        Command::Rollout(args) => online_exit(run_rollout(args, &cli.connect, out), err),
+        Command::Rollout(args) => {
+            let result = run_rollout(args, &cli.connect, out, err);
+            online_exit(result, err)
+        }
         Command::WarmUp(args) => online_exit(run_warm_up(args, &cli.connect, out), err),
-        Command::Set(args) => online_exit(run_set(args, &cli.connect, out), err),
+        Command::Set(args) => {
+            let result = run_set(args, &cli.connect, out, err);
+            online_exit(result, err)
+        }
         Command::ScaleDown(args) => online_exit(run_scale_down(args, &cli.connect, out), err),
         Command::Get(args) => online_exit(run_get(args, &cli.connect, out), err),
         Command::Completion { shell } => {
@@ -603,9 +613,29 @@ where
     }
 }
 
+/// The names of the CloneSets of the namespace `connect` reaches, for completion: none when
+/// the server cannot be asked within 3 s (a completion prints no error).
+fn cloneset_names(connect: &online::ConnectArgs) -> Vec<String> {
+    let Ok(rt) = runtime() else {
+        return Vec::new();
+    };
+    rt.block_on(async {
+        let list = async {
+            let (client, ns) = online::connect(connect).await.ok()?;
+            let api: kube::Api<CloneSet> = kube::Api::namespaced(client, &ns);
+            api.list(&kube::api::ListParams::default()).await.ok()
+        };
+        match tokio::time::timeout(std::time::Duration::from_secs(3), list).await {
+            Ok(Some(list)) => online::select::sorted_names(&list.items),
+            _ => Vec::new(),
+        }
+    })
+}
+
 fn online_exit(result: Result<(), online::OnlineError>, err: &mut dyn Write) -> i32 {
     match result {
         Ok(()) => 0,
+        Err(online::OnlineError::Reported(code)) => code,
         Err(e) => {
             let _ = writeln!(err, "error: {e}");
             e.exit_code()
@@ -623,36 +653,114 @@ fn run_rollout(
     args: online::RolloutArgs,
     connect: &online::ConnectArgs,
     out: &mut dyn Write,
+    err: &mut dyn Write,
 ) -> Result<(), online::OnlineError> {
+    use online::RolloutCommand as R;
+    use online::select::Manner;
+    use online::select::for_each;
+    let (name, select) = match &args.command {
+        R::Status {
+            cloneset, select, ..
+        }
+        | R::Pause {
+            cloneset, select, ..
+        }
+        | R::Resume {
+            cloneset, select, ..
+        }
+        | R::History {
+            cloneset, select, ..
+        }
+        | R::Restart {
+            cloneset, select, ..
+        }
+        | R::Undo {
+            cloneset, select, ..
+        } => (cloneset.as_deref(), select.selector.as_deref()),
+    };
+    let target = online::target(name, select)?;
     runtime()?.block_on(async {
         let (client, ns) = online::connect(connect).await?;
         let api: kube::Api<CloneSet> = kube::Api::namespaced(client.clone(), &ns);
         match args.command {
-            online::RolloutCommand::Status { cloneset, timeout } => {
-                online::rollout_status(&client, &ns, &cloneset, timeout, out).await
+            R::Status { timeout, .. } => {
+                for_each(
+                    &api,
+                    &target,
+                    Manner::STATUS,
+                    None,
+                    out,
+                    err,
+                    async |name: &str, out: &mut dyn Write| {
+                        online::rollout_status(&client, &ns, name, timeout, out).await
+                    },
+                )
+                .await
             }
-            online::RolloutCommand::Pause { cloneset, output } => {
-                online::set_paused(&api, &cloneset, true, output.output, out).await
+            R::Pause { output, .. } | R::Resume { output, .. } => {
+                let paused = matches!(args.command, R::Pause { .. });
+                for_each(
+                    &api,
+                    &target,
+                    Manner::PATCH,
+                    output.output,
+                    out,
+                    err,
+                    async |name: &str, out: &mut dyn Write| {
+                        online::set_paused(&api, name, paused, output.output, out).await
+                    },
+                )
+                .await
             }
-            online::RolloutCommand::Resume { cloneset, output } => {
-                online::set_paused(&api, &cloneset, false, output.output, out).await
-            }
-            online::RolloutCommand::History {
-                cloneset,
-                revision,
-                output,
+            R::History {
+                revision, output, ..
             } => {
-                online::rollout_history(&client, &ns, &cloneset, revision, output.output, out).await
+                for_each(
+                    &api,
+                    &target,
+                    Manner::QUIET,
+                    output.output,
+                    out,
+                    err,
+                    async |name: &str, out: &mut dyn Write| {
+                        online::rollout_history(&client, &ns, name, revision, output.output, out)
+                            .await
+                    },
+                )
+                .await
             }
-            online::RolloutCommand::Restart { cloneset, output } => {
-                online::rollout_restart(&api, &cloneset, output.output, out).await
+            R::Restart { output, .. } => {
+                for_each(
+                    &api,
+                    &target,
+                    Manner::PATCH,
+                    output.output,
+                    out,
+                    err,
+                    async |name: &str, out: &mut dyn Write| {
+                        online::rollout_restart(&api, name, output.output, out).await
+                    },
+                )
+                .await
             }
-            online::RolloutCommand::Undo {
-                cloneset,
+            R::Undo {
                 to_revision,
                 output,
+                ..
             } => {
-                online::rollout_undo(&client, &ns, &cloneset, to_revision, output.output, out).await
+                for_each(
+                    &api,
+                    &target,
+                    Manner::QUIET,
+                    output.output,
+                    out,
+                    err,
+                    async |name: &str, out: &mut dyn Write| {
+                        online::rollout_undo(&client, &ns, name, to_revision, output.output, out)
+                            .await
+                    },
+                )
+                .await
             }
         }
     })
@@ -678,17 +786,29 @@ fn run_set(
     args: online::SetArgs,
     connect: &online::ConnectArgs,
     out: &mut dyn Write,
+    err: &mut dyn Write,
 ) -> Result<(), online::OnlineError> {
+    let online::SetCommand::Image {
+        words,
+        select,
+        output,
+    } = args.command;
+    let (target, images) = online::image_target(&words, select.selector.as_deref())?;
     runtime()?.block_on(async {
         let (client, ns) = online::connect(connect).await?;
         let api: kube::Api<CloneSet> = kube::Api::namespaced(client, &ns);
-        match args.command {
-            online::SetCommand::Image {
-                cloneset,
-                images,
-                output,
-            } => online::set_image(&api, &cloneset, &images, output.output, out).await,
-        }
+        online::select::for_each(
+            &api,
+            &target,
+            online::select::Manner::QUIET,
+            output.output,
+            out,
+            err,
+            async |name: &str, out: &mut dyn Write| {
+                online::set_image(&api, name, &images, output.output, out).await
+            },
+        )
+        .await
     })
 }
 

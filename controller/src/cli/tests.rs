@@ -532,3 +532,90 @@ fn live_plans_start_with_the_pods_adopted_and_released() {
             .all(|a| !matches!(a, crate::plan::Action::AdoptPod { .. })),
     );
 }
+
+#[test]
+fn rollout_and_set_image_take_a_name_or_a_selector() {
+    use online::{RolloutCommand as R, SetCommand};
+    let parse = |args: &[&str]| {
+        Cli::try_parse_from(std::iter::once("kubectl-inplace").chain(args.iter().copied()))
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+            .command
+    };
+    for sub in ["status", "pause", "resume", "history", "restart", "undo"] {
+        let Command::Rollout(r) = parse(&["rollout", sub, "-l", "app=web"]) else {
+            panic!("{sub}: not a rollout");
+        };
+        let (name, select) = match r.command {
+            R::Status {
+                cloneset, select, ..
+            }
+            | R::Pause {
+                cloneset, select, ..
+            }
+            | R::Resume {
+                cloneset, select, ..
+            }
+            | R::History {
+                cloneset, select, ..
+            }
+            | R::Restart {
+                cloneset, select, ..
+            }
+            | R::Undo {
+                cloneset, select, ..
+            } => (cloneset, select.selector),
+        };
+        assert_eq!(name, None, "{sub}");
+        assert_eq!(select.as_deref(), Some("app=web"), "{sub}");
+        let Command::Rollout(r) = parse(&["rollout", sub, "--selector=tier=front,app!=x"]) else {
+            panic!("{sub}: not a rollout");
+        };
+        assert!(
+            format!("{r:?}").contains("tier=front,app!=x"),
+            "{sub}: {r:?}"
+        );
+    }
+    let Command::Set(s) = parse(&["set", "image", "-l", "app=web", "app=img:2"]) else {
+        panic!("not a set");
+    };
+    let SetCommand::Image { words, select, .. } = s.command;
+    assert_eq!(words, ["app=img:2"]);
+    assert_eq!(select.selector.as_deref(), Some("app=web"));
+}
+
+#[test]
+fn a_name_with_a_selector_or_neither_is_bad_input_before_connecting() {
+    let run_args = |args: &[&str]| {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        // No kubeconfig can be read: a connection attempt would fail with "kubeconfig".
+        let code = run(
+            ["kubectl-inplace", "--kubeconfig", "/nonexistent/kubeconfig"]
+                .into_iter()
+                .chain(args.iter().copied()),
+            &mut out,
+            &mut err,
+        );
+        (code, String::from_utf8_lossy(&err).into_owned())
+    };
+    for sub in ["status", "pause", "resume", "history", "restart", "undo"] {
+        let (code, err) = run_args(&["rollout", sub, "web", "-l", "app=web"]);
+        assert_eq!(code, EXIT_BAD_INPUT, "{sub}: {err}");
+        assert_eq!(
+            err, "error: name cannot be provided when a selector is specified\n",
+            "{sub}"
+        );
+        let (code, err) = run_args(&["rollout", sub]);
+        assert_eq!(code, EXIT_BAD_INPUT, "{sub}: {err}");
+        assert!(
+            err.contains("required resource not specified"),
+            "{sub}: {err}"
+        );
+    }
+    let (code, err) = run_args(&["set", "image", "web", "-l", "app=web", "app=img:2"]);
+    assert_eq!(code, EXIT_BAD_INPUT, "{err}");
+    assert!(err.contains("name cannot be provided"), "{err}");
+    // With a valid target the kubeconfig is read (and here fails): the target was fine.
+    let (code, err) = run_args(&["rollout", "pause", "-l", "app=web"]);
+    assert_eq!(code, EXIT_BAD_INPUT, "{err}");
+    assert!(err.starts_with("error: kubeconfig: "), "{err}");
+}

@@ -986,3 +986,152 @@ async fn get_and_rollout_status_say_why_a_rollout_waits() -> TestResult {
     })?;
     Ok(())
 }
+
+/// `-l SELECTOR` on `rollout` and `set image`: every matching CloneSet in name order, the
+/// others untouched; `rollout status -l` waits for each; a selector matching nothing is
+/// said or not as kubectl 1.33 does (exit 0); a name with `-l` and a bad selector are bad
+/// input. Completion offers the namespace's CloneSet names.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the test bed"]
+async fn rollout_and_set_image_act_on_every_cloneset_a_selector_matches() -> TestResult {
+    let ns = Namespace::create("plugin-select")?;
+    let _ctl = Controller::start(&ns.name)?;
+    let (v1, v2) = (image("v1"), image("v2"));
+    let labelled = |name: &str, tier: &str| {
+        sample_cloneset(name, 1, &v1, "InPlaceIfPossible").replace(
+            "  labels:\n    app: {name}\n  name:"
+                .replace("{name}", name)
+                .as_str(),
+            &format!("  labels:\n    app: {name}\n    tier: {tier}\n  name:"),
+        )
+    };
+    // Applied out of name order; "sc" is of another tier.
+    for (name, tier) in [("sb", "front"), ("sc", "back"), ("sa", "front")] {
+        let manifest = labelled(name, tier);
+        assert!(manifest.contains("tier: "), "{manifest}");
+        ns.apply(&manifest)?;
+    }
+    for name in ["sa", "sb", "sc"] {
+        wait_rolled_out(&ns, name, 1, ROLLOUT)?;
+    }
+
+    let (code, out, err) = plugin_in(&ns, &["rollout", "pause", "-l", "tier=front"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out,
+        "cloneset.apps.kruise.io/sa paused\ncloneset.apps.kruise.io/sb paused\n"
+    );
+    assert_eq!(
+        (paused(&ns, "sa"), paused(&ns, "sb"), paused(&ns, "sc")),
+        (json!(true), json!(true), Value::Null)
+    );
+    let (code, out, err) = plugin_in(
+        &ns,
+        &[
+            "rollout",
+            "resume",
+            "--selector",
+            "tier=front",
+            "-o",
+            "yaml",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let docs: Vec<&str> = out.split("\n---\n").collect();
+    assert_eq!(docs.len(), 2, "{out}");
+    assert!(docs[0].contains("name: sa\n"), "{out}");
+    assert!(docs[1].contains("name: sb\n"), "{out}");
+    assert_eq!(
+        (paused(&ns, "sa"), paused(&ns, "sb")),
+        (json!(false), json!(false))
+    );
+
+    let uids = ns.live_pod_uids()?;
+    let set = format!("app={v2}");
+    let (code, out, err) = plugin_in(&ns, &["set", "image", "-l", "tier=front", &set]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out,
+        "cloneset.apps.kruise.io/sa image updated\ncloneset.apps.kruise.io/sb image updated\n"
+    );
+    let (code, out, err) = plugin_in(
+        &ns,
+        &["rollout", "status", "-l", "tier=front", "--timeout", "150s"],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let (a, b) = (
+        out.find("cloneset sa successfully rolled out"),
+        out.find("cloneset sb successfully rolled out"),
+    );
+    assert!(a.is_some() && b.is_some() && a < b, "{out}");
+    assert_eq!(ns.live_pod_uids()?, uids, "set image recreated pods");
+    for (name, pod) in ns.pods()? {
+        let want = if name.starts_with("sc-") { &v1 } else { &v2 };
+        assert_eq!(&container_image(&pod), want, "{name}");
+    }
+
+    let (code, out, err) = plugin_in(
+        &ns,
+        &["rollout", "history", "-l", "tier=front", "-o", "json"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let histories: Vec<Value> = serde_json::Deserializer::from_str(&out)
+        .into_iter::<Value>()
+        .collect::<Result<_, _>>()?;
+    assert_eq!(histories.len(), 2, "{out}");
+    for h in &histories {
+        assert_eq!(h.as_array().map(Vec::len), Some(2), "{h}");
+    }
+    let (code, out, err) = plugin_in(&ns, &["rollout", "undo", "-l", "tier=front"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out,
+        "cloneset.apps.kruise.io/sa rolled back to revision 1\ncloneset.apps.kruise.io/sb rolled back to revision 1\n"
+    );
+    for name in ["sa", "sb"] {
+        assert_eq!(
+            ns.cloneset(name)?["spec"]["template"]["spec"]["containers"][0]["image"],
+            json!(v1),
+            "{name}"
+        );
+    }
+
+    // Nothing matches: rollout status|pause|resume|restart say so, the others say nothing.
+    let none = format!("No resources found in {} namespace.\n", ns.name);
+    for sub in ["status", "pause", "resume", "restart"] {
+        let (code, out, err) = plugin_in(&ns, &["rollout", sub, "-l", "tier=none"]);
+        assert_eq!(
+            (code, out.as_str(), err.as_str()),
+            (0, "", none.as_str()),
+            "{sub}"
+        );
+    }
+    for args in [
+        &["rollout", "history", "-l", "tier=none"][..],
+        &["rollout", "undo", "-l", "tier=none"][..],
+        &["set", "image", "-l", "tier=none", "app=x:1"][..],
+    ] {
+        let (code, out, err) = plugin_in(&ns, args);
+        assert_eq!((code, out.as_str(), err.as_str()), (0, "", ""), "{args:?}");
+    }
+    // `kubectl inplace -n NS rollout status s<TAB>`: kubectl_complete-inplace runs this.
+    let complete = Command::new(env!("CARGO_BIN_EXE_kubectl-inplace"))
+        .args(["__complete", "--kubeconfig"])
+        .arg(e2e_support::kubeconfig())
+        .args(["-n", ns.name.as_str(), "rollout", "status", "s"])
+        .stdin(Stdio::null())
+        .output()?;
+    assert_eq!(text(&complete).0, "sa\nsb\nsc\n:4\n");
+
+    let (code, _, err) = plugin_in(&ns, &["rollout", "pause", "sa", "-l", "tier=front"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("name cannot be provided when a selector is specified"),
+        "{err}"
+    );
+    let (code, _, err) = plugin_in(&ns, &["rollout", "pause", "-l", "tier front"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("tier front"), "{err}");
+    assert_eq!(paused(&ns, "sa"), json!(false));
+    Ok(())
+}

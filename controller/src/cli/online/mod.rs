@@ -1,20 +1,22 @@
 //! The plugin's commands that talk to the API server:
 //!
 //! ```text
-//! kubectl-inplace rollout status CLONESET [--timeout 5m] [-n NS] [--kubeconfig FILE] [--context C]
-//! kubectl-inplace rollout pause|resume CLONESET [-o json|yaml]
-//! kubectl-inplace rollout history CLONESET [--revision N] [-o json|yaml]
-//! kubectl-inplace rollout undo CLONESET [--to-revision N] [-o json|yaml]
-//! kubectl-inplace rollout restart CLONESET [-o json|yaml]
+//! kubectl-inplace rollout status (CLONESET | -l SELECTOR) [--timeout 5m] [-n NS] [--kubeconfig FILE] [--context C]
+//! kubectl-inplace rollout pause|resume (CLONESET | -l SELECTOR) [-o json|yaml]
+//! kubectl-inplace rollout history (CLONESET | -l SELECTOR) [--revision N] [-o json|yaml]
+//! kubectl-inplace rollout undo (CLONESET | -l SELECTOR) [--to-revision N] [-o json|yaml]
+//! kubectl-inplace rollout restart (CLONESET | -l SELECTOR) [-o json|yaml]
 //! kubectl-inplace get CLONESET [--watch] [-o json|yaml]
 //! kubectl-inplace get [-A] [-l SELECTOR] [--watch] [-o json|yaml]
-//! kubectl-inplace set image CLONESET CONTAINER=IMAGE... [-o json|yaml]
+//! kubectl-inplace set image (CLONESET | -l SELECTOR) CONTAINER=IMAGE... [-o json|yaml]
 //! kubectl-inplace scale-down CLONESET --pods a,b [-o json|yaml]
 //! kubectl-inplace warm-up IMAGE (--nodes n1,n2 | --selector k=v,...) [--parallelism N]
 //!     [--wait [--timeout 10m]] [-o json|yaml]
 //! ```
 //!
-//! CLONESET is `NAME` or `cloneset/NAME` ([`super::day2::parse_target`]).
+//! CLONESET is `NAME` or `cloneset/NAME` ([`super::day2::parse_target`]). `-l SELECTOR`
+//! instead acts on every matching CloneSet of the namespace in name order (`rollout status`
+//! waits for each in turn), see [`select`].
 //!
 //! The decisions (progress line, when a rollout is done or failed, the ImagePullJob to
 //! create, when a warm-up is over; history, undo, image and scale-down patches in
@@ -32,6 +34,7 @@
 mod edit;
 mod get;
 mod rollout;
+pub mod select;
 pub mod stores;
 #[cfg(test)]
 mod tests;
@@ -43,6 +46,7 @@ pub use rollout::{
     Progress, Verdict, pause_patch, progress, rollout_history, rollout_restart, rollout_status,
     rollout_undo, set_paused, status_block,
 };
+pub use select::{SelectArgs, Target, image_target, target};
 pub use warm_up::{parse_match_labels, warm_up, warm_up_job, warm_up_progress};
 
 use std::io::Write;
@@ -87,6 +91,10 @@ pub enum OnlineError {
     Day2(#[from] super::day2::Day2Error),
     #[error("encoding the output: {0}")]
     Encode(String),
+    /// Failures already printed one by one (a command over several CloneSets); the exit
+    /// code of the last.
+    #[error("failed (see the errors above)")]
+    Reported(i32),
 }
 
 impl OnlineError {
@@ -95,6 +103,7 @@ impl OnlineError {
     pub fn exit_code(&self) -> i32 {
         match self {
             OnlineError::Timeout(_) | OnlineError::Failed(_) => EXIT_FAILED,
+            OnlineError::Reported(code) => *code,
             _ => super::EXIT_BAD_INPUT,
         }
     }
@@ -163,7 +172,9 @@ pub enum RolloutCommand {
     /// (Progressing=False, exit 1) or the timeout passes (exit 1).
     Status {
         #[arg(value_parser = parse_cloneset)]
-        cloneset: String,
+        cloneset: Option<String>,
+        #[command(flatten)]
+        select: SelectArgs,
         /// How long to wait (e.g. 90s, 5m, 1h).
         #[arg(long, default_value = "5m", value_parser = parse_duration)]
         timeout: Duration,
@@ -171,14 +182,18 @@ pub enum RolloutCommand {
     /// Pause the rollout (spec.updateStrategy.paused=true).
     Pause {
         #[arg(value_parser = parse_cloneset)]
-        cloneset: String,
+        cloneset: Option<String>,
+        #[command(flatten)]
+        select: SelectArgs,
         #[command(flatten)]
         output: OutputArgs,
     },
     /// Resume the rollout (spec.updateStrategy.paused=false).
     Resume {
         #[arg(value_parser = parse_cloneset)]
-        cloneset: String,
+        cloneset: Option<String>,
+        #[command(flatten)]
+        select: SelectArgs,
         #[command(flatten)]
         output: OutputArgs,
     },
@@ -186,7 +201,9 @@ pub enum RolloutCommand {
     /// image changes of each; with --revision N, that revision's pod template.
     History {
         #[arg(value_parser = parse_cloneset)]
-        cloneset: String,
+        cloneset: Option<String>,
+        #[command(flatten)]
+        select: SelectArgs,
         /// Print the pod template of this revision.
         #[arg(long, value_name = "N")]
         revision: Option<i64>,
@@ -198,7 +215,9 @@ pub enum RolloutCommand {
     /// kubectl.kubernetes.io/restartedAt to now.
     Restart {
         #[arg(value_parser = parse_cloneset)]
-        cloneset: String,
+        cloneset: Option<String>,
+        #[command(flatten)]
+        select: SelectArgs,
         #[command(flatten)]
         output: OutputArgs,
     },
@@ -206,7 +225,9 @@ pub enum RolloutCommand {
     /// that is not the current template); pods update in place where they can.
     Undo {
         #[arg(value_parser = parse_cloneset)]
-        cloneset: String,
+        cloneset: Option<String>,
+        #[command(flatten)]
+        select: SelectArgs,
         /// The revision to go back to.
         #[arg(long, value_name = "N")]
         to_revision: Option<i64>,
@@ -226,10 +247,11 @@ pub enum SetCommand {
     /// Set container images of the CloneSet's template: CONTAINER=IMAGE... (`*=IMAGE`
     /// sets every container).
     Image {
-        #[arg(value_parser = parse_cloneset)]
-        cloneset: String,
-        #[arg(value_name = "CONTAINER=IMAGE", required = true)]
-        images: Vec<String>,
+        /// The CloneSet (not with -l), then CONTAINER=IMAGE...
+        #[arg(value_name = "CLONESET|CONTAINER=IMAGE", required = true)]
+        words: Vec<String>,
+        #[command(flatten)]
+        select: SelectArgs,
         #[command(flatten)]
         output: OutputArgs,
     },

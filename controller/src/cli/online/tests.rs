@@ -228,3 +228,144 @@ fn get_scope_refuses_a_name_with_all_namespaces_or_a_selector_like_kubectl() {
     );
     assert_eq!(scope(Some("web"), true, None).unwrap_err().exit_code(), 2);
 }
+
+#[test]
+fn a_target_is_a_name_or_a_selector_like_kubectl() {
+    use super::select::NAME_AND_SELECTOR;
+    assert_eq!(
+        target(Some("web"), None).unwrap(),
+        Target::Named("web".into())
+    );
+    assert_eq!(
+        target(None, Some("app=web")).unwrap(),
+        Target::Selected("app=web".into())
+    );
+    let both = target(Some("web"), Some("app=web")).unwrap_err();
+    assert_eq!(both.to_string(), NAME_AND_SELECTOR);
+    assert_eq!(both.exit_code(), 2);
+    let neither = target(None, None).unwrap_err();
+    assert!(
+        neither
+            .to_string()
+            .starts_with("required resource not specified"),
+        "{neither}"
+    );
+    assert_eq!(neither.exit_code(), 2);
+}
+
+#[test]
+fn set_image_words_are_a_name_then_images_or_with_a_selector_only_images() {
+    let words = |w: &[&str]| w.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        image_target(&words(&["cloneset/web", "app=img:2", "side=s:1"]), None).unwrap(),
+        (
+            Target::Named("web".into()),
+            words(&["app=img:2", "side=s:1"])
+        )
+    );
+    assert_eq!(
+        image_target(&words(&["app=img:2"]), Some("tier=front")).unwrap(),
+        (Target::Selected("tier=front".into()), words(&["app=img:2"]))
+    );
+    let text = |r: Result<(Target, Vec<String>), OnlineError>| r.unwrap_err().to_string();
+    assert_eq!(
+        text(image_target(
+            &words(&["web", "app=img:2"]),
+            Some("tier=front")
+        )),
+        super::select::NAME_AND_SELECTOR
+    );
+    assert!(text(image_target(&words(&["app=img:2"]), None)).contains("required resource"));
+    assert!(text(image_target(&words(&["web"]), None)).contains("at least one image"));
+    assert!(text(image_target(&words(&[]), Some("a=b"))).contains("at least one image"));
+    assert!(
+        text(image_target(&words(&["deployment/web", "app=i"]), None)).contains("not a CloneSet")
+    );
+}
+
+#[test]
+fn selected_names_are_sorted_and_nothing_found_is_said_like_kubectl() {
+    let named = |n: &str| {
+        cs(&format!(
+            "metadata: {{name: {n}}}\nspec: {{selector: {{}}, template: {{}}}}"
+        ))
+    };
+    assert_eq!(
+        super::select::sorted_names(&[named("web-b"), named("api"), named("web-a")]),
+        ["api", "web-a", "web-b"]
+    );
+    assert_eq!(
+        super::select::no_resources_line("dev"),
+        "No resources found in dev namespace.\n"
+    );
+}
+
+/// Runs [`super::select::over`] on `names` with a command that prints `<name>\n` (YAML
+/// when asked) and fails for the names in `failing`; returns (result, stdout, stderr).
+fn over(
+    names: &[&str],
+    manner: super::select::Manner,
+    output: Option<DataFormat>,
+    failing: &[&str],
+) -> (Result<(), OnlineError>, String, String) {
+    let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let result = runtime.block_on(super::select::over(
+        &names,
+        "dev",
+        manner,
+        output,
+        &mut out,
+        &mut err,
+        async |name: &str, out: &mut dyn Write| {
+            if failing.contains(&name) {
+                return Err(OnlineError::Failed(format!("{name} failed")));
+            }
+            writeln!(out, "name: {name}")?;
+            Ok(())
+        },
+    ));
+    (
+        result,
+        String::from_utf8(out).unwrap(),
+        String::from_utf8(err).unwrap(),
+    )
+}
+
+#[test]
+fn over_several_cloneset_runs_each_in_turn_like_kubectl() {
+    use super::select::Manner;
+    // Nothing matched: status, pause, resume, restart say so; history, undo, set image don't.
+    let (r, out, err) = over(&[], Manner::STATUS, None, &[]);
+    assert!(r.is_ok());
+    assert_eq!(
+        (out.as_str(), err.as_str()),
+        ("", "No resources found in dev namespace.\n")
+    );
+    let (r, out, err) = over(&[], Manner::QUIET, None, &[]);
+    assert!(r.is_ok());
+    assert_eq!((out.as_str(), err.as_str()), ("", ""));
+    // YAML documents are separated, JSON objects follow each other.
+    let (r, out, _) = over(&["a", "b"], Manner::PATCH, Some(DataFormat::Yaml), &[]);
+    assert!(r.is_ok());
+    assert_eq!(out, "name: a\n---\nname: b\n");
+    let (_, out, _) = over(&["a", "b"], Manner::PATCH, Some(DataFormat::Json), &[]);
+    assert_eq!(out, "name: a\nname: b\n");
+    // An edit goes on after a failure, which is printed; the exit code is the failure's.
+    let (r, out, err) = over(&["a", "b", "c"], Manner::PATCH, None, &["a"]);
+    assert_eq!(out, "name: b\nname: c\n");
+    assert_eq!(err, "error: a failed\n");
+    assert_eq!(r.unwrap_err().exit_code(), EXIT_FAILED);
+    // A status stops at the first failed rollout.
+    let (r, out, err) = over(&["a", "b", "c"], Manner::STATUS, None, &["b"]);
+    assert_eq!(out, "name: a\n");
+    assert_eq!(err, "error: b failed\n");
+    assert_eq!(r.unwrap_err().exit_code(), EXIT_FAILED);
+    // One name: the error is returned, not printed here (the caller prints it once).
+    let (r, _, err) = over(&["a"], Manner::PATCH, None, &["a"]);
+    assert_eq!(err, "");
+    assert_eq!(r.unwrap_err().to_string(), "a failed");
+}

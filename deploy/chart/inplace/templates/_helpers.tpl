@@ -29,10 +29,12 @@ app.kubernetes.io/component: daemon
 {{ required (printf "%s.image.repository is required: the repository you pushed the %s image to (e.g. --set %s.image.repository=<your registry>/inplace-%s; deploy/release builds the images)" .name .name .name .name) .image.repository }}:{{ .image.tag | default .chart.AppVersion }}
 {{- end -}}
 {{- /* Whether the server has admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy
-       (Kubernetes >= 1.30): by the server's version, and by its API discovery where Helm
-       talks to one (offline, `helm template --kube-version 1.3x` decides). */ -}}
+       (Kubernetes >= 1.30): by the server's version, and by its API discovery of that kind
+       where Helm talks to one (the group version alone exists since 1.16, for webhooks);
+       offline Helm knows no kinds: `helm template --kube-version 1.3x --api-versions
+       admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy`. */ -}}
 {{- define "inplace.admissionPolicies" -}}
-{{- if and .Values.admissionPolicies.enabled (semverCompare ">=1.30-0" .Capabilities.KubeVersion.Version) (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1") -}}
+{{- if and .Values.admissionPolicies.enabled (semverCompare ">=1.30-0" .Capabilities.KubeVersion.Version) (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy") -}}
 true
 {{- end -}}
 {{- end -}}
