@@ -881,3 +881,83 @@ fn planned(writes: Vec<Option<Result<InPlaceWrite, InPlaceWriteError>>>) -> Vec<
         .filter_map(Result::ok)
         .collect()
 }
+
+#[test]
+fn a_write_planned_again_after_a_conflict_is_what_its_kind_plans_from_the_fresh_pod() {
+    let w = World::new(
+        template(json!([{"name": "main", "image": "nginx:1"}])),
+        template(json!([{"name": "main", "image": "nginx:2"}])),
+    )
+    .grace(30);
+    let write = w.start(pod("demo-a", "demo-old"));
+    assert!(
+        write.applies_spec(),
+        "a start applies the spec (or holds it)"
+    );
+    let fresh = pod("demo-a", "demo-old").cached();
+    assert_eq!(
+        write.replan(&w.inputs(), &fresh).unwrap(),
+        start(&w.inputs(), &fresh, write.action, &write.revision).unwrap()
+    );
+    let held = serde_json::from_str::<Value>(
+        write.patch.to_value()["metadata"]["annotations"][keys::INPLACE_UPDATE_GRACE_ANNOTATION]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    let state = state_in(&write.patch.to_value());
+    let graced = pod("demo-a", "demo-new")
+        .lifecycle("Updating")
+        .grace(&held)
+        .in_place_state(&state)
+        .cached();
+    let applied = apply_held(&w.inputs(), &graced, 2).unwrap();
+    assert!(applied.applies_spec());
+    assert_eq!(applied.replan(&w.inputs(), &graced).unwrap(), applied);
+    // A held update of another revision is only dropped.
+    let moved = pod("demo-a", "demo-other").grace(&held).cached();
+    let dropped = apply_held(&w.inputs(), &moved, 2).unwrap();
+    assert!(!dropped.applies_spec());
+    assert_eq!(dropped.resize_patch(), None);
+}
+
+#[test]
+fn the_not_ready_write_and_the_resize_are_the_pod_status_and_resize_patches() {
+    let now = Time(Timestamp::UNIX_EPOCH);
+    let body = InPlaceWrite::not_ready_patch("7", &now);
+    assert_eq!(body["metadata"], json!({"resourceVersion": "7"}));
+    let conditions = body["status"]["conditions"].as_array().unwrap();
+    let summary: Vec<(&str, &str)> = conditions
+        .iter()
+        .map(|c| (c["type"].as_str().unwrap(), c["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            (keys::INPLACE_UPDATE_READY_CONDITION, "False"),
+            ("Ready", "False")
+        ]
+    );
+    assert_eq!(conditions[0]["reason"], keys::START_INPLACE_UPDATE_REASON);
+
+    let resources = |cpu: &str| json!({"requests": {"cpu": cpu}});
+    let mut w = World::new(
+        template(json!([{"name": "main", "image": "nginx:1", "resources": resources("1")}])),
+        template(json!([{"name": "main", "image": "nginx:1", "resources": resources("2")}])),
+    );
+    w.options.in_place_vertical_scaling = true;
+    for (pod_resize, want) in [
+        (
+            true,
+            Some(json!({"spec": {"containers": [{"name": "main", "resources": resources("2")}]}})),
+        ),
+        (false, None),
+    ] {
+        w.options.pod_resize = pod_resize;
+        assert_eq!(
+            w.start(pod("demo-a", "demo-old")).resize_patch(),
+            want,
+            "pods/resize served: {pod_resize}"
+        );
+    }
+}

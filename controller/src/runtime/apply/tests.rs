@@ -1,6 +1,7 @@
 use super::*;
+use crate::plan::Action;
 use crate::plan::not_ready::NotReadyMessage;
-use inplace_proto::LifecycleState;
+use inplace_proto::keys;
 use k8s_openapi::api::core::v1::{PodCondition, PodReadinessGate, PodSpec, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::json;
@@ -114,41 +115,6 @@ fn step(action: Action) -> Step {
         action,
         write: Ok(StepWrite::Nothing { why: "test" }),
     }
-}
-
-#[test]
-fn refresh_actions_run_as_one_phase_in_per_pod_chains() {
-    let complete = |p: &str| Action::CompleteInPlaceUpdate { pod: p.into() };
-    let normal = |p: &str| Action::Lifecycle {
-        pod: p.into(),
-        from: Some(LifecycleState::Updating),
-        to: LifecycleState::Normal,
-        mark_not_ready: None,
-    };
-    let actions = [
-        complete("a"),
-        normal("a"),
-        complete("b"),
-        normal("b"),
-        Action::ApplyGracedUpdate { pod: "c".into() },
-    ];
-    assert!(actions.iter().all(|a| phase_of(a) == phase_of(&actions[0])));
-    let steps: Vec<Step> = actions.iter().cloned().map(step).collect();
-    let phase: Vec<&Step> = steps.iter().collect();
-    let chains: Vec<Vec<&Action>> = by_pod(&phase)
-        .into_iter()
-        .map(|chain| chain.into_iter().map(|s| &s.action).collect())
-        .collect();
-    assert_eq!(chains.len(), 3);
-    assert_eq!(chains[0], vec![&actions[0], &actions[1]]);
-    assert_eq!(chains[1], vec![&actions[2], &actions[3]]);
-    assert_eq!(chains[2], vec![&actions[4]]);
-    // Actions without a pod stay one chain each.
-    let prune = Action::PrunePodsToDelete { names: vec![] };
-    let pvc = Action::DeletePvc { pvc: "x".into() };
-    let (prune_step, pvc_step) = (step(prune.clone()), step(pvc));
-    assert_eq!(by_pod(&[&prune_step, &pvc_step]).len(), 2);
-    assert_ne!(phase_of(&prune), phase_of(&actions[0]));
 }
 
 fn updatable_pod() -> Pod {
