@@ -58,6 +58,19 @@ pub fn run_of(action: &Action) -> PhaseRun {
     }
 }
 
+/// The batches a phase of `n` creates is sent in, as ranges of its steps: 1, 2, 4, …
+/// (slow start: a failing create, e.g. refused by a quota, fails once, not `n` times).
+pub fn slow_start(n: usize) -> Vec<std::ops::Range<usize>> {
+    let (mut batches, mut start, mut size) = (Vec::new(), 0, 1usize);
+    while start < n {
+        let end = n.min(start + size);
+        batches.push(start..end);
+        start = end;
+        size = size.saturating_mul(2);
+    }
+    batches
+}
+
 /// `steps` in phases: runs of consecutive steps of one phase, in order.
 pub fn phases(steps: &[Step]) -> Vec<Vec<&Step>> {
     let mut phases: Vec<Vec<&Step>> = Vec::new();

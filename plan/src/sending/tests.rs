@@ -14,20 +14,6 @@ fn step(action: Action) -> Step {
     }
 }
 
-fn cached(pod: &str) -> Option<PodRef> {
-    Some(PodRef::Cached(pod.into()))
-}
-
-fn ev(
-    pod: Option<PodRef>,
-    warning: bool,
-    reason: &str,
-    action: &'static str,
-    message: &str,
-) -> Option<StepEvent> {
-    Some(event(pod, warning, reason, action, message.into()))
-}
-
 #[test]
 fn refresh_actions_run_as_one_phase_in_per_pod_chains() {
     let complete = |p: &str| Action::CompleteInPlaceUpdate { pod: p.into() };
@@ -106,6 +92,24 @@ fn consecutive_steps_of_one_phase_form_one_phase_and_each_phase_runs_its_way() {
 }
 
 #[test]
+fn creates_go_in_batches_doubling_from_one() {
+    let cases: [(usize, Vec<(usize, usize)>); 5] = [
+        (0, vec![]),
+        (1, vec![(0, 1)]),
+        (3, vec![(0, 1), (1, 3)]),
+        (4, vec![(0, 1), (1, 3), (3, 4)]),
+        (10, vec![(0, 1), (1, 3), (3, 7), (7, 10)]),
+    ];
+    for (n, want) in cases {
+        let got: Vec<(usize, usize)> = slow_start(n)
+            .into_iter()
+            .map(|r| (r.start, r.end))
+            .collect();
+        assert_eq!(got, want, "{n}");
+    }
+}
+
+#[test]
 fn failures_are_reported_under_their_condition_and_only_pinned_status_writes_pass_a_conflict() {
     let pod = || "p".to_string();
     let cases = [
@@ -175,13 +179,39 @@ fn failures_are_reported_under_their_condition_and_only_pinned_status_writes_pas
     );
 }
 
+/// A report in one line: `[Warning|Normal] reason action (about) message | counter | log`.
+fn shown(r: &Report) -> String {
+    let event = r.event.as_ref().map(|e| {
+        let kind = if e.warning { "Warning" } else { "Normal" };
+        let about = if e.regarding_pod {
+            "regarding"
+        } else {
+            "related"
+        };
+        let (reason, action, message) = (&e.reason, e.action, &e.message);
+        format!("{kind} {reason} {action} ({about} {:?}) {message}", e.pod)
+    });
+    format!(
+        "{} | {:?} | {:?}",
+        event.unwrap_or_default(),
+        r.counter,
+        r.log
+    )
+}
+
 #[test]
 fn a_step_sent_is_reported_with_the_reference_events_and_counters() {
-    let update = |method| Action::Update {
-        pod: "demo-a".into(),
-        method,
-        revision: "demo-2".into(),
+    let update = |method| {
+        step(Action::Update {
+            pod: "demo-a".into(),
+            method,
+            revision: "demo-2".into(),
+        })
     };
+    let (in_place, recreate) = (
+        update(UpdateMethod::InPlace),
+        update(UpdateMethod::Recreate),
+    );
     let create = Step {
         action: Action::Create {
             revision: "demo-2".into(),
@@ -204,219 +234,139 @@ fn a_step_sent_is_reported_with_the_reference_events_and_counters() {
         reason: "InPlaceUpdateStalled".into(),
         message: "waits".into(),
     });
-    let boom = || Sent::Failed("boom".into());
-    let cases: Vec<(&str, Step, Sent, Report)> = vec![
-        (
-            "in place, written",
-            step(update(UpdateMethod::InPlace)),
-            Sent::Written,
-            Report {
-                event: ev(
-                    cached("demo-a"),
-                    false,
-                    ev::SUCCESSFUL_UPDATE_POD_IN_PLACE,
-                    "UpdateInPlace",
-                    "successfully update pod demo-a in-place(revision demo-2)",
-                ),
-                counter: Some(Counter::PodsUpdatedInPlace),
-                log: None,
-            },
-        ),
-        (
-            "in place, not planned: a failure event all the same",
-            step(update(UpdateMethod::InPlace)),
-            Sent::Unplanned("refused".into()),
-            Report {
-                event: ev(
-                    cached("demo-a"),
-                    true,
-                    ev::FAILED_UPDATE_POD_IN_PLACE,
-                    "UpdateInPlace",
-                    "failed to update pod demo-a in-place(revision demo-2): refused",
-                ),
-                ..Report::default()
-            },
-        ),
-        (
-            "recreate, written",
-            step(update(UpdateMethod::Recreate)),
-            Sent::Written,
-            Report {
-                event: ev(
-                    cached("demo-a"),
-                    false,
-                    ev::SUCCESSFUL_UPDATE_POD_RECREATE,
-                    "Recreate",
-                    "successfully patch pod demo-a specified-delete for update(revision demo-2)",
-                ),
-                counter: Some(Counter::PodsRecreated),
-                log: None,
-            },
-        ),
-        (
-            "recreate, conflict",
-            step(update(UpdateMethod::Recreate)),
-            Sent::Conflict("409".into()),
-            Report {
-                event: ev(
-                    cached("demo-a"),
-                    true,
-                    ev::FAILED_UPDATE_POD_RECREATE,
-                    "Recreate",
-                    "failed to patch pod demo-a specified-delete for update(revision demo-2): 409",
-                ),
-                ..Report::default()
-            },
-        ),
-        (
-            "recreate, not planned",
-            step(update(UpdateMethod::Recreate)),
-            Sent::Unplanned("x".into()),
-            Report::default(),
-        ),
-        (
-            "create, written",
-            create.clone(),
-            Sent::Written,
-            Report {
-                event: ev(
-                    Some(PodRef::Named("demo-b".into())),
-                    false,
-                    ev::SUCCESSFUL_CREATE,
-                    "Create",
-                    "succeed to create pod demo-b",
-                ),
-                counter: Some(Counter::PodsCreated),
-                log: None,
-            },
-        ),
-        (
-            "create, failed",
-            create.clone(),
-            boom(),
-            Report {
-                event: ev(
-                    None,
-                    true,
-                    ev::FAILED_CREATE,
-                    "Create",
-                    "failed to create pod demo-b: boom",
-                ),
-                ..Report::default()
-            },
-        ),
-        (
-            "create, deferred by a conflict",
-            create,
-            Sent::Conflict("409".into()),
-            Report::default(),
-        ),
-        (
-            "delete, written",
-            delete.clone(),
-            Sent::Written,
-            Report {
-                event: ev(
-                    cached("demo-a"),
-                    false,
-                    ev::SUCCESSFUL_DELETE,
-                    "Delete",
-                    "succeed to delete pod demo-a (ScaleDown)",
-                ),
-                counter: Some(Counter::PodsDeleted),
-                log: None,
-            },
-        ),
-        (
-            "delete, failed",
-            delete,
-            boom(),
-            Report {
-                event: ev(
-                    cached("demo-a"),
-                    true,
-                    ev::FAILED_DELETE,
-                    "Delete",
-                    "failed to delete pod demo-a: boom",
-                ),
-                ..Report::default()
-            },
-        ),
-        (
-            "stall, written: regarding the pod",
-            stall.clone(),
-            Sent::Written,
-            Report {
-                event: Some(StepEvent {
-                    regarding_pod: true,
-                    ..event(
-                        cached("demo-a"),
-                        true,
-                        "InPlaceUpdateStalled",
-                        "UpdateInPlace",
-                        "waits".into(),
-                    )
-                }),
-                ..Report::default()
-            },
-        ),
-        ("stall, passed", stall, Sent::Passed, Report::default()),
-        (
-            "held deletion",
-            step(Action::HoldDeletion {
-                message: "held".into(),
-            }),
-            Sent::Written,
-            Report {
-                event: ev(None, true, crate::protection::REASON_HELD, "Delete", "held"),
-                ..Report::default()
-            },
-        ),
-        (
-            "adoption",
-            step(Action::AdoptPod { pod: "o".into() }),
-            Sent::Written,
-            Report {
-                log: Some("adopted pod o".into()),
-                ..Report::default()
-            },
-        ),
-        (
-            "adoption failed",
-            step(Action::AdoptPod { pod: "o".into() }),
-            boom(),
-            Report::default(),
-        ),
-        (
-            "next batch",
-            step(Action::ApplyNextContainerBatch { pod: "p".into() }),
-            Sent::Written,
-            Report {
-                log: Some("pod p: next container batch of the in-place update applied".into()),
-                ..Report::default()
-            },
-        ),
-        (
-            "a held update without its write: nothing said",
-            step(Action::ApplyGracedUpdate { pod: "p".into() }),
-            Sent::Written,
-            Report::default(),
-        ),
-    ];
-    for (what, step, sent, want) in cases {
-        assert_eq!(report(&step, &sent), want, "{what}");
-    }
-    let unplanned = Step {
-        action: Action::Create {
-            revision: "r".into(),
-            instance_id: "a".into(),
-        },
+    let adopt = step(Action::AdoptPod { pod: "o".into() });
+    let next_batch = step(Action::ApplyNextContainerBatch { pod: "p".into() });
+    let held_update = step(Action::ApplyGracedUpdate { pod: "p".into() });
+    let held = step(Action::HoldDeletion {
+        message: "held".into(),
+    });
+    let unplanned_create = Step {
         write: Err(WriteError::NotCached("revision r".into())),
+        ..create.clone()
     };
-    assert_eq!(
-        report(&unplanned, &Sent::Unplanned("x".into())),
-        Report::default()
-    );
+    let (written, boom) = (Sent::Written, Sent::Failed("boom".into()));
+    let demo_a = r#"Some(Cached("demo-a"))"#;
+    let cases: Vec<(&Step, Sent, String)> = vec![
+        (
+            &in_place,
+            written.clone(),
+            format!(
+                "Normal {} UpdateInPlace (related {demo_a}) successfully update pod demo-a in-place(revision demo-2) | Some(PodsUpdatedInPlace) | None",
+                ev::SUCCESSFUL_UPDATE_POD_IN_PLACE
+            ),
+        ),
+        // a write not planned fails the in-place update all the same
+        (
+            &in_place,
+            Sent::Unplanned("refused".into()),
+            format!(
+                "Warning {} UpdateInPlace (related {demo_a}) failed to update pod demo-a in-place(revision demo-2): refused | None | None",
+                ev::FAILED_UPDATE_POD_IN_PLACE
+            ),
+        ),
+        (
+            &recreate,
+            written.clone(),
+            format!(
+                "Normal {} Recreate (related {demo_a}) successfully patch pod demo-a specified-delete for update(revision demo-2) | Some(PodsRecreated) | None",
+                ev::SUCCESSFUL_UPDATE_POD_RECREATE
+            ),
+        ),
+        (
+            &recreate,
+            Sent::Conflict("409".into()),
+            format!(
+                "Warning {} Recreate (related {demo_a}) failed to patch pod demo-a specified-delete for update(revision demo-2): 409 | None | None",
+                ev::FAILED_UPDATE_POD_RECREATE
+            ),
+        ),
+        (
+            &recreate,
+            Sent::Unplanned("x".into()),
+            " | None | None".into(),
+        ),
+        (
+            &create,
+            written.clone(),
+            format!(
+                r#"Normal {} Create (related Some(Named("demo-b"))) succeed to create pod demo-b | Some(PodsCreated) | None"#,
+                ev::SUCCESSFUL_CREATE
+            ),
+        ),
+        (
+            &create,
+            boom.clone(),
+            format!(
+                "Warning {} Create (related None) failed to create pod demo-b: boom | None | None",
+                ev::FAILED_CREATE
+            ),
+        ),
+        // a conflict defers the create; nothing is said
+        (
+            &create,
+            Sent::Conflict("409".into()),
+            " | None | None".into(),
+        ),
+        (
+            &unplanned_create,
+            Sent::Unplanned("x".into()),
+            " | None | None".into(),
+        ),
+        (
+            &delete,
+            written.clone(),
+            format!(
+                "Normal {} Delete (related {demo_a}) succeed to delete pod demo-a (ScaleDown) | Some(PodsDeleted) | None",
+                ev::SUCCESSFUL_DELETE
+            ),
+        ),
+        (
+            &delete,
+            boom.clone(),
+            format!(
+                "Warning {} Delete (related {demo_a}) failed to delete pod demo-a: boom | None | None",
+                ev::FAILED_DELETE
+            ),
+        ),
+        (
+            &stall,
+            written.clone(),
+            format!(
+                "Warning InPlaceUpdateStalled UpdateInPlace (regarding {demo_a}) waits | None | None"
+            ),
+        ),
+        (&stall, Sent::Passed, " | None | None".into()),
+        (
+            &held,
+            written.clone(),
+            format!(
+                "Warning {} Delete (related None) held | None | None",
+                crate::protection::REASON_HELD
+            ),
+        ),
+        (
+            &adopt,
+            written.clone(),
+            r#" | None | Some("adopted pod o")"#.into(),
+        ),
+        (&adopt, boom, " | None | None".into()),
+        (
+            &next_batch,
+            written.clone(),
+            r#" | None | Some("pod p: next container batch of the in-place update applied")"#
+                .into(),
+        ),
+        // a held update applied says so only when its write applies the spec
+        (&held_update, written, " | None | None".into()),
+    ];
+    for (step, sent, want) in cases {
+        assert_eq!(
+            shown(&report(step, &sent)),
+            want,
+            "{:?} {sent:?}",
+            step.action
+        );
+    }
 }
 
 #[test]

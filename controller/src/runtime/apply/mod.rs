@@ -310,21 +310,18 @@ impl Actor<'_> {
         self.conflicts_passed.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Creates in batches of 1, 2, 4, … and stops after the first batch with a failure.
+    /// Creates in batches of 1, 2, 4, … ([`sending::slow_start`]) and stops after the
+    /// first batch with a failure.
     async fn run_slow_start<'b>(&self, phase: &[&'b Step]) -> Vec<(&'b Step, Result<(), Error>)> {
         let mut results = Vec::new();
-        let (mut batch, mut i) = (1usize, 0usize);
-        while i < phase.len() {
-            let end = (i + batch).min(phase.len());
-            let futs: Vec<_> = phase[i..end].iter().map(|a| self.act_tagged(a)).collect();
+        for batch in sending::slow_start(phase.len()) {
+            let futs: Vec<_> = phase[batch].iter().map(|s| self.act_tagged(s)).collect();
             let part = bounded(futs, self.ctx.settings.api_parallelism).await;
             let failed = part.iter().any(|(_, r)| r.is_err());
             results.extend(part);
             if failed {
                 break;
             }
-            i = end;
-            batch = batch.saturating_mul(2);
         }
         results
     }
@@ -487,19 +484,8 @@ impl Actor<'_> {
 
 /// Runs `futs` with at most `limit` in flight; results in completion order.
 async fn bounded<F: std::future::Future>(futs: Vec<F>, limit: usize) -> Vec<F::Output> {
-    let mut pending = futs.into_iter();
-    let mut running = futures::stream::FuturesUnordered::new();
-    for f in pending.by_ref().take(limit.max(1)) {
-        running.push(f);
-    }
-    let mut out = Vec::new();
-    while let Some(r) = running.next().await {
-        out.push(r);
-        if let Some(f) = pending.next() {
-            running.push(f);
-        }
-    }
-    out
+    let running = futures::stream::iter(futs).buffer_unordered(limit.max(1));
+    running.collect().await
 }
 
 /// Delete options that only delete the object with this UID: a replacement of the same
