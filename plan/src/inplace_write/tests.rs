@@ -283,7 +283,21 @@ fn a_grace_period_holds_the_spec_in_the_grace_annotation() {
         .lifecycle("Updating")
         .grace(&held)
         .in_place_state(&state);
-    let write = apply_held(&w.inputs(), &graced.cached(), 3).unwrap();
+    // (Planned again after a conflict, each kind is what it plans from the fresh pod.)
+    let fresh = pod("demo-a", "demo-old").cached();
+    let replanned = write.replan(&w.inputs(), &fresh).unwrap();
+    assert_eq!(
+        replanned,
+        start(&w.inputs(), &fresh, write.action, &write.revision).unwrap()
+    );
+    assert!(
+        write.applies_spec(),
+        "a start applies the spec (or holds it)"
+    );
+    let graced = graced.cached();
+    let write = apply_held(&w.inputs(), &graced, 3).unwrap();
+    assert_eq!(write.replan(&w.inputs(), &graced).unwrap(), write);
+    assert!(write.applies_spec());
     assert_eq!(write.kind, InPlaceWriteKind::ApplyHeld);
     assert_eq!(write.action, 3);
     assert_eq!(
@@ -307,6 +321,10 @@ fn a_grace_period_holds_the_spec_in_the_grace_annotation() {
     // A pod that moved to another revision meanwhile only loses the held update.
     let moved = pod("demo-a", "demo-other").grace(&held);
     let write = apply_held(&w.inputs(), &moved.cached(), 0).unwrap();
+    assert!(
+        !write.applies_spec(),
+        "nothing follows a dropped held update"
+    );
     assert_eq!(
         write.patch.to_value(),
         json!({"metadata": {"annotations": {
@@ -880,45 +898,6 @@ fn planned(writes: Vec<Option<Result<InPlaceWrite, InPlaceWriteError>>>) -> Vec<
         .flatten()
         .filter_map(Result::ok)
         .collect()
-}
-
-#[test]
-fn a_write_planned_again_after_a_conflict_is_what_its_kind_plans_from_the_fresh_pod() {
-    let w = World::new(
-        template(json!([{"name": "main", "image": "nginx:1"}])),
-        template(json!([{"name": "main", "image": "nginx:2"}])),
-    )
-    .grace(30);
-    let write = w.start(pod("demo-a", "demo-old"));
-    assert!(
-        write.applies_spec(),
-        "a start applies the spec (or holds it)"
-    );
-    let fresh = pod("demo-a", "demo-old").cached();
-    assert_eq!(
-        write.replan(&w.inputs(), &fresh).unwrap(),
-        start(&w.inputs(), &fresh, write.action, &write.revision).unwrap()
-    );
-    let held = serde_json::from_str::<Value>(
-        write.patch.to_value()["metadata"]["annotations"][keys::INPLACE_UPDATE_GRACE_ANNOTATION]
-            .as_str()
-            .unwrap(),
-    )
-    .unwrap();
-    let state = state_in(&write.patch.to_value());
-    let graced = pod("demo-a", "demo-new")
-        .lifecycle("Updating")
-        .grace(&held)
-        .in_place_state(&state)
-        .cached();
-    let applied = apply_held(&w.inputs(), &graced, 2).unwrap();
-    assert!(applied.applies_spec());
-    assert_eq!(applied.replan(&w.inputs(), &graced).unwrap(), applied);
-    // A held update of another revision is only dropped.
-    let moved = pod("demo-a", "demo-other").grace(&held).cached();
-    let dropped = apply_held(&w.inputs(), &moved, 2).unwrap();
-    assert!(!dropped.applies_spec());
-    assert_eq!(dropped.resize_patch(), None);
 }
 
 #[test]
