@@ -450,9 +450,7 @@ async fn conflicting_server() -> Result<
 async fn a_completion_answered_409_is_let_pass_and_counted_for_a_quick_recheck()
 -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     use inplace_testkit::pods as fixtures;
-    let (client, seen, server) = conflicting_server().await?;
-    let ctx = test_context(client);
-    let cs = fixtures::cloneset(json!({}));
+    let (ctx, cs, seen, server) = against_conflicting_server().await?;
     // A pod updated in place whose containers run the new spec: its InPlaceUpdateReady
     // condition is set True (a pods/status write pinned to the cached version).
     let mut pod = fixtures::pod("demo-a", "demo-2")
@@ -526,6 +524,22 @@ async fn recording_server(
     );
     let (client, server) = serve(app).await?;
     Ok((client, seen, server))
+}
+
+/// A context whose client reaches a [`conflicting_server`], and a CloneSet `demo` in
+/// `default`: what the tests of conflicting writes start from.
+async fn against_conflicting_server() -> Result<
+    (
+        Context,
+        CloneSet,
+        Arc<std::sync::atomic::AtomicUsize>,
+        tokio::task::JoinHandle<()>,
+    ),
+    Box<dyn std::error::Error + Send + Sync>,
+> {
+    let (client, seen, server) = conflicting_server().await?;
+    let cs = inplace_testkit::pods::cloneset(json!({}));
+    Ok((test_context(client), cs, seen, server))
 }
 
 fn test_context(client: kube::Client) -> Context {
@@ -746,10 +760,7 @@ async fn the_finalizer_step_is_sent_with_its_list_and_precondition()
 #[tokio::test]
 async fn claims_are_sent_one_by_one_and_stop_at_the_first_failure()
 -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    use inplace_testkit::pods as fixtures;
-    let (client, seen, server) = conflicting_server().await?;
-    let ctx = test_context(client);
-    let cs = fixtures::cloneset(json!({}));
+    let (ctx, cs, seen, server) = against_conflicting_server().await?;
     let orphan = |name: &str| -> Result<Pod, serde_json::Error> {
         serde_json::from_value(json!({"metadata": {"name": name, "namespace": "default",
             "uid": format!("uid-{name}"), "labels": {"app": "demo"}}}))
