@@ -117,14 +117,17 @@ impl Actor<'_> {
     }
 
     /// Deletes the `what` `name` only of `uid`; gone or replaced is no failure.
-    async fn delete_uid<K>(&self, name: &str, uid: &str, what: &str) -> Result<(), Error>
-    where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug,
-    {
-        match self.api::<K>().delete(name, &delete_only_uid(uid)).await {
+    async fn delete_uid<K: Resource<DynamicType = ()>>(
+        &self,
+        name: &str,
+        uid: &str,
+        what: &str,
+    ) -> Result<(), Error> {
+        match self
+            .dyn_api::<K>()
+            .delete(name, &delete_only_uid(uid))
+            .await
+        {
             Ok(_) => debug!(%name, what, "deleted"),
             Err(e) if is_not_found(&e) || is_conflict(&e) => {
                 debug!(%name, what, "already gone or replaced");
@@ -149,29 +152,32 @@ impl Actor<'_> {
     /// Sends a planned patch (with its precondition and write time); a pod written is
     /// expected at the version the server answered.
     async fn send_patch(&self, patch: &Patch, what: &str) -> Result<(), Error> {
-        let body = patch.body(&now_time());
-        let name = &patch.name;
-        let (pp, kube_err) = (self.pp(), |e| Error::kube(what, e));
+        let (body, name) = (patch.body(&now_time()), &patch.name);
         match patch.target {
             Target::Pod | Target::PodStatus => {
                 let status = patch.target == Target::PodStatus;
-                self.send_pod_patch(name, status, body, || what.to_owned())
-                    .await?;
+                let sent = self.send_pod_patch(name, status, body, || what.to_owned());
+                sent.await.map(drop)
             }
             Target::Pvc => {
-                let api = self.api::<PersistentVolumeClaim>();
-                api.patch(name, &pp, &KubePatch::Merge(&body))
+                self.merge_patch::<PersistentVolumeClaim>(name, &body, what)
                     .await
-                    .map_err(kube_err)?;
             }
-            Target::CloneSet => {
-                let api = self.api::<CloneSet>();
-                api.patch(name, &pp, &KubePatch::Merge(&body))
-                    .await
-                    .map_err(kube_err)?;
-            }
+            Target::CloneSet => self.merge_patch::<CloneSet>(name, &body, what).await,
         }
-        Ok(())
+    }
+
+    /// A merge patch of the `K` `name` (its precondition in `body`); the answer is not
+    /// read (untyped API: any kind).
+    async fn merge_patch<K: Resource<DynamicType = ()>>(
+        &self,
+        name: &str,
+        body: &Value,
+        what: &str,
+    ) -> Result<(), Error> {
+        let patch = KubePatch::Merge(body);
+        let sent = self.dyn_api::<K>().patch(name, &self.pp(), &patch).await;
+        sent.map(drop).map_err(|e| Error::kube(what, e))
     }
 }
 
