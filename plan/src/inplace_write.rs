@@ -325,6 +325,52 @@ impl InPlaceWrite {
         body
     }
 
+    /// The `pods/status` patch written first when [`Self::not_ready_first`]:
+    /// `InPlaceUpdateReady` and `Ready` False (endpoints drop the pod before its
+    /// containers restart), pinned to `resource_version`, at the write time `now`.
+    pub fn not_ready_patch(resource_version: &str, now: &Time) -> Value {
+        json!({
+            "metadata": {"resourceVersion": resource_version},
+            "status": {"conditions": [
+                {"type": keys::INPLACE_UPDATE_READY_CONDITION, "status": "False",
+                 "reason": keys::START_INPLACE_UPDATE_REASON, "message": null,
+                 "lastTransitionTime": now},
+                {"type": "Ready", "status": "False", "reason": "ReadinessGatesNotReady",
+                 "message": format!("the status of pod readiness gate \"{}\" is not \"True\", but False", keys::INPLACE_UPDATE_READY_CONDITION),
+                 "lastTransitionTime": now},
+            ]}
+        })
+    }
+
+    /// Whether the write applies the spec (a held update of another revision is only
+    /// dropped: it writes no state, and nothing follows it).
+    pub fn applies_spec(&self) -> bool {
+        self.kind != InPlaceWriteKind::ApplyHeld
+            || self
+                .patch
+                .writes_annotation(keys::INPLACE_UPDATE_STATE_ANNOTATION)
+    }
+
+    /// The same write planned again from `pod`, read after a conflict (the write time
+    /// `inputs.now`).
+    pub fn replan(&self, inputs: &WriteInputs, pod: &CachedPod) -> Result<Self, InPlaceWriteError> {
+        match self.kind {
+            InPlaceWriteKind::Start => start(inputs, pod, self.action, &self.revision),
+            InPlaceWriteKind::ApplyHeld => apply_held(inputs, pod, self.action),
+            InPlaceWriteKind::NextBatch => next_batch(inputs, pod, self.action),
+        }
+    }
+
+    /// The strategic merge patch of `pods/resize` that follows the pod patch, if any.
+    pub fn resize_patch(&self) -> Option<Value> {
+        let containers: Vec<Value> = self
+            .resize_subresource()?
+            .iter()
+            .map(|(name, r)| json!({"name": name, "resources": r}))
+            .collect();
+        Some(json!({"spec": {"containers": containers}}))
+    }
+
     /// The `pods/resize` write after the patch, if any.
     pub fn resize_subresource(&self) -> Option<&BTreeMap<String, ResourceRequirements>> {
         self.resize

@@ -53,6 +53,7 @@ pub mod revision;
 mod run;
 pub mod scale;
 pub mod selector;
+pub mod sending;
 pub mod stall;
 pub mod status;
 pub mod step;

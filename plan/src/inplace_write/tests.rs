@@ -283,7 +283,21 @@ fn a_grace_period_holds_the_spec_in_the_grace_annotation() {
         .lifecycle("Updating")
         .grace(&held)
         .in_place_state(&state);
-    let write = apply_held(&w.inputs(), &graced.cached(), 3).unwrap();
+    // (Planned again after a conflict, each kind is what it plans from the fresh pod.)
+    let fresh = pod("demo-a", "demo-old").cached();
+    let replanned = write.replan(&w.inputs(), &fresh).unwrap();
+    assert_eq!(
+        replanned,
+        start(&w.inputs(), &fresh, write.action, &write.revision).unwrap()
+    );
+    assert!(
+        write.applies_spec(),
+        "a start applies the spec (or holds it)"
+    );
+    let graced = graced.cached();
+    let write = apply_held(&w.inputs(), &graced, 3).unwrap();
+    assert_eq!(write.replan(&w.inputs(), &graced).unwrap(), write);
+    assert!(write.applies_spec());
     assert_eq!(write.kind, InPlaceWriteKind::ApplyHeld);
     assert_eq!(write.action, 3);
     assert_eq!(
@@ -307,6 +321,10 @@ fn a_grace_period_holds_the_spec_in_the_grace_annotation() {
     // A pod that moved to another revision meanwhile only loses the held update.
     let moved = pod("demo-a", "demo-other").grace(&held);
     let write = apply_held(&w.inputs(), &moved.cached(), 0).unwrap();
+    assert!(
+        !write.applies_spec(),
+        "nothing follows a dropped held update"
+    );
     assert_eq!(
         write.patch.to_value(),
         json!({"metadata": {"annotations": {
@@ -880,4 +898,45 @@ fn planned(writes: Vec<Option<Result<InPlaceWrite, InPlaceWriteError>>>) -> Vec<
         .flatten()
         .filter_map(Result::ok)
         .collect()
+}
+
+#[test]
+fn the_not_ready_write_and_the_resize_are_the_pod_status_and_resize_patches() {
+    let now = Time(Timestamp::UNIX_EPOCH);
+    let body = InPlaceWrite::not_ready_patch("7", &now);
+    assert_eq!(body["metadata"], json!({"resourceVersion": "7"}));
+    let conditions = body["status"]["conditions"].as_array().unwrap();
+    let summary: Vec<(&str, &str)> = conditions
+        .iter()
+        .map(|c| (c["type"].as_str().unwrap(), c["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            (keys::INPLACE_UPDATE_READY_CONDITION, "False"),
+            ("Ready", "False")
+        ]
+    );
+    assert_eq!(conditions[0]["reason"], keys::START_INPLACE_UPDATE_REASON);
+
+    let resources = |cpu: &str| json!({"requests": {"cpu": cpu}});
+    let mut w = World::new(
+        template(json!([{"name": "main", "image": "nginx:1", "resources": resources("1")}])),
+        template(json!([{"name": "main", "image": "nginx:1", "resources": resources("2")}])),
+    );
+    w.options.in_place_vertical_scaling = true;
+    for (pod_resize, want) in [
+        (
+            true,
+            Some(json!({"spec": {"containers": [{"name": "main", "resources": resources("2")}]}})),
+        ),
+        (false, None),
+    ] {
+        w.options.pod_resize = pod_resize;
+        assert_eq!(
+            w.start(pod("demo-a", "demo-old")).resize_patch(),
+            want,
+            "pods/resize served: {pod_resize}"
+        );
+    }
 }

@@ -1,17 +1,15 @@
 //! Pod readiness-gate conditions, written by strategic merge patch on `pods/status`:
-//! `InPlaceUpdateReady` / `KruisePodReady` set True on pods that lack them, False when an
-//! in-place update starts, True when it completes (with the lifecycle labels the plan put
-//! in that write), and our key in `KruisePodReady`'s message list. (A stall's report is a
-//! planned write: `writes`.)
+//! `InPlaceUpdateReady` / `KruisePodReady` set True on pods that lack them, and our key in
+//! `KruisePodReady`'s message list, with the lifecycle transition that sets it. (The
+//! other condition writes are planned patches: `send`, `inplace`.)
 
-use inplace_proto::keys;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
-use serde_json::json;
+use tracing::debug;
 
 use crate::error::Error;
-use crate::plan::completion_write::CompletionWrite;
+use crate::plan::lifecycle_write::LifecycleWrite;
 pub use crate::plan::not_ready::not_ready_key_patch;
 use crate::plan::pod_conditions::InitialConditions;
 
@@ -56,47 +54,25 @@ impl Actor<'_> {
         Box::pin(self.patch_pod_status_body(&write.pod, write.patch(now))).await
     }
 
-    /// Sets `InPlaceUpdateReady` (and `Ready`) False on pod `name`, pinned to
-    /// `resource_version`; returns the pod as written.
-    pub(super) async fn set_update_not_ready(
-        &self,
-        name: &str,
-        resource_version: &str,
-    ) -> Result<Pod, Error> {
-        let now = now_time();
-        let body = json!({
-            "metadata": {"resourceVersion": resource_version},
-            "status": {"conditions": [
-                {"type": keys::INPLACE_UPDATE_READY_CONDITION, "status": "False",
-                 "reason": keys::START_INPLACE_UPDATE_REASON, "message": null,
-                 "lastTransitionTime": now},
-                {"type": "Ready", "status": "False", "reason": "ReadinessGatesNotReady",
-                 "message": format!("the status of pod readiness gate \"{}\" is not \"True\", but False", keys::INPLACE_UPDATE_READY_CONDITION),
-                 "lastTransitionTime": now},
-            ]}
-        });
-        // Recorded like every pod write: the next plan must see the condition False.
-        self.send_pod_patch(name, true, body, || {
-            format!(
-                "set {} False on pod {name}",
-                keys::INPLACE_UPDATE_READY_CONDITION
-            )
-        })
-        .await
-    }
-
-    /// The plan's completion write of pod `name` ([`crate::plan::completion_write`]):
-    /// `InPlaceUpdateReady` True, with the lifecycle labels the plan put in it, pinned to
-    /// the pod version judged complete.
-    pub(super) async fn complete_in_place(
-        &self,
-        name: &str,
-        write: &CompletionWrite,
-    ) -> Result<(), Error> {
-        let body = write.patch(&now_time(), &now_rfc3339());
-        // Only for the pod version we checked: a newer one is judged again next time.
-        self.written_or_passed(self.patch_pod_status_body(name, body).await)
-            .map(|_| ())
+    /// A lifecycle transition as the plan wrote it down ([`crate::plan::lifecycle_write`]):
+    /// our key in `KruisePodReady` where the hook marks the pod not ready, then the pod
+    /// patch of the state label (with the hook put back on a pod that goes through another
+    /// update).
+    pub(super) async fn lifecycle(&self, write: &LifecycleWrite) -> Result<(), Error> {
+        let name = &write.pod;
+        let pod = &self.pod(name)?;
+        if let Some(nr) = write.not_ready {
+            self.set_not_ready_key(pod, nr.key, nr.add).await?;
+        }
+        // Nothing to patch, or the completion's `pods/status` patch (earlier in this pod's
+        // chain) carried the labels (`with_completion`).
+        let Some(body) = write.patch(&now_rfc3339()) else {
+            return Ok(());
+        };
+        self.send_pod_patch(name, false, body, || format!("set lifecycle of pod {name}"))
+            .await?;
+        debug!(pod = %name, labels = ?write.labels, "lifecycle state changed");
+        Ok(())
     }
 
     /// Adds or removes our key in the `KruisePodReady` condition's message list (only on

@@ -12,40 +12,37 @@
 //!   step, and the failure is reported (event, condition, retry with backoff).
 //!
 //! Each step of the plan holds its action's write ([`crate::plan::step`]); the applier
-//! sends it as it is (a step whose write could not be planned fails with its typed error).
+//! sends it as it is (a step whose write could not be planned fails with its typed error),
+//! and what it decides around the sending (phases, failure conditions, which conflicts
+//! pass, events, counters, error texts) is the plan's [`crate::plan::sending`].
 //!
-//! This module runs the phases and holds what every write shares (the APIs, patch helpers,
-//! expectations, events); the writes themselves are in:
+//! This module runs the phases, reports each step, and holds what every write shares (the
+//! APIs, the pod patch, expectations); the writes themselves are in:
 //! - `revisions`: ControllerRevisions;
-//! - `writes`: the planned writes of the other actions ([`crate::plan::action_write`])
-//!   sent by one path: `pod-template-hash`, `podsToDelete` pruning, PVC deletion and
-//!   hand-over, `InPlaceUpdateReady` completion and stall reports, and the steps taken
-//!   before a plan ([`execute_steps`]): the deletion-protection finalizer and the
-//!   adoption and release of pods;
-//! - `pods`: create (from the plan's recipe), delete, recreate, with their events;
-//! - `inplace`: the in-place writes the plan made (start, held update, next batch,
-//!   resize); `conflict`: their guarded retry after a conflict;
-//! - `conditions`: readiness-gate conditions; `lifecycle`: the lifecycle state.
+//! - `send`: one send for every planned write (creates from the plan's recipe, deletes
+//!   with their UID precondition, patches of pods, PVCs and the CloneSet);
+//! - `inplace`: the in-place writes (start, held update, next batch, resize) and their
+//!   guarded retry after a conflict;
+//! - `conditions`: readiness-gate conditions, the lifecycle state and our key in
+//!   `KruisePodReady`.
 
 mod conditions;
-mod conflict;
 mod inplace;
-mod lifecycle;
-mod pods;
 mod revisions;
+mod send;
 #[cfg(test)]
 mod tests;
-mod writes;
 
 pub use crate::plan::inplace_write::{spec_from_change, still_updatable};
 pub use crate::plan::pod_conditions::has_gate;
+pub use crate::plan::sending::FailureKind;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use futures::StreamExt;
-use inplace_proto::{CloneSet, keys};
+use inplace_proto::CloneSet;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -59,25 +56,11 @@ use crate::error::Error;
 use crate::events::Note;
 use crate::expectations::Expectation;
 use crate::metrics::CloneSetLabels;
-use crate::plan::{Action, Plan, Step, StepWrite, UpdateMethod};
+use crate::plan::action_write::Write;
+use crate::plan::sending::{self, Counter, PhaseRun, PodRef, Report, Sent};
+use crate::plan::{Plan, Step, StepWrite};
 use crate::runtime::context::{Context, key_of};
 use crate::watch::{CachedPod, Owned};
-
-/// The CloneSet condition a failed action is reported under.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FailureKind {
-    Scale,
-    Update,
-}
-
-impl FailureKind {
-    pub fn condition(self) -> &'static str {
-        match self {
-            Self::Scale => keys::CONDITION_FAILED_SCALE,
-            Self::Update => keys::CONDITION_FAILED_UPDATE,
-        }
-    }
-}
 
 /// One failed action.
 #[derive(Debug)]
@@ -183,72 +166,6 @@ fn pod_ref(pod: &Pod) -> ObjectReference {
     pod.object_ref(&())
 }
 
-/// Which phase an action belongs to (consecutive actions of one phase run together).
-///
-/// The refresh actions of a pod (apply a held update, complete an in-place update, move
-/// its lifecycle state) come pod by pod in a plan (`complete a, lifecycle a, complete b,
-/// …`); as separate kinds they made one-action phases, i.e. one API call at a time for
-/// hundreds of pods. They form one phase, run pod-parallel with each pod's actions in
-/// plan order ([`by_pod`]).
-fn phase_of(action: &Action) -> &'static str {
-    match action {
-        Action::Create { .. } => "create",
-        Action::Delete { .. } => "delete",
-        Action::Update { .. } => "update",
-        Action::Lifecycle { .. }
-        | Action::CompleteInPlaceUpdate { .. }
-        | Action::ApplyGracedUpdate { .. }
-        | Action::ApplyNextContainerBatch { .. }
-        | Action::ReportInPlaceStall { .. } => "refresh",
-        Action::SetTemplateHash { .. } => "template_hash",
-        Action::DeletePvc { .. } => "delete_pvc",
-        Action::PrunePodsToDelete { .. } => "prune",
-        Action::ReownPvcToPod { .. } => "reown",
-        // Written one at a time in plan order, the first failure ending the reconcile
-        // ([`Actor::run_steps`]).
-        Action::AddFinalizer { .. }
-        | Action::RemoveFinalizer { .. }
-        | Action::HoldDeletion { .. } => "finalizer",
-        Action::AdoptPod { .. } | Action::ReleasePod { .. } => "claim",
-    }
-}
-
-/// Whether the steps of a phase run one after the other, the first failure ending it.
-fn sequential(phase: &str) -> bool {
-    matches!(phase, "finalizer" | "claim")
-}
-
-/// The steps of a phase in chains: one per pod (its steps in plan order), one per step
-/// without a pod; chains in order of first appearance.
-fn by_pod<'b>(phase: &[&'b Step]) -> Vec<Vec<&'b Step>> {
-    let mut chains: Vec<Vec<&Step>> = Vec::new();
-    let mut index: BTreeMap<&str, usize> = BTreeMap::new();
-    for action in phase {
-        match action.pod() {
-            Some(pod) => match index.get(pod) {
-                Some(&i) => chains[i].push(action),
-                None => {
-                    index.insert(pod, chains.len());
-                    chains.push(vec![action]);
-                }
-            },
-            None => chains.push(vec![action]),
-        }
-    }
-    chains
-}
-
-fn failure_kind(action: &Action) -> FailureKind {
-    match action {
-        Action::Create { .. }
-        | Action::Delete { .. }
-        | Action::DeletePvc { .. }
-        | Action::PrunePodsToDelete { .. }
-        | Action::ReownPvcToPod { .. } => FailureKind::Scale,
-        _ => FailureKind::Update,
-    }
-}
-
 /// Carries out `plan` for `cs`.
 pub async fn execute(ctx: &Context, cs: &CloneSet, owned: &Owned, plan: &Plan) -> Outcome {
     Actor::new(ctx, cs, owned, plan).run().await
@@ -320,29 +237,6 @@ impl Actor<'_> {
         self.ctx.expectations.expect(&self.key, e);
     }
 
-    fn event(
-        &self,
-        related: Option<ObjectReference>,
-        warning: bool,
-        reason: &str,
-        action: &str,
-        message: String,
-    ) {
-        if warning {
-            warn!(reason, %message, "event");
-        } else {
-            info!(reason, %message, "event");
-        }
-        self.ctx.events.send(Note {
-            regarding: self.cs_ref.clone(),
-            related,
-            warning,
-            reason: reason.to_owned(),
-            action: action.to_owned(),
-            message,
-        });
-    }
-
     /// The full pod `name` (built from its cached form) for a write to it.
     fn pod(&self, name: &str) -> Result<Pod, Error> {
         self.pods
@@ -378,54 +272,33 @@ impl Actor<'_> {
         outcome
     }
 
-    /// Runs the plan's steps phase by phase; whether one failed.
+    /// Runs the plan's steps phase by phase ([`sending::phases`]); whether one failed.
     async fn run_steps(&self, outcome: &mut Outcome) -> bool {
-        let mut phases: Vec<Vec<&Step>> = Vec::new();
-        for step in &self.plan.steps {
-            match phases.last_mut() {
-                Some(last)
-                    if last.first().map(|s| phase_of(&s.action))
-                        == Some(phase_of(&step.action)) =>
-                {
-                    last.push(step);
-                }
-                _ => phases.push(vec![step]),
-            }
-        }
         let mut failed = false;
-        for phase in phases {
+        for phase in sending::phases(&self.plan.steps) {
             if failed {
                 outcome.skipped += phase.len();
                 continue;
             }
-            let kind = phase.first().map(|s| phase_of(&s.action));
-            let results = if phase
-                .first()
-                .is_some_and(|s| matches!(s.action, Action::Create { .. }))
-            {
-                self.run_slow_start(&phase).await
-            } else if kind.is_some_and(sequential) {
-                self.act_chain(phase.clone()).await
-            } else {
-                let futs: Vec<_> = by_pod(&phase)
-                    .into_iter()
-                    .map(|chain| self.act_chain(chain))
-                    .collect();
-                bounded(futs, self.ctx.settings.api_parallelism)
-                    .await
-                    .into_iter()
-                    .flatten()
-                    .collect()
+            let results = match phase.first().map(|s| sending::run_of(&s.action)) {
+                Some(PhaseRun::SlowStart) => self.run_slow_start(&phase).await,
+                Some(PhaseRun::Sequential) => self.act_chain(phase.clone()).await,
+                _ => {
+                    let futs: Vec<_> = sending::chains(&phase)
+                        .into_iter()
+                        .map(|chain| self.act_chain(chain))
+                        .collect();
+                    let results = bounded(futs, self.ctx.settings.api_parallelism).await;
+                    results.into_iter().flatten().collect()
+                }
             };
             outcome.attempted += results.len();
             outcome.skipped += phase.len() - results.len();
             for (step, result) in results {
                 if let Err(error) = result {
                     failed = true;
-                    outcome.failures.push(Failure {
-                        kind: failure_kind(&step.action),
-                        error,
-                    });
+                    let kind = FailureKind::of(&step.action);
+                    outcome.failures.push(Failure { kind, error });
                 }
             }
         }
@@ -437,35 +310,18 @@ impl Actor<'_> {
         self.conflicts_passed.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The result of a write pinned to the version judged: a 409 is no failure (the object
-    /// is judged again from its newer version) and is let pass. Whether it was written.
-    fn written_or_passed(&self, result: Result<(), Error>) -> Result<bool, Error> {
-        match result {
-            Ok(()) => Ok(true),
-            Err(e) if e.is_conflict() => {
-                self.pass_conflict();
-                Ok(false)
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Creates in batches of 1, 2, 4, … and stops after the first batch with a failure.
+    /// Creates in batches of 1, 2, 4, … ([`sending::slow_start`]) and stops after the
+    /// first batch with a failure.
     async fn run_slow_start<'b>(&self, phase: &[&'b Step]) -> Vec<(&'b Step, Result<(), Error>)> {
         let mut results = Vec::new();
-        let mut batch = 1usize;
-        let mut i = 0usize;
-        while i < phase.len() {
-            let end = (i + batch).min(phase.len());
-            let futs: Vec<_> = phase[i..end].iter().map(|a| self.act_tagged(a)).collect();
+        for batch in sending::slow_start(phase.len()) {
+            let futs: Vec<_> = phase[batch].iter().map(|s| self.act_tagged(s)).collect();
             let part = bounded(futs, self.ctx.settings.api_parallelism).await;
             let failed = part.iter().any(|(_, r)| r.is_err());
             results.extend(part);
             if failed {
                 break;
             }
-            i = end;
-            batch = batch.saturating_mul(2);
         }
         results
     }
@@ -484,14 +340,14 @@ impl Actor<'_> {
         Box::pin(self.act(step)).await
     }
 
-    /// Runs the steps of one pod in order; after a failure the rest are not attempted
+    /// Runs the steps of one chain in order; after a failure the rest are not attempted
     /// (not returned).
     async fn act_chain<'b>(&self, chain: Vec<&'b Step>) -> Vec<(&'b Step, Result<(), Error>)> {
         let mut out = Vec::with_capacity(chain.len());
-        for action in chain {
-            let result = self.act_boxed(action).await;
+        for step in chain {
+            let result = self.act_boxed(step).await;
             let failed = result.is_err();
-            out.push((action, result));
+            out.push((step, result));
             if failed {
                 break;
             }
@@ -499,51 +355,92 @@ impl Actor<'_> {
         out
     }
 
-    /// Sends the write `step` holds, with what goes around it (events, metrics); a write
-    /// the planner could not make fails the step with its typed error.
+    /// Sends the write `step` holds ([`Actor::send`]; a write the planner could not make
+    /// fails the step with its typed error), then says what the plan says about it
+    /// ([`sending::report`]); a deleted pod's PVCs go after its report.
     async fn act(&self, step: &Step) -> Result<(), Error> {
         let action = &step.action;
         debug!(?action, "acting");
-        let write = step.write.as_ref().map_err(|e| Error::from(e.clone()));
-        match (action, write) {
-            (
-                Action::Update {
-                    pod,
-                    method: UpdateMethod::InPlace,
-                    revision,
-                },
-                write,
-            ) => self.update_in_place(pod, revision, action, write).await,
-            (_, Err(err)) => Err(err),
-            (Action::HoldDeletion { message }, _) => {
-                self.ctx.events.send(Note {
-                    regarding: self.cs_ref.clone(),
-                    related: None,
-                    warning: true,
-                    reason: crate::plan::protection::REASON_HELD.to_owned(),
-                    action: "Delete".to_owned(),
-                    message: message.clone(),
-                });
-                info!(%message, "deletion held");
-                Ok(())
-            }
-            (_, Ok(StepWrite::Nothing { why })) => {
-                debug!(?action, why, "nothing to write");
-                Ok(())
-            }
-            (Action::Lifecycle { pod, .. }, Ok(StepWrite::Lifecycle(write))) => {
-                self.lifecycle(pod, write, action).await
-            }
-            (Action::CompleteInPlaceUpdate { pod }, Ok(StepWrite::Completion(write))) => {
-                self.complete_in_place(pod, write).await
-            }
-            (
-                Action::ApplyGracedUpdate { pod } | Action::ApplyNextContainerBatch { pod },
-                Ok(StepWrite::InPlace(write)),
-            ) => self.apply_planned(pod, write).await,
-            (_, Ok(StepWrite::Object(write))) => self.act_planned(action, write).await,
-            (_, Ok(other)) => Err(mismatch(action, other)),
+        if let Some(pod) = sending::needs_cached_pod(action) {
+            self.pod(pod)?;
         }
+        let result = match &step.write {
+            Err(e) => Err(Error::from(e.clone())),
+            Ok(write) => self.send(action, write).await,
+        };
+        let sent = match &result {
+            Ok(()) => Sent::Written,
+            Err(e) if step.write.is_err() => Sent::Unplanned(e.to_string()),
+            Err(e) if e.is_conflict() && sending::passes_conflict(action) => Sent::Passed,
+            Err(e) if e.is_conflict() => Sent::Conflict(e.to_string()),
+            Err(e) => Sent::Failed(e.to_string()),
+        };
+        let result = if sent == Sent::Passed {
+            self.pass_conflict();
+            Ok(())
+        } else {
+            result
+        };
+        self.report(sending::report(step, &sent))?;
+        if let (Ok(()), Ok(StepWrite::Object(Write::DeletePod { pvcs, .. }))) =
+            (&result, &step.write)
+        {
+            for pvc in pvcs {
+                self.delete_pvc(pvc).await?;
+            }
+        }
+        result
+    }
+
+    /// Sends the event, counts the metric and logs the line of `report`. An event
+    /// regarding a pod needs the pod cached.
+    fn report(&self, report: Report) -> Result<(), Error> {
+        if let Some(line) = report.log {
+            info!("{line}");
+        }
+        if let Some(counter) = report.counter {
+            let m = &self.ctx.metrics;
+            let family = match counter {
+                Counter::PodsCreated => &m.pods_created,
+                Counter::PodsDeleted => &m.pods_deleted,
+                Counter::PodsRecreated => &m.pods_recreated,
+                Counter::PodsUpdatedInPlace => &m.pods_updated_in_place,
+            };
+            family.get_or_create(&self.labels).inc();
+        }
+        let Some(e) = report.event else {
+            return Ok(());
+        };
+        let pod = match &e.pod {
+            Some(PodRef::Cached(name)) if e.regarding_pod => Some(pod_ref(&self.pod(name)?)),
+            Some(PodRef::Cached(name)) => self.pod(name).ok().as_ref().map(pod_ref),
+            Some(PodRef::Named(name)) => Some(ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: Some(name.clone()),
+                namespace: Some(self.ns.clone()),
+                ..ObjectReference::default()
+            }),
+            None => None,
+        };
+        if e.warning {
+            warn!(reason = e.reason, message = %e.message, "event");
+        } else {
+            info!(reason = e.reason, message = %e.message, "event");
+        }
+        let (regarding, related) = match pod {
+            Some(pod) if e.regarding_pod => (pod, Some(self.cs_ref.clone())),
+            pod => (self.cs_ref.clone(), pod),
+        };
+        self.ctx.events.send(Note {
+            regarding,
+            related,
+            warning: e.warning,
+            reason: e.reason,
+            action: e.action.to_owned(),
+            message: e.message,
+        });
+        Ok(())
     }
 
     /// The one pod write: a strategic merge patch of pod `name`, or of its `pods/status`
@@ -585,26 +482,10 @@ impl Actor<'_> {
     }
 }
 
-/// A step whose write is not of its action's kind (a plan made wrong by hand).
-fn mismatch(action: &Action, write: &StepWrite) -> Error {
-    Error::NotCached(format!("a write of {action:?} (the plan has {write:?})"))
-}
-
 /// Runs `futs` with at most `limit` in flight; results in completion order.
 async fn bounded<F: std::future::Future>(futs: Vec<F>, limit: usize) -> Vec<F::Output> {
-    let mut pending = futs.into_iter();
-    let mut running = futures::stream::FuturesUnordered::new();
-    for f in pending.by_ref().take(limit.max(1)) {
-        running.push(f);
-    }
-    let mut out = Vec::new();
-    while let Some(r) = running.next().await {
-        out.push(r);
-        if let Some(f) = pending.next() {
-            running.push(f);
-        }
-    }
-    out
+    let running = futures::stream::iter(futs).buffer_unordered(limit.max(1));
+    running.collect().await
 }
 
 /// Delete options that only delete the object with this UID: a replacement of the same

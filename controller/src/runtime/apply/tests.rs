@@ -1,6 +1,7 @@
 use super::*;
+use crate::plan::Action;
 use crate::plan::not_ready::NotReadyMessage;
-use inplace_proto::LifecycleState;
+use inplace_proto::keys;
 use k8s_openapi::api::core::v1::{PodCondition, PodReadinessGate, PodSpec, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::json;
@@ -114,41 +115,6 @@ fn step(action: Action) -> Step {
         action,
         write: Ok(StepWrite::Nothing { why: "test" }),
     }
-}
-
-#[test]
-fn refresh_actions_run_as_one_phase_in_per_pod_chains() {
-    let complete = |p: &str| Action::CompleteInPlaceUpdate { pod: p.into() };
-    let normal = |p: &str| Action::Lifecycle {
-        pod: p.into(),
-        from: Some(LifecycleState::Updating),
-        to: LifecycleState::Normal,
-        mark_not_ready: None,
-    };
-    let actions = [
-        complete("a"),
-        normal("a"),
-        complete("b"),
-        normal("b"),
-        Action::ApplyGracedUpdate { pod: "c".into() },
-    ];
-    assert!(actions.iter().all(|a| phase_of(a) == phase_of(&actions[0])));
-    let steps: Vec<Step> = actions.iter().cloned().map(step).collect();
-    let phase: Vec<&Step> = steps.iter().collect();
-    let chains: Vec<Vec<&Action>> = by_pod(&phase)
-        .into_iter()
-        .map(|chain| chain.into_iter().map(|s| &s.action).collect())
-        .collect();
-    assert_eq!(chains.len(), 3);
-    assert_eq!(chains[0], vec![&actions[0], &actions[1]]);
-    assert_eq!(chains[1], vec![&actions[2], &actions[3]]);
-    assert_eq!(chains[2], vec![&actions[4]]);
-    // Actions without a pod stay one chain each.
-    let prune = Action::PrunePodsToDelete { names: vec![] };
-    let pvc = Action::DeletePvc { pvc: "x".into() };
-    let (prune_step, pvc_step) = (step(prune.clone()), step(pvc));
-    assert_eq!(by_pod(&[&prune_step, &pvc_step]).len(), 2);
-    assert_ne!(phase_of(&prune), phase_of(&actions[0]));
 }
 
 fn updatable_pod() -> Pod {
@@ -484,9 +450,7 @@ async fn conflicting_server() -> Result<
 async fn a_completion_answered_409_is_let_pass_and_counted_for_a_quick_recheck()
 -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     use inplace_testkit::pods as fixtures;
-    let (client, seen, server) = conflicting_server().await?;
-    let ctx = test_context(client);
-    let cs = fixtures::cloneset(json!({}));
+    let (ctx, cs, seen, server) = against_conflicting_server().await?;
     // A pod updated in place whose containers run the new spec: its InPlaceUpdateReady
     // condition is set True (a pods/status write pinned to the cached version).
     let mut pod = fixtures::pod("demo-a", "demo-2")
@@ -560,6 +524,22 @@ async fn recording_server(
     );
     let (client, server) = serve(app).await?;
     Ok((client, seen, server))
+}
+
+/// A context whose client reaches a [`conflicting_server`], and a CloneSet `demo` in
+/// `default`: what the tests of conflicting writes start from.
+async fn against_conflicting_server() -> Result<
+    (
+        Context,
+        CloneSet,
+        Arc<std::sync::atomic::AtomicUsize>,
+        tokio::task::JoinHandle<()>,
+    ),
+    Box<dyn std::error::Error + Send + Sync>,
+> {
+    let (client, seen, server) = conflicting_server().await?;
+    let cs = inplace_testkit::pods::cloneset(json!({}));
+    Ok((test_context(client), cs, seen, server))
 }
 
 fn test_context(client: kube::Client) -> Context {
@@ -780,10 +760,7 @@ async fn the_finalizer_step_is_sent_with_its_list_and_precondition()
 #[tokio::test]
 async fn claims_are_sent_one_by_one_and_stop_at_the_first_failure()
 -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    use inplace_testkit::pods as fixtures;
-    let (client, seen, server) = conflicting_server().await?;
-    let ctx = test_context(client);
-    let cs = fixtures::cloneset(json!({}));
+    let (ctx, cs, seen, server) = against_conflicting_server().await?;
     let orphan = |name: &str| -> Result<Pod, serde_json::Error> {
         serde_json::from_value(json!({"metadata": {"name": name, "namespace": "default",
             "uid": format!("uid-{name}"), "labels": {"app": "demo"}}}))

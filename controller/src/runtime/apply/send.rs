@@ -1,0 +1,190 @@
+//! One send for every write a step holds: the pod and PVC creates of a recipe, deletes
+//! with their UID precondition (gone or replaced is no failure), and planned patches of
+//! pods, PVCs and the CloneSet; each write is recorded as the expectation of what it left.
+
+use inplace_proto::CloneSet;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DynamicObject, Patch as KubePatch, PostParams};
+use kube::{Resource, ResourceExt};
+use serde_json::Value;
+use tracing::debug;
+
+use crate::error::{Error, is_already_exists, is_conflict, is_not_found};
+use crate::expectations::Expectation;
+use crate::plan::action_write::{
+    CreateRecipe, Patch, PvcDelete, Target, Write, template_of_recipe,
+};
+use crate::plan::sending::patch_what;
+use crate::plan::{Action, StepWrite};
+
+use super::{Actor, delete_only_uid, now_rfc3339, now_time};
+
+impl Actor<'_> {
+    /// Sends `write`, the write of `action`'s step (a deleted pod's PVCs excepted: they go
+    /// after its report, [`Actor::act`]).
+    pub(super) async fn send(&self, action: &Action, write: &StepWrite) -> Result<(), Error> {
+        match write {
+            StepWrite::Nothing { why } | StepWrite::Object(Write::Skip { why }) => {
+                debug!(?action, why, "nothing to write");
+                Ok(())
+            }
+            StepWrite::Lifecycle(write) => self.lifecycle(write).await,
+            StepWrite::Completion(write) => {
+                let body = write.patch(&now_time(), &now_rfc3339());
+                self.patch_pod_status_body(&write.pod, body).await
+            }
+            StepWrite::InPlace(write) => self.in_place(write).await,
+            StepWrite::Object(Write::Create(recipe)) => self.create_pod(recipe).await,
+            StepWrite::Object(Write::DeletePod { pod, uid, .. }) => {
+                self.delete_uid::<Pod>(pod, uid, "pod").await?;
+                self.expect(Expectation::PodDeleted {
+                    name: pod.clone(),
+                    uid: uid.clone(),
+                });
+                Ok(())
+            }
+            StepWrite::Object(Write::DeletePvc(delete)) => self.delete_pvc(delete).await,
+            StepWrite::Object(Write::Patch(patch)) => {
+                self.send_patch(patch, &patch_what(action, patch)).await
+            }
+        }
+    }
+
+    /// Creates the recipe's PVCs (those there already kept), then its pod.
+    async fn create_pod(&self, recipe: &CreateRecipe) -> Result<(), Error> {
+        let pod_name = recipe.pod.as_str();
+        let template = template_of_recipe(
+            recipe,
+            self.cs,
+            &self.owned.revisions,
+            &self.plan.revisions.update_revision,
+        )?;
+        // Raw JSON all the way to the server: template fields unknown to k8s-openapi survive.
+        let rendered = recipe.render(self.cs, &template, Timestamp::now());
+        let pp = PostParams {
+            field_manager: Some(self.ctx.settings.field_manager.clone()),
+            ..PostParams::default()
+        };
+        for pvc in rendered.pvcs {
+            let pvc = dynamic(pvc, "PVC")?;
+            let name = pvc.name_any();
+            match self
+                .dyn_api::<PersistentVolumeClaim>()
+                .create(&pp, &pvc)
+                .await
+            {
+                Ok(_) => debug!(pvc = %name, "created PVC"),
+                Err(e) if is_already_exists(&e) => {}
+                Err(e) => return Err(Error::kube(format!("create PVC {name}"), e)),
+            }
+            self.expect(Expectation::PvcCreated { name });
+        }
+        let created = self
+            .dyn_api::<Pod>()
+            .create(&pp, &dynamic(rendered.pod, "pod")?)
+            .await;
+        let expect = || {
+            self.expect(Expectation::PodCreated {
+                name: pod_name.to_owned(),
+            })
+        };
+        match created {
+            Ok(_) => {
+                expect();
+                Ok(())
+            }
+            // A pod of that name we know of (the previous one of this instance, still
+            // terminating): not created; retried with backoff until the name is free.
+            Err(e) if is_already_exists(&e) && self.pods.contains_key(pod_name) => {
+                Err(Error::kube(
+                    format!(
+                        "create pod {pod_name} (the previous pod of the instance is still there)"
+                    ),
+                    e,
+                ))
+            }
+            Err(e) if is_already_exists(&e) => {
+                debug!(pod = %pod_name, "pod already exists (cache behind)");
+                expect();
+                Err(Error::kube(
+                    format!("create pod {pod_name} (cache behind)"),
+                    e,
+                ))
+            }
+            Err(e) => Err(Error::kube(format!("create pod {pod_name}"), e)),
+        }
+    }
+
+    /// Deletes the `what` `name` only of `uid`; gone or replaced is no failure.
+    async fn delete_uid<K: Resource<DynamicType = ()>>(
+        &self,
+        name: &str,
+        uid: &str,
+        what: &str,
+    ) -> Result<(), Error> {
+        match self
+            .dyn_api::<K>()
+            .delete(name, &delete_only_uid(uid))
+            .await
+        {
+            Ok(_) => debug!(%name, what, "deleted"),
+            Err(e) if is_not_found(&e) || is_conflict(&e) => {
+                debug!(%name, what, "already gone or replaced");
+            }
+            Err(e) => return Err(Error::kube(format!("delete {what} {name}"), e)),
+        }
+        Ok(())
+    }
+
+    /// Deletes a PVC, only of the planned UID.
+    pub(super) async fn delete_pvc(&self, delete: &PvcDelete) -> Result<(), Error> {
+        let PvcDelete { pvc, uid } = delete;
+        self.delete_uid::<PersistentVolumeClaim>(pvc, uid, "PVC")
+            .await?;
+        self.expect(Expectation::PvcDeleted {
+            name: pvc.clone(),
+            uid: uid.clone(),
+        });
+        Ok(())
+    }
+
+    /// Sends a planned patch (with its precondition and write time); a pod written is
+    /// expected at the version the server answered.
+    async fn send_patch(&self, patch: &Patch, what: &str) -> Result<(), Error> {
+        let (body, name) = (patch.body(&now_time()), &patch.name);
+        match patch.target {
+            Target::Pod | Target::PodStatus => {
+                let status = patch.target == Target::PodStatus;
+                let sent = self.send_pod_patch(name, status, body, || what.to_owned());
+                sent.await.map(drop)
+            }
+            Target::Pvc => {
+                self.merge_patch::<PersistentVolumeClaim>(name, &body, what)
+                    .await
+            }
+            Target::CloneSet => self.merge_patch::<CloneSet>(name, &body, what).await,
+        }
+    }
+
+    /// A merge patch of the `K` `name` (its precondition in `body`); the answer is not
+    /// read (untyped API: any kind).
+    async fn merge_patch<K: Resource<DynamicType = ()>>(
+        &self,
+        name: &str,
+        body: &Value,
+        what: &str,
+    ) -> Result<(), Error> {
+        let patch = KubePatch::Merge(body);
+        let sent = self.dyn_api::<K>().patch(name, &self.pp(), &patch).await;
+        sent.map(drop).map_err(|e| Error::kube(what, e))
+    }
+}
+
+/// A raw JSON object as a [`DynamicObject`] (every field kept).
+fn dynamic(value: Value, what: &str) -> Result<DynamicObject, Error> {
+    serde_json::from_value(value).map_err(|source| Error::Encode {
+        what: format!("{what} built by the planner"),
+        source,
+    })
+}

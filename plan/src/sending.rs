@@ -1,0 +1,412 @@
+//! How the applier sends a plan's steps, as decisions it follows: the phases (consecutive
+//! steps of one kind) and how each runs, which condition a failure is reported under,
+//! which conflicts are no failure, and what is said about a step once sent (its event,
+//! counter, log line and error text). The applier only sends and reports.
+
+use inplace_proto::keys;
+
+use crate::action_write::{Patch, Target, Write};
+use crate::model::{Action, UpdateMethod};
+use crate::step::{Step, StepWrite};
+
+/// Which phase an action belongs to (consecutive actions of one phase run together).
+///
+/// The refresh actions of a pod (apply a held update, complete an in-place update, move
+/// its lifecycle state) come pod by pod in a plan (`complete a, lifecycle a, complete b,
+/// …`); as separate kinds they made one-action phases, i.e. one API call at a time for
+/// hundreds of pods. They form one phase, run pod-parallel with each pod's actions in
+/// plan order ([`chains`]).
+pub fn phase_of(action: &Action) -> &'static str {
+    match action {
+        Action::Create { .. } => "create",
+        Action::Delete { .. } => "delete",
+        Action::Update { .. } => "update",
+        Action::Lifecycle { .. }
+        | Action::CompleteInPlaceUpdate { .. }
+        | Action::ApplyGracedUpdate { .. }
+        | Action::ApplyNextContainerBatch { .. }
+        | Action::ReportInPlaceStall { .. } => "refresh",
+        Action::SetTemplateHash { .. } => "template_hash",
+        Action::DeletePvc { .. } => "delete_pvc",
+        Action::PrunePodsToDelete { .. } => "prune",
+        Action::ReownPvcToPod { .. } => "reown",
+        Action::AddFinalizer { .. }
+        | Action::RemoveFinalizer { .. }
+        | Action::HoldDeletion { .. } => "finalizer",
+        Action::AdoptPod { .. } | Action::ReleasePod { .. } => "claim",
+    }
+}
+
+/// How the steps of one phase run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PhaseRun {
+    /// Creates: in batches of 1, 2, 4, …, stopping after the first batch with a failure.
+    SlowStart,
+    /// One after the other in plan order, the first failure ending the phase (the
+    /// finalizer and the claims: each written ends the reconcile).
+    Sequential,
+    /// In [`chains`], with bounded parallelism.
+    PerPod,
+}
+
+/// How the phase of `action` runs.
+pub fn run_of(action: &Action) -> PhaseRun {
+    match phase_of(action) {
+        "create" => PhaseRun::SlowStart,
+        "finalizer" | "claim" => PhaseRun::Sequential,
+        _ => PhaseRun::PerPod,
+    }
+}
+
+/// The batches a phase of `n` creates is sent in, as ranges of its steps: 1, 2, 4, …
+/// (slow start: a failing create, e.g. refused by a quota, fails once, not `n` times).
+pub fn slow_start(n: usize) -> Vec<std::ops::Range<usize>> {
+    let (mut batches, mut start, mut size) = (Vec::new(), 0, 1usize);
+    while start < n {
+        let end = n.min(start + size);
+        batches.push(start..end);
+        start = end;
+        size = size.saturating_mul(2);
+    }
+    batches
+}
+
+/// `steps` in phases: runs of consecutive steps of one phase, in order.
+pub fn phases(steps: &[Step]) -> Vec<Vec<&Step>> {
+    let mut phases: Vec<Vec<&Step>> = Vec::new();
+    for step in steps {
+        match phases.last_mut() {
+            Some(last)
+                if last.first().map(|s| phase_of(&s.action)) == Some(phase_of(&step.action)) =>
+            {
+                last.push(step);
+            }
+            _ => phases.push(vec![step]),
+        }
+    }
+    phases
+}
+
+/// The steps of a phase in chains: one per pod (its steps in plan order), one per step
+/// without a pod; chains in order of first appearance. A chain stops at its first failure.
+pub fn chains<'a>(phase: &[&'a Step]) -> Vec<Vec<&'a Step>> {
+    let mut chains: Vec<Vec<&Step>> = Vec::new();
+    let mut index: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+    for &step in phase {
+        match step.pod() {
+            Some(pod) => match index.get(pod) {
+                Some(&i) => chains[i].push(step),
+                None => {
+                    index.insert(pod, chains.len());
+                    chains.push(vec![step]);
+                }
+            },
+            None => chains.push(vec![step]),
+        }
+    }
+    chains
+}
+
+/// The CloneSet condition a failed action is reported under.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailureKind {
+    Scale,
+    Update,
+}
+
+impl FailureKind {
+    /// The kind of a failure of `action`.
+    pub fn of(action: &Action) -> Self {
+        match action {
+            Action::Create { .. }
+            | Action::Delete { .. }
+            | Action::DeletePvc { .. }
+            | Action::PrunePodsToDelete { .. }
+            | Action::ReownPvcToPod { .. } => Self::Scale,
+            _ => Self::Update,
+        }
+    }
+
+    pub fn condition(self) -> &'static str {
+        match self {
+            Self::Scale => keys::CONDITION_FAILED_SCALE,
+            Self::Update => keys::CONDITION_FAILED_UPDATE,
+        }
+    }
+}
+
+/// Whether a 409 answering the write of `action` is let pass instead of failing: the
+/// write is pinned to the pod version judged, and the pod is judged again from its newer
+/// version.
+pub fn passes_conflict(action: &Action) -> bool {
+    matches!(
+        action,
+        Action::CompleteInPlaceUpdate { .. } | Action::ReportInPlaceStall { .. }
+    )
+}
+
+/// The pod that must be in the cache before the step of `action` is sent (its events
+/// refer to it).
+pub fn needs_cached_pod(action: &Action) -> Option<&str> {
+    match action {
+        Action::Update { pod, .. } => Some(pod),
+        _ => None,
+    }
+}
+
+/// What became of a step's write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Sent {
+    Written,
+    /// Answered 409 and let pass ([`passes_conflict`]).
+    Passed,
+    /// Answered 409 (the error's text).
+    Conflict(String),
+    /// Failed otherwise (the error's text).
+    Failed(String),
+    /// Not sent: the write could not be planned (the error's text).
+    Unplanned(String),
+}
+
+impl Sent {
+    /// The error's text when the step failed.
+    fn error(&self) -> Option<&str> {
+        match self {
+            Self::Conflict(e) | Self::Failed(e) | Self::Unplanned(e) => Some(e),
+            Self::Written | Self::Passed => None,
+        }
+    }
+}
+
+/// The pod an event refers to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PodRef {
+    /// The cached pod of this name (its full reference; none if it is not cached).
+    Cached(String),
+    /// A pod of this name not cached yet (just created).
+    Named(String),
+}
+
+/// A Kubernetes event about a step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StepEvent {
+    /// The event is regarding the pod (the CloneSet related; the pod must be cached),
+    /// else regarding the CloneSet (the pod, if any, related).
+    pub regarding_pod: bool,
+    pub pod: Option<PodRef>,
+    pub warning: bool,
+    pub reason: String,
+    pub action: &'static str,
+    pub message: String,
+}
+
+/// The metric a step sent counts in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counter {
+    PodsCreated,
+    PodsDeleted,
+    PodsRecreated,
+    PodsUpdatedInPlace,
+}
+
+/// What is said about a step once sent.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    pub event: Option<StepEvent>,
+    pub counter: Option<Counter>,
+    /// A line for the controller's log (info).
+    pub log: Option<String>,
+}
+
+fn event(
+    pod: Option<PodRef>,
+    warning: bool,
+    reason: &str,
+    action: &'static str,
+    message: String,
+) -> StepEvent {
+    StepEvent {
+        regarding_pod: false,
+        pod,
+        warning,
+        reason: reason.to_owned(),
+        action,
+        message,
+    }
+}
+
+/// What is said about `step` after `sent`: the reference's events for creates, deletes
+/// and updates (OpenKruise's texts), the stall's and the held deletion's Warning events.
+pub fn report(step: &Step, sent: &Sent) -> Report {
+    use keys::events as ev;
+    let written = matches!(sent, Sent::Written);
+    let cached = |pod: &str| Some(PodRef::Cached(pod.to_owned()));
+    let mut report = Report::default();
+    match (&step.action, sent) {
+        (
+            Action::Update {
+                pod,
+                method,
+                revision,
+            },
+            sent,
+        ) => {
+            let in_place = *method == UpdateMethod::InPlace;
+            if written {
+                report.counter = Some(if in_place {
+                    Counter::PodsUpdatedInPlace
+                } else {
+                    Counter::PodsRecreated
+                });
+            }
+            report.event = match (in_place, sent.error()) {
+                (true, None) => Some(event(
+                    cached(pod),
+                    false,
+                    ev::SUCCESSFUL_UPDATE_POD_IN_PLACE,
+                    "UpdateInPlace",
+                    format!("successfully update pod {pod} in-place(revision {revision})"),
+                )),
+                (true, Some(err)) => Some(event(
+                    cached(pod),
+                    true,
+                    ev::FAILED_UPDATE_POD_IN_PLACE,
+                    "UpdateInPlace",
+                    format!("failed to update pod {pod} in-place(revision {revision}): {err}"),
+                )),
+                (false, None) => Some(event(
+                    cached(pod),
+                    false,
+                    ev::SUCCESSFUL_UPDATE_POD_RECREATE,
+                    "Recreate",
+                    format!(
+                        "successfully patch pod {pod} specified-delete for update(revision {revision})"
+                    ),
+                )),
+                (false, Some(_)) if matches!(sent, Sent::Unplanned(_)) => None,
+                (false, Some(err)) => Some(event(
+                    cached(pod),
+                    true,
+                    ev::FAILED_UPDATE_POD_RECREATE,
+                    "Recreate",
+                    format!(
+                        "failed to patch pod {pod} specified-delete for update(revision {revision}): {err}"
+                    ),
+                )),
+            };
+        }
+        (Action::Create { .. }, sent) => {
+            let Ok(StepWrite::Object(Write::Create(recipe))) = &step.write else {
+                return report;
+            };
+            let pod = &recipe.pod;
+            match sent {
+                Sent::Written => {
+                    report.counter = Some(Counter::PodsCreated);
+                    report.event = Some(event(
+                        Some(PodRef::Named(pod.clone())),
+                        false,
+                        ev::SUCCESSFUL_CREATE,
+                        "Create",
+                        format!("succeed to create pod {pod}"),
+                    ));
+                }
+                Sent::Failed(err) => {
+                    report.event = Some(event(
+                        None,
+                        true,
+                        ev::FAILED_CREATE,
+                        "Create",
+                        format!("failed to create pod {pod}: {err}"),
+                    ));
+                }
+                // A conflict defers the create (retried); nothing was tried when unplanned.
+                _ => {}
+            }
+        }
+        (Action::Delete { pod, reason }, Sent::Written) => {
+            report.counter = Some(Counter::PodsDeleted);
+            report.event = Some(event(
+                cached(pod),
+                false,
+                ev::SUCCESSFUL_DELETE,
+                "Delete",
+                format!("succeed to delete pod {pod} ({reason:?})"),
+            ));
+        }
+        (Action::Delete { pod, .. }, Sent::Conflict(err) | Sent::Failed(err)) => {
+            report.event = Some(event(
+                cached(pod),
+                true,
+                ev::FAILED_DELETE,
+                "Delete",
+                format!("failed to delete pod {pod}: {err}"),
+            ));
+        }
+        (
+            Action::ReportInPlaceStall {
+                pod,
+                reason,
+                message,
+            },
+            Sent::Written,
+        ) => {
+            report.event = Some(StepEvent {
+                regarding_pod: true,
+                ..event(cached(pod), true, reason, "UpdateInPlace", message.clone())
+            });
+        }
+        (Action::HoldDeletion { message }, Sent::Written) => {
+            report.event = Some(event(
+                None,
+                true,
+                crate::protection::REASON_HELD,
+                "Delete",
+                message.clone(),
+            ));
+        }
+        (action, Sent::Written) => report.log = log_line(action, &step.write),
+        _ => {}
+    }
+    report
+}
+
+/// The log line of a write that has no event.
+fn log_line(action: &Action, write: &Result<StepWrite, crate::step::WriteError>) -> Option<String> {
+    match (action, write) {
+        (Action::PrunePodsToDelete { names }, _) => Some(format!("pruned podsToDelete {names:?}")),
+        (Action::AddFinalizer { .. } | Action::RemoveFinalizer { .. }, _) => {
+            Some(format!("deletion-protection finalizer updated: {action:?}"))
+        }
+        (Action::AdoptPod { pod }, _) => Some(format!("adopted pod {pod}")),
+        (Action::ReleasePod { pod }, _) => Some(format!("released pod {pod}")),
+        (Action::ApplyNextContainerBatch { pod }, _) => Some(format!(
+            "pod {pod}: next container batch of the in-place update applied"
+        )),
+        (Action::ApplyGracedUpdate { pod }, Ok(StepWrite::InPlace(w))) if w.applies_spec() => Some(
+            format!("pod {pod}: grace period over, in-place update applied"),
+        ),
+        _ => None,
+    }
+}
+
+/// What a failed planned `patch` of `action` was doing (the error's text).
+pub fn patch_what(action: &Action, patch: &Patch) -> String {
+    let name = &patch.name;
+    match (action, patch.target) {
+        (Action::ReownPvcToPod { pvc, pod }, _) => format!("hand PVC {pvc} to pod {pod}"),
+        (Action::PrunePodsToDelete { .. }, _) => "prune spec.scaleStrategy.podsToDelete".into(),
+        (Action::SetTemplateHash { .. }, _) => format!("label pod {name}"),
+        (Action::Update { .. }, _) => format!("mark for recreate pod {name}"),
+        (Action::AddFinalizer { .. } | Action::RemoveFinalizer { .. }, _) => {
+            "write CloneSet finalizers".into()
+        }
+        (Action::AdoptPod { .. }, _) => format!("adopt pod {name}"),
+        (Action::ReleasePod { .. }, _) => format!("release pod {name}"),
+        (_, Target::PodStatus) => format!("patch status of pod {name}"),
+        (_, target) => format!("patch {target:?} {name}"),
+    }
+}
+
+#[cfg(test)]
+mod tests;
