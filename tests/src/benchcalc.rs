@@ -297,6 +297,17 @@ fn sample<'a>(line: &'a str, name: &str) -> Option<(BTreeMap<&'a str, String>, f
 /// The API server's write requests so far, summed by (verb, resource, subresource) over
 /// response codes, groups and scopes, from the text of its `/metrics`.
 pub fn write_requests(metrics: &str) -> BTreeMap<RequestKey, f64> {
+    write_requests_where(metrics, |_| true)
+}
+
+/// [`write_requests`] the API server refused (a response code other than 2xx: 409
+/// conflicts, 422, 429, 5xx): each one is a write its client has to decide and send again.
+pub fn refused_write_requests(metrics: &str) -> BTreeMap<RequestKey, f64> {
+    write_requests_where(metrics, |code| !code.starts_with('2'))
+}
+
+/// [`write_requests`] answered with a response code `keep` accepts.
+fn write_requests_where(metrics: &str, keep: impl Fn(&str) -> bool) -> BTreeMap<RequestKey, f64> {
     let mut out = BTreeMap::new();
     for line in metrics.lines() {
         let Some((labels, value)) = sample(line, "apiserver_request_total") else {
@@ -304,6 +315,9 @@ pub fn write_requests(metrics: &str) -> BTreeMap<RequestKey, f64> {
         };
         let verb = labels.get("verb").cloned().unwrap_or_default();
         if !WRITE_VERBS.contains(&verb.as_str()) {
+            continue;
+        }
+        if !keep(labels.get("code").map_or("", String::as_str)) {
             continue;
         }
         let key = (
@@ -337,6 +351,62 @@ pub fn requests_on(delta: &BTreeMap<RequestKey, u64>, resource: &str) -> u64 {
         .filter(|((_, r, _), _)| r == resource)
         .map(|(_, n)| n)
         .sum()
+}
+
+/// Sum of the deltas on `resource`/`subresource` (any verb).
+pub fn requests_on_sub(delta: &BTreeMap<RequestKey, u64>, resource: &str, sub: &str) -> u64 {
+    delta
+        .iter()
+        .filter(|((_, r, s), _)| r == resource && s == sub)
+        .map(|(_, n)| n)
+        .sum()
+}
+
+/// What a leg's pod writes cost beyond what they changed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriteWaste {
+    /// `pods/status` writes the API server accepted.
+    pub status_accepted: u64,
+    /// Of those, the ones no watch event shows a status change for: the API server either
+    /// stored nothing (no event) or only a new resourceVersion and managedFields.
+    pub status_unchanged: u64,
+    /// Pod writes (any subresource) the API server refused, by 409 conflict.
+    pub pod_conflicts: u64,
+    /// Pod writes refused for any reason (409 included).
+    pub pod_refused: u64,
+}
+
+impl WriteWaste {
+    /// From a leg's write request deltas (all, and refused; the 409 ones among those) and
+    /// the number of pod watch events whose status changed ([`status_changed`]).
+    pub fn of(
+        all: &BTreeMap<RequestKey, u64>,
+        refused: &BTreeMap<RequestKey, u64>,
+        conflicts: &BTreeMap<RequestKey, u64>,
+        status_changes: u64,
+    ) -> WriteWaste {
+        let status_accepted = requests_on_sub(all, "pods", "status")
+            .saturating_sub(requests_on_sub(refused, "pods", "status"));
+        WriteWaste {
+            status_accepted,
+            status_unchanged: status_accepted.saturating_sub(status_changes),
+            pod_conflicts: requests_on(conflicts, "pods"),
+            pod_refused: requests_on(refused, "pods"),
+        }
+    }
+
+    /// `pods/status patches that changed nothing: N of M accepted; pod writes refused: R (409: C)`.
+    pub fn line(&self) -> String {
+        format!(
+            "pods/status patches that changed nothing: {} of {} accepted; pod writes refused (retried or dropped): {} ({} of them 409 conflicts)",
+            self.status_unchanged, self.status_accepted, self.pod_refused, self.pod_conflicts
+        )
+    }
+}
+
+/// [`write_requests`] answered 409 Conflict.
+pub fn conflict_write_requests(metrics: &str) -> BTreeMap<RequestKey, f64> {
+    write_requests_where(metrics, |code| code == "409")
 }
 
 /// `POST pods/binding=200 PATCH pods/status=812 ...`, largest first.
@@ -412,6 +482,19 @@ impl PodFacts {
             controller_status,
             kubelet_status,
         }
+    }
+}
+
+/// Whether a pod watch event shows a change of the pod's status (the kubelet's part or
+/// the workload controller's conditions): only a `pods/status` write changes the status,
+/// so every accepted status write without such an event changed nothing. A creation and
+/// the final deletion are no status writes.
+pub fn status_changed(old: Option<&PodFacts>, new: Option<&PodFacts>) -> bool {
+    match (old, new) {
+        (Some(o), Some(n)) => {
+            o.kubelet_status != n.kubelet_status || o.controller_status != n.controller_status
+        }
+        _ => false,
     }
 }
 
@@ -649,6 +732,114 @@ apiserver_request_total_other{verb="POST",resource="pods"} 5
         assert_eq!(requests_on(&d, "replicasets"), 0);
         assert_eq!(delta_line(&d), "PATCH pods/status=8 DELETE pods=4");
         assert_eq!(delta_line(&BTreeMap::new()), "");
+    }
+
+    #[test]
+    fn refused_and_conflicting_writes_by_code() {
+        let key = |v: &str, r: &str, s: &str| (v.to_owned(), r.to_owned(), s.to_owned());
+        let refused = refused_write_requests(METRICS);
+        assert_eq!(
+            refused.into_iter().collect::<Vec<_>>(),
+            vec![(key("PATCH", "pods", "status"), 2.0)]
+        );
+        let conflicts = conflict_write_requests(METRICS);
+        assert_eq!(conflicts.get(&key("PATCH", "pods", "status")), Some(&2.0));
+        assert_eq!(conflicts.len(), 1);
+        let more = METRICS.to_owned()
+            + r#"apiserver_request_total{code="422",resource="pods",subresource="",verb="PATCH"} 5
+apiserver_request_total{code="201",resource="pods",subresource="",verb="POST"} 6
+"#;
+        let refused = refused_write_requests(&more);
+        assert_eq!(refused.get(&key("PATCH", "pods", "")), Some(&5.0));
+        assert_eq!(refused.get(&key("POST", "pods", "")), None);
+        assert_eq!(conflict_write_requests(&more).len(), 1);
+    }
+
+    #[test]
+    fn waste_counts_accepted_status_writes_without_a_status_change() {
+        let key = |v: &str, r: &str, s: &str| (v.to_owned(), r.to_owned(), s.to_owned());
+        let all = BTreeMap::from([
+            (key("PATCH", "pods", "status"), 100),
+            (key("PUT", "pods", "status"), 5),
+            (key("PATCH", "pods", ""), 40),
+            (key("POST", "pods", "binding"), 10),
+            (key("PUT", "replicasets", "status"), 9),
+        ]);
+        let refused = BTreeMap::from([
+            (key("PATCH", "pods", "status"), 7),
+            (key("PATCH", "pods", ""), 3),
+            (key("PUT", "replicasets", "status"), 2),
+        ]);
+        let conflicts = BTreeMap::from([(key("PATCH", "pods", "status"), 6)]);
+        assert_eq!(requests_on_sub(&all, "pods", "status"), 105);
+        assert_eq!(requests_on_sub(&all, "pods", ""), 40);
+        let w = WriteWaste::of(&all, &refused, &conflicts, 90);
+        assert_eq!(
+            w,
+            WriteWaste {
+                status_accepted: 98,
+                status_unchanged: 8,
+                pod_conflicts: 6,
+                pod_refused: 10,
+            }
+        );
+        assert_eq!(
+            w.line(),
+            "pods/status patches that changed nothing: 8 of 98 accepted; pod writes refused (retried or dropped): 10 (6 of them 409 conflicts)"
+        );
+        // More status changes than accepted writes (a watch never sees fewer writes than
+        // there are; a relist can replay one): none unchanged, never negative.
+        assert_eq!(
+            WriteWaste::of(&all, &refused, &conflicts, 200).status_unchanged,
+            0
+        );
+        assert_eq!(
+            WriteWaste::of(&BTreeMap::new(), &BTreeMap::new(), &BTreeMap::new(), 0),
+            WriteWaste::default()
+        );
+    }
+
+    #[test]
+    fn status_changes_seen_by_a_watch() -> Result<(), serde_json::Error> {
+        let base = serde_json::json!({
+            "metadata": { "name": "p", "resourceVersion": "1" },
+            "spec": { "containers": [{ "name": "app", "image": "v1" }] },
+            "status": { "phase": "Running",
+                        "conditions": [{ "type": "Ready", "status": "True" }] },
+        });
+        let before = facts(&base)?;
+        let mut v = base.clone();
+        v["metadata"]["resourceVersion"] = "2".into();
+        v["metadata"]["managedFields"] =
+            serde_json::json!([{ "manager": "x", "operation": "Update" }]);
+        let only_rv = facts(&v)?;
+        let mut c = base.clone();
+        c["status"]["conditions"] = serde_json::json!([
+            { "type": "Ready", "status": "True" },
+            { "type": "InPlaceUpdateReady", "status": "True" }]);
+        let ours = facts(&c)?;
+        let mut k = base.clone();
+        k["status"]["conditions"][0]["status"] = "False".into();
+        let kubelets = facts(&k)?;
+        let mut l = base.clone();
+        l["metadata"]["labels"] = serde_json::json!({ "a": "b" });
+        let labelled = facts(&l)?;
+        let mut sp = base.clone();
+        sp["spec"]["containers"][0]["image"] = "v2".into();
+        let spec = facts(&sp)?;
+        let table = [
+            (Some(&before), Some(&only_rv), false),
+            (Some(&before), Some(&ours), true),
+            (Some(&before), Some(&kubelets), true),
+            (Some(&before), Some(&labelled), false),
+            (Some(&before), Some(&spec), false),
+            (None, Some(&before), false),
+            (Some(&before), None, false),
+        ];
+        for (i, (old, new, want)) in table.into_iter().enumerate() {
+            assert_eq!(status_changed(old, new), want, "case {i}");
+        }
+        Ok(())
     }
 
     fn facts(v: &serde_json::Value) -> Result<PodFacts, serde_json::Error> {

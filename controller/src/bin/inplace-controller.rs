@@ -68,7 +68,7 @@ struct Args {
     #[arg(long, default_value_t = DEFAULT_REQUEST_TIMEOUT.as_secs())]
     api_request_timeout: u64,
     /// Concurrent API calls per action phase of one CloneSet.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = inplace_controller::runtime::context::DEFAULT_API_PARALLELISM)]
     api_parallelism: usize,
     /// Feature gates, e.g. `CloneSetPartitionRollback=true,CloneSetShortHash=true`.
     #[arg(long, default_value = "")]

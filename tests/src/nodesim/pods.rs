@@ -176,6 +176,24 @@ impl Entry {
         self.written_digest = Some(owned_status_digest(pod.status.as_ref()));
     }
 
+    /// The latest snapshot already shows the rendered `status` as far as the simulator
+    /// owns it ([`owned_status_digest`]): the kubelet's status manager writes nothing then
+    /// (`syncPod`: `isPodStatusByKubeletEqual` with the API server's copy), and neither
+    /// does the simulator, whose patch would change nothing. A rendering the API server
+    /// would store in another form (it does not parse, or its times carry fractions the
+    /// server drops) never agrees: it is written, as before.
+    fn api_agrees(&self, status: &Value) -> bool {
+        serde_json::from_value::<k8s_openapi::api::core::v1::PodStatus>(status.clone())
+            .is_ok_and(|s| owned_status_digest(Some(&s)) == self.api_digest)
+    }
+
+    /// The rendered status of hash `hash` is on the API server already (another writer
+    /// put it there): taken as written, at the latest snapshot's digest.
+    fn agreed(&mut self, hash: u64) {
+        self.written = hash;
+        self.written_digest = Some(self.api_digest);
+    }
+
     /// The latest snapshot's status differs from the one the API server returned for
     /// the last accepted patch: another writer changed it since.
     fn drifted(&self) -> bool {
@@ -525,6 +543,12 @@ impl Engine {
         let Some(kind) = e.write_needed(hash, resync) else {
             return;
         };
+        if e.api_agrees(&status) {
+            // Written by another (an in-place update's Ready False, written with its
+            // gate): nothing to send, and nothing drifted.
+            e.agreed(hash);
+            return;
+        }
         if kind == Write::Resync {
             tracing::debug!(
                 "status of {}/{} changed by another writer at {}: writing it again",
@@ -740,6 +764,75 @@ mod tests {
     fn rendered(e: &Entry) -> (u64, Value) {
         let status = render::pod_status(&e.view, &e.sim);
         (hash_value(&status), json!({ "status": status }))
+    }
+
+    /// An in-place update's controller writes Ready False with its gate False, as the
+    /// kubelet would: the simulator's own Ready False then changes nothing, and it is not
+    /// sent (it was: ~175 of 1,200 status patches of a 200-pod in-place rollout changed
+    /// nothing). A rendering the server's copy does not show is sent.
+    #[test]
+    fn a_status_the_api_server_already_shows_is_not_written() -> Result<(), serde_json::Error> {
+        let faults = GlobalFaults::default();
+        let bound = pod_at("10")?;
+        let mut e = entry(&bound, 0);
+        advance(&e.view, &mut e.sim, 10_000, &SimConfig::default());
+        let (hash, patch) = rendered(&e);
+        assert!(
+            !e.api_agrees(&patch["status"]),
+            "Pending on the server: write"
+        );
+        let written = server_patch(&bound, &patch, "11")?;
+        e.accepted(hash, &written);
+        assert!(e.observe(&written, &faults));
+        assert!(
+            e.api_agrees(&patch["status"]),
+            "the server shows what we wrote"
+        );
+
+        // The controller: the gate False and Ready False, as the kubelet would render it.
+        let mut gated = written.clone();
+        if let Some(spec) = gated.spec.as_mut() {
+            spec.readiness_gates = Some(vec![k8s_openapi::api::core::v1::PodReadinessGate {
+                condition_type: "InPlaceUpdateReady".into(),
+            }]);
+        }
+        let gate_false = json!({ "status": { "conditions": [
+            { "type": "InPlaceUpdateReady", "status": "False", "lastTransitionTime": "2024-01-01T00:00:20Z" }
+        ] } });
+        assert!(e.observe(&server_patch(&gated, &gate_false, "12")?, &faults));
+        advance(&e.view, &mut e.sim, 20_000, &SimConfig::default());
+        let (gated_hash, gated_patch) = rendered(&e);
+        let ours = gated_patch["status"]["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(ours["status"], "False", "the gate is False: not Ready");
+        let controller = json!({ "status": { "conditions": [
+            { "type": "InPlaceUpdateReady", "status": "False", "lastTransitionTime": "2024-01-01T00:00:20Z" },
+            { "type": "Ready", "status": "False", "reason": ours["reason"], "message": ours["message"],
+              "lastTransitionTime": "2024-01-01T00:00:20Z" }
+        ] } });
+        assert!(
+            !e.api_agrees(&gated_patch["status"]),
+            "Ready still True there"
+        );
+        let by_controller = server_patch(&gated, &controller, "13")?;
+        assert!(e.observe(&by_controller, &faults));
+        assert_ne!(gated_hash, hash, "the simulator's rendering changed");
+        assert_eq!(e.write_needed(gated_hash, false), Some(Write::Changed));
+        assert!(
+            e.api_agrees(&gated_patch["status"]),
+            "but the server shows it already"
+        );
+        e.agreed(gated_hash);
+        assert_eq!(e.write_needed(gated_hash, false), None);
+        assert_eq!(
+            e.write_needed(gated_hash, true),
+            None,
+            "and nothing drifted"
+        );
+        Ok(())
     }
 
     /// The failure of the 10,000-pod bench: the simulator's Ready write is accepted, the

@@ -2,10 +2,11 @@
 
 use super::*;
 
-/// The API server's write counters (`apiserver_request_total`), summed by verb/resource.
-pub(super) async fn write_counters(
-    client: &Client,
-) -> Result<std::collections::BTreeMap<benchcalc::RequestKey, f64>> {
+type Counters = std::collections::BTreeMap<benchcalc::RequestKey, f64>;
+
+/// The API server's write counters (`apiserver_request_total`), summed by verb/resource:
+/// all of them, the refused ones and the 409 conflicts.
+pub(super) async fn write_counters(client: &Client) -> Result<[Counters; 3]> {
     let req = kube::core::Request::new("")
         .get("metrics", &kube::api::GetParams::default())
         .context("building the /metrics request")?;
@@ -13,7 +14,11 @@ pub(super) async fn write_counters(
         .request_text(req)
         .await
         .context("reading the API server's /metrics")?;
-    Ok(benchcalc::write_requests(&text))
+    Ok([
+        benchcalc::write_requests(&text),
+        benchcalc::refused_write_requests(&text),
+        benchcalc::conflict_write_requests(&text),
+    ])
 }
 
 /// Pod writes by writer, from a pod watch: only counted while `counting`.
@@ -23,6 +28,8 @@ pub(super) struct WriteWatch {
     pub(super) counting: bool,
     pub(super) facts: HashMap<String, benchcalc::PodFacts>,
     pub(super) writes: benchcalc::PodWrites,
+    /// Counted events that changed a pod's status ([`benchcalc::status_changed`]).
+    pub(super) status_changes: u64,
     pub(super) last_event: Option<Instant>,
 }
 
@@ -36,6 +43,9 @@ impl WriteWatch {
         if !init && self.counting {
             self.writes
                 .add(benchcalc::pod_writer(old.as_ref(), Some(&new)));
+            if benchcalc::status_changed(old.as_ref(), Some(&new)) {
+                self.status_changes += 1;
+            }
         }
         self.last_event = Some(now);
     }
@@ -174,6 +184,7 @@ pub(super) struct Leg {
     pub(super) took: Duration,
     pub(super) requests: std::collections::BTreeMap<benchcalc::RequestKey, u64>,
     pub(super) writes: benchcalc::PodWrites,
+    pub(super) waste: benchcalc::WriteWaste,
 }
 
 pub(super) async fn versus(args: &Args, client: &Client, report: &mut Report) -> Result<()> {
@@ -280,10 +291,16 @@ pub(super) async fn run_leg(
     wait_quiet(&ww, quiet, Duration::from_secs(120)).await?;
     let after = write_counters(client).await?;
     task.abort();
-    let writes = ww.lock().map(|w| w.writes.clone()).unwrap_or_default();
+    let (writes, status_changes) = ww
+        .lock()
+        .map(|w| (w.writes.clone(), w.status_changes))
+        .unwrap_or_default();
+    let [all, refused, conflicts] =
+        [0, 1, 2].map(|i| benchcalc::request_delta(&before[i], &after[i]));
     Ok(Leg {
         took,
-        requests: benchcalc::request_delta(&before, &after),
+        waste: benchcalc::WriteWaste::of(&all, &refused, &conflicts, status_changes),
+        requests: all,
         writes,
     })
 }
@@ -490,6 +507,7 @@ pub(super) async fn versus_in(
             pod_reqs as f64 / f64::from(p.max(1)),
             benchcalc::delta_line(&leg.requests)
         ));
+        report.add(format!("{tag}: {name} {}", leg.waste.line()));
     }
     Ok(())
 }
