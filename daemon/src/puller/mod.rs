@@ -532,11 +532,23 @@ async fn pull_task(
         shared.metrics.pulls_in_flight.inc();
         let attempt_start = Instant::now();
         let pull = async {
+            // One deadline for the attempt, whichever credentials it tries: each call gets
+            // what is left of it, so the call's own timeout ends an attempt the runtime
+            // never answers, with the runtime call named in the message.
+            let until = tokio::time::Instant::now() + deadline;
             let mut last = None;
             for c in creds.iter().cloned().map(Some).chain([None]) {
+                // (the first call starts at once: the whole deadline, as its message says)
+                let left = match last {
+                    None => deadline,
+                    Some(_) => until.saturating_duration_since(tokio::time::Instant::now()),
+                };
+                if left.is_zero() {
+                    break;
+                }
                 match shared
                     .cri
-                    .pull_image(&reference, c, Some(sandbox.clone()), deadline)
+                    .pull_image(&reference, c, Some(sandbox.clone()), left)
                     .await
                 {
                     Ok(r) => return Outcome::Pulled(r),
@@ -545,8 +557,11 @@ async fn pull_task(
             }
             Outcome::Failed(last)
         };
+        // Only a backstop: with the same length as the calls' own timeout, which of the two
+        // ended an unanswered attempt depended on whether a millisecond tick fell between
+        // their starts (the message changed under load).
         let pull = async {
-            tokio::time::timeout(deadline, pull)
+            tokio::time::timeout(deadline + PULL_BACKSTOP_GRACE, pull)
                 .await
                 .unwrap_or(Outcome::TimedOut)
         };
@@ -607,6 +622,9 @@ async fn pull_task(
     finish(&mut st, Err(msg));
     send(&st);
 }
+
+/// How long past an attempt's deadline the backstop around its runtime calls waits.
+const PULL_BACKSTOP_GRACE: Duration = Duration::from_secs(1);
 
 /// How one pull attempt ended.
 enum Outcome {
