@@ -99,46 +99,23 @@ fn set_connect(connect: &mut super::online::ConnectArgs, option: &str, value: &s
 /// there; `None` while it is an option's value.
 fn position<'c>(root: &'c Command, words: &[String]) -> Option<(&'c Command, usize)> {
     let typed = words.split_last().map(|(_, rest)| rest).unwrap_or(&[]);
-    let mut path = vec![root];
-    let mut expecting = false;
-    let mut positionals = 0usize;
-    for word in typed {
-        let cmd = path.last().copied().unwrap_or(root);
-        if std::mem::take(&mut expecting) {
-            continue;
-        }
-        if let Some(long) = word.strip_prefix("--") {
-            expecting = !long.contains('=')
-                && find_option(&path, |a| a.get_long() == Some(long)).is_some_and(takes_value);
-            continue;
-        }
-        if let Some(short) = word.strip_prefix('-').filter(|s| s.chars().count() == 1) {
-            expecting = find_option(&path, |a| {
-                a.get_short().map(String::from).as_deref() == Some(short)
-            })
-            .is_some_and(takes_value);
-            continue;
-        }
-        match cmd.find_subcommand(word) {
-            Some(sub) => {
-                path.push(sub);
-                positionals = 0;
-            }
-            None => positionals += 1,
-        }
-    }
-    let cmd = path.last().copied().unwrap_or(root);
-    (!expecting).then_some((cmd, positionals))
+    let walked = walk(root, typed);
+    let cmd = walked.path.last().copied().unwrap_or(root);
+    walked
+        .expecting
+        .is_none()
+        .then_some((cmd, walked.positionals))
 }
 
-/// What may stand in place of the last of `words`, starting with it: the values of the
-/// option before it when it takes one, else long flags when it starts with `-`, else the
-/// subcommands of the command reached and the values of its first enumerated positional.
-pub fn candidates(root: &Command, words: &[String]) -> Vec<String> {
-    let (partial, typed) = match words.split_last() {
-        Some((last, rest)) => (last.as_str(), rest),
-        None => ("", &[][..]),
-    };
+/// Where the words typed so far lead: the subcommands entered, the option whose value
+/// comes next (if any), and the positional words in the last subcommand.
+struct Walked<'c> {
+    path: Vec<&'c Command>,
+    expecting: Option<&'c Arg>,
+    positionals: usize,
+}
+
+fn walk<'c>(root: &'c Command, typed: &[String]) -> Walked<'c> {
     let mut path = vec![root];
     let mut expecting: Option<&Arg> = None;
     let mut positionals = 0usize;
@@ -169,6 +146,26 @@ pub fn candidates(root: &Command, words: &[String]) -> Vec<String> {
             None => positionals += 1,
         }
     }
+    Walked {
+        path,
+        expecting,
+        positionals,
+    }
+}
+
+/// What may stand in place of the last of `words`, starting with it: the values of the
+/// option before it when it takes one, else long flags when it starts with `-`, else the
+/// subcommands of the command reached and the values of its first enumerated positional.
+pub fn candidates(root: &Command, words: &[String]) -> Vec<String> {
+    let (partial, typed) = match words.split_last() {
+        Some((last, rest)) => (last.as_str(), rest),
+        None => ("", &[][..]),
+    };
+    let Walked {
+        path,
+        expecting,
+        positionals,
+    } = walk(root, typed);
     let cmd = path.last().copied().unwrap_or(root);
     let mut out: Vec<String> = match expecting {
         Some(option) => values(option),
