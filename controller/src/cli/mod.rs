@@ -658,26 +658,7 @@ fn run_rollout(
     use online::RolloutCommand as R;
     use online::select::Manner;
     use online::select::for_each;
-    let (name, select) = match &args.command {
-        R::Status {
-            cloneset, select, ..
-        }
-        | R::Pause {
-            cloneset, select, ..
-        }
-        | R::Resume {
-            cloneset, select, ..
-        }
-        | R::History {
-            cloneset, select, ..
-        }
-        | R::Restart {
-            cloneset, select, ..
-        }
-        | R::Undo {
-            cloneset, select, ..
-        } => (cloneset.as_deref(), select.selector.as_deref()),
-    };
+    let (name, select) = args.command.target();
     let target = online::target(name, select)?;
     runtime()?.block_on(async {
         let (client, ns) = online::connect(connect).await?;

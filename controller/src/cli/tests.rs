@@ -535,7 +535,7 @@ fn live_plans_start_with_the_pods_adopted_and_released() {
 
 #[test]
 fn rollout_and_set_image_take_a_name_or_a_selector() {
-    use online::{RolloutCommand as R, SetCommand};
+    use online::SetCommand;
     let parse = |args: &[&str]| {
         Cli::try_parse_from(std::iter::once("kubectl-inplace").chain(args.iter().copied()))
             .unwrap_or_else(|e| panic!("{args:?}: {e}"))
@@ -545,28 +545,9 @@ fn rollout_and_set_image_take_a_name_or_a_selector() {
         let Command::Rollout(r) = parse(&["rollout", sub, "-l", "app=web"]) else {
             panic!("{sub}: not a rollout");
         };
-        let (name, select) = match r.command {
-            R::Status {
-                cloneset, select, ..
-            }
-            | R::Pause {
-                cloneset, select, ..
-            }
-            | R::Resume {
-                cloneset, select, ..
-            }
-            | R::History {
-                cloneset, select, ..
-            }
-            | R::Restart {
-                cloneset, select, ..
-            }
-            | R::Undo {
-                cloneset, select, ..
-            } => (cloneset, select.selector),
-        };
+        let (name, select) = r.command.target();
         assert_eq!(name, None, "{sub}");
-        assert_eq!(select.as_deref(), Some("app=web"), "{sub}");
+        assert_eq!(select, Some("app=web"), "{sub}");
         let Command::Rollout(r) = parse(&["rollout", sub, "--selector=tier=front,app!=x"]) else {
             panic!("{sub}: not a rollout");
         };

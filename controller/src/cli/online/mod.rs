@@ -236,6 +236,32 @@ pub enum RolloutCommand {
     },
 }
 
+impl RolloutCommand {
+    /// The CloneSet named and the label selector given (every subcommand takes either).
+    pub fn target(&self) -> (Option<&str>, Option<&str>) {
+        match self {
+            Self::Status {
+                cloneset, select, ..
+            }
+            | Self::Pause {
+                cloneset, select, ..
+            }
+            | Self::Resume {
+                cloneset, select, ..
+            }
+            | Self::History {
+                cloneset, select, ..
+            }
+            | Self::Restart {
+                cloneset, select, ..
+            }
+            | Self::Undo {
+                cloneset, select, ..
+            } => (cloneset.as_deref(), select.selector.as_deref()),
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct SetArgs {
     #[command(subcommand)]
