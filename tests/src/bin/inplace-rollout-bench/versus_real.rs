@@ -92,6 +92,13 @@ pub(super) struct Timeline {
     pub(super) new_image: Option<Instant>,
     /// The pod Ready with the app container running the new image.
     pub(super) new_image_ready: Option<Instant>,
+    /// After `new_image`: the app container not running or not ready (the kubelet stopping it).
+    pub(super) app_stopped: Option<Instant>,
+    /// After `new_image`: the app container running the new image.
+    pub(super) app_running_new: Option<Instant>,
+    /// After `new_image`: the `InPlaceUpdateReady` readiness gate False, then True again.
+    pub(super) gate_false: Option<Instant>,
+    pub(super) gate_true: Option<Instant>,
 }
 
 impl Timeline {
@@ -147,6 +154,66 @@ impl Timeline {
             &mut self.new_image_ready,
             self.new_image.is_some() && ready && app_new_ready,
         );
+        if self.new_image.is_none() {
+            return;
+        }
+        let app = app_container_status(p);
+        let app_running = |c: &k8s_openapi::api::core::v1::ContainerStatus| {
+            c.state.as_ref().is_some_and(|s| s.running.is_some())
+        };
+        first(
+            &mut self.app_stopped,
+            app.is_some_and(|c| !c.ready || !app_running(c)),
+        );
+        first(
+            &mut self.app_running_new,
+            app.is_some_and(|c| c.image == new_image && app_running(c)),
+        );
+        let gate = gate_status(p);
+        first(&mut self.gate_false, gate == Some("False"));
+        let gate_was_false = self.gate_false.is_some();
+        first(&mut self.gate_true, gate_was_false && gate == Some("True"));
+    }
+}
+
+/// The status of the pod's `InPlaceUpdateReady` condition (the in-place readiness gate).
+fn gate_status(p: &Pod) -> Option<&str> {
+    p.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "InPlaceUpdateReady")
+        .map(|c| c.status.as_str())
+}
+
+/// Where an in-place update's time goes: the median time from the new image in the spec to
+/// each later step, as the watch saw them.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub(super) struct InPlaceSteps {
+    pub(super) gate_false: Option<f64>,
+    pub(super) stopped: Option<f64>,
+    pub(super) running_new: Option<f64>,
+    pub(super) gate_true: Option<f64>,
+    pub(super) ready: Option<f64>,
+}
+
+impl InPlaceSteps {
+    pub(super) fn of(pods: &[Timeline]) -> InPlaceSteps {
+        let from_spec = |step: fn(&Timeline) -> Option<Instant>| {
+            let v: Vec<f64> = pods
+                .iter()
+                .filter_map(|t| span(t.new_image, step(t)))
+                .collect();
+            median_of(&v)
+        };
+        InPlaceSteps {
+            gate_false: from_spec(|t| t.gate_false),
+            stopped: from_spec(|t| t.app_stopped),
+            running_new: from_spec(|t| t.app_running_new),
+            gate_true: from_spec(|t| t.gate_true),
+            ready: from_spec(|t| t.new_image_ready),
+        }
     }
 }
 
@@ -863,6 +930,15 @@ async fn versus_real_in(
         in_place_pulls,
         if predownload.is_empty() { String::new() } else { format!("; {predownload}") }
     ));
+    let steps = InPlaceSteps::of(&in_place_lines);
+    report.add(format!(
+        "{tag} in-place steps: median from the new image in the spec to: readiness gate False {}, app container stopped {}, new container running {}, readiness gate True {}, pod Ready {}",
+        med_line(steps.gate_false),
+        med_line(steps.stopped),
+        med_line(steps.running_new),
+        med_line(steps.gate_true),
+        med_line(steps.ready),
+    ));
     report.add(format!(
         "{tag} deployment: median per new pod created -> Ready {} = scheduled -> IP (sandbox) {} + init {} + containers running {} + Ready {}; old pod deleted -> gone (drain) {}; kubelet pulls {:?} s",
         med_line(costs.new_pod),
@@ -968,5 +1044,84 @@ mod tests {
                 .map(Vec::len),
             Some(1)
         );
+    }
+
+    /// A pod as the watch shows it during an in-place update of the app container.
+    fn in_place_pod(spec_image: &str, app: (&str, bool, bool), gate: &str, ready: bool) -> Pod {
+        let (image, running, app_ready) = app;
+        let state = if running {
+            json!({ "running": {} })
+        } else {
+            json!({ "waiting": { "reason": "ContainerCreating" } })
+        };
+        let status = |b: bool| if b { "True" } else { "False" };
+        serde_json::from_value(json!({
+            "metadata": { "name": "p" },
+            "spec": { "containers": [{ "name": "app", "image": spec_image }] },
+            "status": {
+                "conditions": [
+                    { "type": "InPlaceUpdateReady", "status": gate },
+                    { "type": "Ready", "status": status(ready) },
+                ],
+                "containerStatuses": [{
+                    "name": "app", "image": image, "imageID": "", "ready": app_ready,
+                    "restartCount": 0, "state": state,
+                }],
+            },
+        }))
+        .unwrap_or_else(|e| panic!("a pod: {e}"))
+    }
+
+    #[test]
+    fn the_steps_of_an_in_place_update_are_timed_from_the_new_spec() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let (old, new) = ("app:v1", "app:v2");
+        let mut t = Timeline::default();
+        // Before the update: nothing of it is timed, though the gate is True and the pod Ready.
+        t.saw(
+            &in_place_pod(old, (old, true, true), "True", true),
+            new,
+            at(0),
+        );
+        t.saw(
+            &in_place_pod(old, (old, true, true), "False", false),
+            new,
+            at(100),
+        );
+        assert_eq!((t.gate_false, t.app_stopped), (None, None));
+        // The controller's patch: the gate False and the new image in one write.
+        t.saw(
+            &in_place_pod(new, (old, true, true), "False", false),
+            new,
+            at(1000),
+        );
+        t.saw(
+            &in_place_pod(new, (old, false, false), "False", false),
+            new,
+            at(1500),
+        );
+        t.saw(
+            &in_place_pod(new, (new, true, false), "False", false),
+            new,
+            at(2500),
+        );
+        t.saw(
+            &in_place_pod(new, (new, true, false), "True", false),
+            new,
+            at(2700),
+        );
+        t.saw(
+            &in_place_pod(new, (new, true, true), "True", true),
+            new,
+            at(3000),
+        );
+        let s = InPlaceSteps::of(&[t]);
+        let ms = |v: Option<f64>| v.map(|s| (s * 1000.0).round());
+        assert_eq!(ms(s.gate_false), Some(0.0));
+        assert_eq!(ms(s.stopped), Some(500.0));
+        assert_eq!(ms(s.running_new), Some(1500.0));
+        assert_eq!(ms(s.gate_true), Some(1700.0));
+        assert_eq!(ms(s.ready), Some(2000.0));
     }
 }
