@@ -311,6 +311,164 @@ async fn get_watch_lists_each_kind_once_however_many_events() {
     }
 }
 
+/// A writer the test can read while `get --watch` is still writing to it.
+#[derive(Clone, Default)]
+struct SharedOut(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for SharedOut {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl SharedOut {
+    /// The last complete JSON frame written so far.
+    fn last_frame(&self) -> Option<Value> {
+        let text = String::from_utf8(self.0.lock().unwrap().clone()).unwrap();
+        serde_json::Deserializer::from_str(&text)
+            .into_iter::<Value>()
+            .map_while(Result::ok)
+            .last()
+    }
+}
+
+/// The issue counted ~30,000 LISTs for a 1,000-pod rollout: `get -w` listed every kind again
+/// on each event. A rollout of `N` pods seen through `get NAME -w` against the counting fake
+/// server: events of every watched kind (each pod added not ready and then made ready, with
+/// its node's image pull going from pulling to done, the CloneSet's status counting up, the
+/// new revision appearing), more than four per pod. The final view is drawn from the events
+/// alone, and each of the four kinds was listed exactly once.
+#[tokio::test]
+async fn get_watch_of_a_rollout_lists_each_kind_once_for_events_of_every_kind() {
+    const N: usize = 60;
+    let on_node = |name: &str, ready: bool| {
+        let mut p = pod(name, ready);
+        p["spec"]["nodeName"] = json!("n1");
+        p
+    };
+    let pod_events: Vec<Value> = (0..N)
+        .flat_map(|i| {
+            let name = format!("demo-{i:03}");
+            [
+                json!({"type": "ADDED", "object": on_node(&name, false)}),
+                json!({"type": "MODIFIED", "object": on_node(&name, true)}),
+            ]
+        })
+        .collect();
+    let cloneset_events: Vec<Value> = (1..=N)
+        .map(|k| {
+            let mut cs = demo();
+            cs["spec"]["replicas"] = json!(N);
+            cs["status"] = json!({"observedGeneration": 1, "replicas": N, "readyReplicas": k,
+                "updatedReplicas": k, "updatedReadyReplicas": k,
+                "updateRevision": "demo-new", "currentRevision": "demo-old"});
+            json!({"type": "MODIFIED", "object": cs})
+        })
+        .collect();
+    let owner = json!([{"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet",
+        "name": "demo", "uid": "u1", "controller": true}]);
+    let revision = |name: &str, number: i64, image: &str| {
+        json!({"apiVersion": "apps/v1", "kind": "ControllerRevision",
+            "metadata": {"name": name, "namespace": "ns", "resourceVersion": "3",
+                "ownerReferences": owner},
+            "revision": number,
+            "data": {"spec": {"template": {"$patch": "replace",
+                "metadata": {"labels": {"app": "demo"}},
+                "spec": {"containers": [{"name": "main", "image": image}]}}}}})
+    };
+    let node_image = |phase: &str, progress: i32| {
+        json!({"type": "MODIFIED", "object": {
+            "apiVersion": "apps.kruise.io/v1beta1", "kind": "NodeImage",
+            "metadata": {"name": "n1", "resourceVersion": "4"}, "spec": {},
+            "status": {"desired": 1, "imageStatuses": {
+                "reg/app": {"tags": [{"tag": "v2", "phase": phase, "progress": progress}]}}}}})
+    };
+    let node_image_events: Vec<Value> = (1..N)
+        .map(|i| node_image("Pulling", i32::try_from(i * 100 / N).unwrap()))
+        .chain([node_image("Succeeded", 100)])
+        .collect();
+    let events = pod_events.len() + cloneset_events.len() + node_image_events.len() + 1;
+    let server = FakeServer {
+        lists: Arc::new(vec![
+            (CLONESETS, json!([demo()])),
+            (PODS, json!([])),
+            (REVISIONS, json!([revision("demo-old", 1, "reg/app:v1")])),
+            (NODE_IMAGES, json!([])),
+        ]),
+        watches: Arc::new(vec![
+            (PODS, pod_events),
+            (CLONESETS, cloneset_events),
+            (
+                REVISIONS,
+                vec![json!({"type": "ADDED", "object": revision("demo-new", 2, "reg/app:v2")})],
+            ),
+            (NODE_IMAGES, node_image_events),
+        ]),
+        seen: Arc::default(),
+    };
+    assert!(events > 4 * N, "{events} events");
+
+    // The view the last event leaves: every pod updated, ready and its image pulled, the
+    // CloneSet's counters at N, the new revision holding every pod.
+    let settled = |v: &Value| {
+        let pods = v["pods"].as_array().map(Vec::as_slice).unwrap_or_default();
+        pods.len() == N
+            && pods.iter().all(|p| {
+                p["ready"] == true
+                    && p["updated"] == true
+                    && p["imagePulls"] == json!(["Succeeded"])
+            })
+            && v["status"]["updatedReady"] == json!(N)
+            && v["revisions"]
+                .as_array()
+                .is_some_and(|r| r.iter().any(|r| r["number"] == 2 && r["pods"] == json!(N)))
+    };
+    let client = server.client();
+    let out = SharedOut::default();
+    let mut writer = out.clone();
+    let scope = Scope::Named("demo".into());
+    let watching = get(
+        &client,
+        "ns",
+        &scope,
+        true,
+        Some(DataFormat::Json),
+        false,
+        &mut writer,
+    );
+    let drawn = async {
+        while !out.last_frame().is_some_and(|v| settled(&v)) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let ran = tokio::time::timeout(Duration::from_secs(30), async {
+        tokio::select! {
+            end = watching => panic!("the watch ended: {end:?}"),
+            () = drawn => {}
+        }
+    })
+    .await;
+    assert!(
+        ran.is_ok(),
+        "the final view was not drawn in 30 s; last frame: {:?}",
+        out.last_frame()
+    );
+    let seen = server.seen.lock().unwrap().clone();
+    for path in [CLONESETS, PODS, REVISIONS, NODE_IMAGES] {
+        let count = |verb: &str| {
+            seen.iter()
+                .filter(|l| **l == format!("{verb} {path}"))
+                .count()
+        };
+        assert_eq!(count("LIST"), 1, "{path} over {events} events: {seen:#?}");
+        assert!(count("WATCH") >= 1, "{path} not watched: {seen:#?}");
+    }
+}
+
 /// `get` without a name, `-A`: one LIST per kind across namespaces, a row per CloneSet.
 #[tokio::test]
 async fn get_all_namespaces_lists_clonesets_and_pods_once() {
