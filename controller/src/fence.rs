@@ -3,7 +3,11 @@
 //!
 //! The Lease is renewed by `kube-lease-manager` on a client of its own; that client carries
 //! [`RenewalObserver`], which notes the moment each successful write of the Lease was
-//! *sent* (the renewal time the other replicas compare against was taken no earlier). The
+//! *sent* (the renewal time the other replicas compare against was taken no earlier), when
+//! the Lease it was answered with names this replica as its holder. (The manager renews
+//! with a patch of `renewTime` alone, without precondition: a renewal delayed in the
+//! network past a takeover lands on the new holder's Lease and succeeds; it must not
+//! reopen the fence of the replica that sent it.) The
 //! client the reconcilers write through carries [`WriteGate`], which refuses every
 //! mutating request (POST, PUT, PATCH, DELETE) once [`Fence::valid_until`] has passed:
 //! `sent + lease duration − margin`, the margin absorbing clock skew between replicas and
@@ -168,16 +172,50 @@ impl Fence {
     }
 }
 
-/// Layer for the election's client: notes successful Lease writes in the fence.
+/// The holder the Lease `answer` (the JSON body of a successful Lease write) names: the
+/// write was a renewal of ours only when that is our identity.
+pub fn holder(answer: &[u8]) -> Option<String> {
+    let lease = serde_json::from_slice::<serde_json::Value>(answer).ok()?;
+    lease["spec"]["holderIdentity"].as_str().map(str::to_owned)
+}
+
+/// A response body made of bytes read whole (the Lease a renewal was answered with, handed
+/// on after the observer read it).
+pub trait FromBytes {
+    fn from_bytes(bytes: bytes::Bytes) -> Self;
+}
+
+/// The body type kube's client stack carries.
+type DynBody = dyn http_body::Body<Data = bytes::Bytes, Error = BoxError> + Send + Unpin;
+
+impl FromBytes for Box<DynBody> {
+    fn from_bytes(bytes: bytes::Bytes) -> Self {
+        use http_body_util::BodyExt;
+        Box::new(http_body_util::Full::new(bytes).map_err(|never| match never {}))
+    }
+}
+
+impl FromBytes for http_body_util::Full<bytes::Bytes> {
+    fn from_bytes(bytes: bytes::Bytes) -> Self {
+        Self::new(bytes)
+    }
+}
+
+/// Layer for the election's client: notes in the fence the successful Lease writes answered
+/// with a Lease held by `identity`.
 #[derive(Clone, Debug)]
-pub struct RenewalObserverLayer(pub Fence);
+pub struct RenewalObserverLayer {
+    pub fence: Fence,
+    pub identity: String,
+}
 
 impl<S> Layer<S> for RenewalObserverLayer {
     type Service = RenewalObserver<S>;
     fn layer(&self, inner: S) -> Self::Service {
         RenewalObserver {
             inner,
-            fence: self.0.clone(),
+            fence: self.fence.clone(),
+            identity: Arc::from(self.identity.as_str()),
         }
     }
 }
@@ -186,6 +224,7 @@ impl<S> Layer<S> for RenewalObserverLayer {
 pub struct RenewalObserver<S> {
     inner: S,
     fence: Fence,
+    identity: Arc<str>,
 }
 
 impl<S, B, R> Service<Request<B>> for RenewalObserver<S>
@@ -193,6 +232,8 @@ where
     S: Service<Request<B>, Response = Response<R>>,
     S::Error: Into<BoxError>,
     S::Future: Send + 'static,
+    R: http_body::Body<Data = bytes::Bytes> + FromBytes + Send + 'static,
+    R::Error: Into<BoxError>,
 {
     type Response = Response<R>;
     type Error = BoxError;
@@ -205,14 +246,27 @@ where
     fn call(&mut self, req: Request<B>) -> Self::Future {
         let renewal = is_write(req.method()) && is_lease(req.uri().path());
         let sent = Instant::now();
-        let fence = self.fence.clone();
+        let (fence, identity) = (self.fence.clone(), self.identity.clone());
         let fut = self.inner.call(req);
         Box::pin(async move {
             let response = fut.await.map_err(Into::into)?;
-            if renewal && response.status().is_success() {
-                fence.renewed(sent);
+            if !(renewal && response.status().is_success()) {
+                return Ok(response);
             }
-            Ok(response)
+            // A Lease is small: read it whole, judge it, hand it on.
+            let (parts, body) = response.into_parts();
+            let answer = http_body_util::BodyExt::collect(body)
+                .await
+                .map_err(Into::into)?
+                .to_bytes();
+            match holder(&answer) {
+                Some(h) if *h == *identity => fence.renewed(sent),
+                other => tracing::warn!(
+                    holder = other.as_deref().unwrap_or("none"),
+                    "a write of the leader lease succeeded but the lease it answered with is not held by this replica: not a renewal of ours"
+                ),
+            }
+            Ok(Response::from_parts(parts, R::from_bytes(answer)))
         })
     }
 }
@@ -293,7 +347,15 @@ where
             };
             match tokio::time::timeout(outlived.deadline, fut).await {
                 Ok(result) => result.map_err(Into::into),
-                Err(_) => Err(Box::new(outlived) as BoxError),
+                Err(_) => {
+                    tracing::warn!(
+                        method = %outlived.method,
+                        path = %outlived.path,
+                        deadline = ?outlived.deadline,
+                        "write abandoned: no answer within what was left of the leader lease's validity (it may or may not have been applied)"
+                    );
+                    Err(Box::new(outlived) as BoxError)
+                }
             }
         })
     }

@@ -15,6 +15,7 @@ pub mod cli;
 pub mod allocator;
 pub mod api_metrics;
 pub mod crr;
+pub mod delete_as_read;
 pub mod discovery;
 pub mod error;
 pub mod events;

@@ -3,7 +3,8 @@
 //!
 //! - [`pods`]: pods, CloneSets and ControllerRevisions built from JSON;
 //! - [`containerd`]: a stand-alone containerd and registry, and registry fakes;
-//! - [`freezable_proxy`]: a proxy that cuts a component off the API server;
+//! - [`freezable_proxy`]: a proxy that cuts a component off the API server, at once or
+//!   the moment a chosen request is in flight;
 //! - [`bed`]: the test bed's kubeconfig, kubectl, images and client;
 //! - [`logs`]: the log lines a piece of work writes.
 

@@ -119,11 +119,13 @@ fn feature_gates(args: &Args) -> anyhow::Result<FeatureGates> {
 }
 
 /// The client the reconcilers use (its writes gated by `fence`) and the one the leader
-/// election renews the Lease with (each successful renewal opens `fence` again).
+/// election renews the Lease with (each successful renewal of a Lease held by `identity`
+/// opens `fence` again).
 /// Both count their requests (`inplace_api_requests_total`).
 async fn clients(
     args: &Args,
     fence: &Fence,
+    identity: &str,
     metrics: &Arc<Metrics>,
 ) -> anyhow::Result<(Client, Client)> {
     let config = match &args.kubeconfig {
@@ -147,7 +149,10 @@ async fn clients(
         .build();
     let election = ClientBuilder::try_from(config)?
         .with_layer(&timeout)
-        .with_layer(&RenewalObserverLayer(fence.clone()))
+        .with_layer(&RenewalObserverLayer {
+            fence: fence.clone(),
+            identity: identity.to_owned(),
+        })
         .with_layer(&ApiMetricsLayer(metrics.clone()))
         .build();
     Ok((gated, election))
@@ -205,7 +210,14 @@ async fn main() -> anyhow::Result<()> {
         Fence::unenforced()
     };
     let metrics = Arc::new(Metrics::new());
-    let (client, election_client) = clients(&args, &fence, &metrics)
+    let identity = args.identity.clone().unwrap_or_else(|| {
+        let base = std::env::var("POD_NAME")
+            .ok()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .unwrap_or_else(|| "inplace-controller".into());
+        format!("{base}-{:08x}", rand::random::<u32>())
+    });
+    let (client, election_client) = clients(&args, &fence, &identity, &metrics)
         .await
         .context("connecting to the API server")?;
     let caps = discovery::discover_retrying(&client, discovery::startup_backoff(), |e, wait| {
@@ -264,13 +276,6 @@ async fn main() -> anyhow::Result<()> {
     let scope = Scope {
         namespace: args.namespace.clone(),
     };
-    let identity = args.identity.clone().unwrap_or_else(|| {
-        let base = std::env::var("POD_NAME")
-            .ok()
-            .or_else(|| std::env::var("HOSTNAME").ok())
-            .unwrap_or_else(|| "inplace-controller".into());
-        format!("{base}-{:08x}", rand::random::<u32>())
-    });
 
     let mut election = None;
     if args.leader_elect {

@@ -31,7 +31,7 @@ use inplace_proto::crr::ContainerRecreateRequest;
 use inplace_proto::keys;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -40,6 +40,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 use tracing::{info, warn};
 
+use crate::delete_as_read::delete_as_read;
 use crate::events::{EventSink, Note};
 use crate::watch::Scope;
 
@@ -192,9 +193,13 @@ async fn reconcile(crr: Arc<ContainerRecreateRequest>, ctx: Arc<Ctx>) -> Result<
     }
     if p.delete {
         info!(crr = %id, "deleting ContainerRecreateRequest past ttlSecondsAfterFinished");
-        match api.delete(&name, &DeleteParams::background()).await {
+        match api.delete(&name, &delete_as_read(crr.as_ref())).await {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.code == 404 => {}
+            // Changed since read (or replaced): its new version is reconciled anew.
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                info!(crr = %id, "not deleted: it changed since read");
+            }
             Err(e) => return Err(kube_err(format!("deleting {id}"))(e)),
         }
         return Ok(Action::await_change());

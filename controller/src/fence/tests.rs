@@ -1,6 +1,8 @@
 use super::*;
 
 use axum::http::StatusCode;
+use bytes::Bytes;
+use http_body_util::Full;
 use tower::ServiceExt;
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -141,33 +143,68 @@ async fn the_gate_refuses_writes_while_closed_and_lets_reads_through() -> Result
     Ok(())
 }
 
+/// An API server stand-in answering every request with `status` and the Lease `body`.
+type LeaseAnswer = Response<Full<Bytes>>;
+
+fn lease_server(
+    status: StatusCode,
+    body: &'static str,
+) -> impl Service<
+    Request<String>,
+    Response = LeaseAnswer,
+    Error = BoxError,
+    Future = BoxFuture<'static, Result<LeaseAnswer, BoxError>>,
+> + Clone {
+    tower::service_fn(move |_req: Request<String>| {
+        let response = Response::builder()
+            .status(status)
+            .body(Full::new(Bytes::from_static(body.as_bytes())))
+            .map_err(|e| Box::new(e) as BoxError);
+        Box::pin(async move { response }) as BoxFuture<'static, _>
+    })
+}
+
+const OURS: &str = r#"{"kind":"Lease","spec":{"holderIdentity":"ctl-1","renewTime":"2026-11-28T17:00:00.000000Z"}}"#;
+const THEIRS: &str = r#"{"kind":"Lease","spec":{"holderIdentity":"ctl-2","renewTime":"2026-11-28T17:00:00.000000Z"}}"#;
+
 #[tokio::test]
-async fn only_successful_lease_writes_renew() -> Result<(), BoxError> {
-    let calls = Arc::new(AtomicU64::new(0));
+async fn only_successful_writes_of_a_lease_we_hold_renew() -> Result<(), BoxError> {
     let cases = [
-        // (method, path, answer, renews)
-        (Method::PATCH, LEASE, StatusCode::OK, true),
-        (Method::POST, LEASE, StatusCode::CREATED, true),
-        (Method::PATCH, LEASE, StatusCode::CONFLICT, false),
+        // (method, path, answer, lease answered, renews)
+        (Method::PATCH, LEASE, StatusCode::OK, OURS, true),
+        (Method::POST, LEASE, StatusCode::CREATED, OURS, true),
+        // a renewal delayed past a takeover: it lands on the new holder's Lease
+        (Method::PATCH, LEASE, StatusCode::OK, THEIRS, false),
+        (Method::PATCH, LEASE, StatusCode::OK, "not json", false),
+        (Method::PATCH, LEASE, StatusCode::CONFLICT, OURS, false),
         (
             Method::PATCH,
             LEASE,
             StatusCode::INTERNAL_SERVER_ERROR,
+            OURS,
             false,
         ),
-        (Method::GET, LEASE, StatusCode::OK, false),
-        (Method::PATCH, POD, StatusCode::OK, false),
+        (Method::GET, LEASE, StatusCode::OK, OURS, false),
+        (Method::PATCH, POD, StatusCode::OK, OURS, false),
     ];
-    for (method, path, answer, renews) in cases {
+    for (method, path, answer, lease, renews) in cases {
         let fence = Fence::enforced(10 * SECOND);
-        let observer = RenewalObserverLayer(fence.clone()).layer(server(answer, calls.clone()));
+        let observer = RenewalObserverLayer {
+            fence: fence.clone(),
+            identity: "ctl-1".into(),
+        }
+        .layer(lease_server(answer, lease));
         let before = Instant::now();
         let response = observer.oneshot(request(method.clone(), path)).await?;
         assert_eq!(response.status(), answer);
+        let body = http_body_util::BodyExt::collect(response.into_body())
+            .await?
+            .to_bytes();
+        assert_eq!(body, lease.as_bytes(), "the answer is handed on whole");
         assert_eq!(
             fence.last_renewal().is_some(),
             renews,
-            "{method} {path} answered {answer}"
+            "{method} {path} answered {answer} with {lease}"
         );
         if let Some(sent) = fence.last_renewal() {
             assert!(
@@ -177,6 +214,19 @@ async fn only_successful_lease_writes_renew() -> Result<(), BoxError> {
         }
     }
     Ok(())
+}
+
+#[test]
+fn the_holder_is_what_the_answered_lease_names() {
+    for (answer, named) in [
+        (OURS, Some("ctl-1")),
+        (THEIRS, Some("ctl-2")),
+        (r#"{"spec":{}}"#, None),
+        (r#"{"spec":{"holderIdentity":null}}"#, None),
+        ("", None),
+    ] {
+        assert_eq!(holder(answer.as_bytes()).as_deref(), named, "{answer}");
+    }
 }
 
 /// (query before, time left, query after): the API server's `timeout` is what remains of
@@ -294,4 +344,45 @@ async fn without_election_writes_have_no_lease_deadline() -> Result<(), BoxError
         vec![String::new()]
     );
     Ok(())
+}
+
+mod deadline {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The deadline a write gets is exactly what remains of the validity of the
+        /// latest renewal when it is sent: sent + deadline is the end of the validity, so
+        /// no write let through outlives it; past the end, writes are refused with the
+        /// time since that renewal.
+        #[test]
+        fn a_write_never_outlives_the_validity_of_the_latest_renewal(
+            validity_ms in 1u64..120_000,
+            renewals_ms in proptest::collection::vec(0u64..120_000, 1..5),
+            after_ms in 0u64..240_000,
+        ) {
+            let validity = Duration::from_millis(validity_ms);
+            let fence = Fence::enforced(validity);
+            let t0 = Instant::now();
+            for r in &renewals_ms {
+                fence.renewed(t0 + Duration::from_millis(*r));
+            }
+            let latest = t0 + Duration::from_millis(renewals_ms.iter().copied().max().unwrap_or(0));
+            // a write is sent after the renewals it is judged by
+            let now = latest + Duration::from_millis(after_ms);
+            let end = latest + validity;
+            match fence.remaining(now) {
+                Ok(Some(left)) => {
+                    prop_assert!(now < end);
+                    prop_assert_eq!(now + left, end);
+                    prop_assert!(left <= validity);
+                }
+                Ok(None) => prop_assert!(false, "an enforced fence bounds every write"),
+                Err(since) => {
+                    prop_assert!(now >= end);
+                    prop_assert_eq!(since, Duration::from_millis(after_ms));
+                }
+            }
+        }
+    }
 }

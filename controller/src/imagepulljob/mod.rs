@@ -27,7 +27,7 @@ use std::time::Duration;
 use inplace_proto::imagepulljob::ImagePullJob;
 use inplace_proto::nodeimage::{NodeImage, NodeImageSpec};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
@@ -35,6 +35,7 @@ use kube::{Api, Client, ResourceExt};
 use rand::Rng as _;
 use tracing::{info, warn};
 
+use crate::delete_as_read::delete_as_read;
 use crate::turns::Turns;
 use crate::watch::{PodPlacement, Scope};
 
@@ -272,9 +273,13 @@ async fn reconcile_now(job: Arc<ImagePullJob>, ctx: Arc<Ctx>) -> Result<Action, 
 
     if p.delete {
         info!(job = %format!("{ns}/{name}"), "deleting ImagePullJob past ttlSecondsAfterFinished");
-        match jobs.delete(&name, &DeleteParams::background()).await {
+        match jobs.delete(&name, &delete_as_read(job.as_ref())).await {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.code == 404 => {}
+            // Changed since read (or replaced): its new version is reconciled anew.
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                info!(job = %format!("{ns}/{name}"), "not deleted: it changed since read");
+            }
             Err(e) => return Err(kube_err(format!("deleting ImagePullJob {ns}/{name}"))(e)),
         }
         return Ok(Action::await_change());

@@ -13,6 +13,7 @@
 
 pub mod bed_containerd;
 pub mod cri_proxy;
+pub mod ending;
 pub mod figures;
 pub mod injection;
 pub mod inplace;
