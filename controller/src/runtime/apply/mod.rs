@@ -1,30 +1,18 @@
-//! Carries out a [`Plan`]: ControllerRevisions, pods, PVCs, in-place updates, lifecycle
-//! labels, `podsToDelete` pruning.
+//! Sends a [`Plan`]: ControllerRevisions, the initial readiness-gate conditions, then the
+//! steps, each as the plan holds its write ([`crate::plan::step`]); a step whose write
+//! could not be planned fails with its typed error. What is decided around the sending
+//! (phases, failure conditions, which conflicts pass, events, counters, error texts, what
+//! a refused write means) is the plan's ([`crate::plan::sending`], [`crate::plan::resend`]).
 //!
-//! Rules:
-//! - every write is recorded as an expectation before the next plan may run;
-//! - deletes carry a UID precondition, spec patches a resourceVersion precondition, so a
-//!   decision made on a stale cache fails (409) instead of hitting the wrong object;
-//! - pod conditions are written by strategic merge patch on `pods/status` (conditions merge
-//!   by type, so the kubelet's own conditions are never overwritten);
-//! - consecutive steps of one kind form a phase; a phase runs with bounded parallelism
-//!   (creates in slow-start batches 1, 2, 4, …); the first phase with a failure ends the
-//!   step, and the failure is reported (event, condition, retry with backoff).
+//! Every write is recorded as an expectation before the next plan may run; deletes carry
+//! a UID precondition, patches a resourceVersion one, so a decision made on a stale cache
+//! fails (409) instead of hitting the wrong object; pod conditions go by strategic merge
+//! patch on `pods/status` (merged by type, the kubelet's own never overwritten).
 //!
-//! Each step of the plan holds its action's write ([`crate::plan::step`]); the applier
-//! sends it as it is (a step whose write could not be planned fails with its typed error),
-//! and what it decides around the sending (phases, failure conditions, which conflicts
-//! pass, events, counters, error texts) is the plan's [`crate::plan::sending`].
-//!
-//! This module runs the phases, reports each step, and holds what every write shares (the
-//! APIs, the pod patch, expectations); the writes themselves are in:
-//! - `revisions`: ControllerRevisions;
-//! - `send`: one send for every planned write (creates from the plan's recipe, deletes
-//!   with their UID precondition, patches of pods, PVCs and the CloneSet);
-//! - `inplace`: the in-place writes (start, held update, next batch, resize) and their
-//!   guarded retry after a conflict;
-//! - `conditions`: readiness-gate conditions, the lifecycle state and our key in
-//!   `KruisePodReady`.
+//! This module runs the phases with bounded parallelism and reports each step; the sends
+//! are in `send` (creates, deletes, planned patches), `inplace` (the in-place writes and
+//! their re-read and re-plan on 409), `conditions` (initial conditions, lifecycle, our key
+//! in `KruisePodReady`) and `revisions`.
 
 mod conditions;
 mod inplace;
@@ -33,7 +21,6 @@ mod send;
 #[cfg(test)]
 mod tests;
 
-pub use crate::plan::inplace_write::{spec_from_change, still_updatable};
 pub use crate::plan::pod_conditions::has_gate;
 pub use crate::plan::sending::FailureKind;
 
@@ -47,7 +34,7 @@ use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::Value;
 use tracing::{debug, info, warn};
@@ -57,7 +44,7 @@ use crate::events::Note;
 use crate::expectations::Expectation;
 use crate::metrics::CloneSetLabels;
 use crate::plan::action_write::Write;
-use crate::plan::sending::{self, Counter, PhaseRun, PodRef, Report, Sent};
+use crate::plan::sending::{self, Counter, PhaseRun, Report, Sent};
 use crate::plan::{Plan, Step, StepWrite};
 use crate::runtime::context::{Context, key_of};
 use crate::watch::{CachedPod, Owned};
@@ -160,10 +147,6 @@ fn now_time() -> Time {
 
 fn now_rfc3339() -> String {
     inplace_proto::LifecycleState::timestamp(Timestamp::now())
-}
-
-fn pod_ref(pod: &Pod) -> ObjectReference {
-    pod.object_ref(&())
 }
 
 /// Carries out `plan` for `cs`.
@@ -310,6 +293,23 @@ impl Actor<'_> {
         self.conflicts_passed.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// `result`, a 409 let pass.
+    fn pass_if_conflict(&self, result: Result<(), Error>) -> Result<(), Error> {
+        match result {
+            Err(e) if e.is_conflict() => {
+                self.pass_conflict();
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
+    /// Pod `name` read again after a conflict.
+    async fn read_pod(&self, name: &str) -> Result<Pod, Error> {
+        let read = self.api::<Pod>().get(name).await;
+        read.map_err(|e| Error::kube(format!("read pod {name} after a conflict"), e))
+    }
+
     /// Creates in batches of 1, 2, 4, … ([`sending::slow_start`]) and stops after the
     /// first batch with a failure.
     async fn run_slow_start<'b>(&self, phase: &[&'b Step]) -> Vec<(&'b Step, Result<(), Error>)> {
@@ -368,18 +368,14 @@ impl Actor<'_> {
             Err(e) => Err(Error::from(e.clone())),
             Ok(write) => self.send(action, write).await,
         };
-        let sent = match &result {
-            Ok(()) => Sent::Written,
-            Err(e) if step.write.is_err() => Sent::Unplanned(e.to_string()),
-            Err(e) if e.is_conflict() && sending::passes_conflict(action) => Sent::Passed,
-            Err(e) if e.is_conflict() => Sent::Conflict(e.to_string()),
-            Err(e) => Sent::Failed(e.to_string()),
-        };
-        let result = if sent == Sent::Passed {
-            self.pass_conflict();
-            Ok(())
-        } else {
-            result
+        let failed = result
+            .as_ref()
+            .err()
+            .map(|e| (e.is_conflict(), e.to_string()));
+        let sent = Sent::of(action, step.write.is_ok(), failed);
+        let result = match sent {
+            Sent::Passed => self.pass_if_conflict(result),
+            _ => result,
         };
         self.report(sending::report(step, &sent))?;
         if let (Ok(()), Ok(StepWrite::Object(Write::DeletePod { pvcs, .. }))) =
@@ -411,27 +407,15 @@ impl Actor<'_> {
         let Some(e) = report.event else {
             return Ok(());
         };
-        let pod = match &e.pod {
-            Some(PodRef::Cached(name)) if e.regarding_pod => Some(pod_ref(&self.pod(name)?)),
-            Some(PodRef::Cached(name)) => self.pod(name).ok().as_ref().map(pod_ref),
-            Some(PodRef::Named(name)) => Some(ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Pod".into()),
-                name: Some(name.clone()),
-                namespace: Some(self.ns.clone()),
-                ..ObjectReference::default()
-            }),
-            None => None,
-        };
+        let cached = |name: &str| self.pods.get(name).map(|p| p.to_pod().object_ref(&()));
+        let (regarding, related) = e
+            .objects(&self.cs_ref, &self.ns, cached)
+            .map_err(|name| Error::NotCached(format!("pod {}/{name}", self.ns)))?;
         if e.warning {
             warn!(reason = e.reason, message = %e.message, "event");
         } else {
             info!(reason = e.reason, message = %e.message, "event");
         }
-        let (regarding, related) = match pod {
-            Some(pod) if e.regarding_pod => (pod, Some(self.cs_ref.clone())),
-            pod => (self.cs_ref.clone(), pod),
-        };
         self.ctx.events.send(Note {
             regarding,
             related,
@@ -486,16 +470,4 @@ impl Actor<'_> {
 async fn bounded<F: std::future::Future>(futs: Vec<F>, limit: usize) -> Vec<F::Output> {
     let running = futures::stream::iter(futs).buffer_unordered(limit.max(1));
     running.collect().await
-}
-
-/// Delete options that only delete the object with this UID: a replacement of the same
-/// name (a new pod reusing the instance id) is never deleted by a stale decision.
-fn delete_only_uid(uid: &str) -> DeleteParams {
-    DeleteParams {
-        preconditions: Some(Preconditions {
-            uid: Some(uid.to_owned()),
-            resource_version: None,
-        }),
-        ..DeleteParams::default()
-    }
 }

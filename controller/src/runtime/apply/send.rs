@@ -5,7 +5,7 @@
 use inplace_proto::CloneSet;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DynamicObject, Patch as KubePatch, PostParams};
+use kube::api::{DeleteParams, DynamicObject, Patch as KubePatch, PostParams, Preconditions};
 use kube::{Resource, ResourceExt};
 use serde_json::Value;
 use tracing::debug;
@@ -15,10 +15,11 @@ use crate::expectations::Expectation;
 use crate::plan::action_write::{
     CreateRecipe, Patch, PvcDelete, Target, Write, template_of_recipe,
 };
+use crate::plan::resend::create_exists;
 use crate::plan::sending::patch_what;
 use crate::plan::{Action, StepWrite};
 
-use super::{Actor, delete_only_uid, now_rfc3339, now_time};
+use super::{Actor, now_rfc3339, now_time};
 
 impl Actor<'_> {
     /// Sends `write`, the write of `action`'s step (a deleted pod's PVCs excepted: they go
@@ -84,36 +85,19 @@ impl Actor<'_> {
             .dyn_api::<Pod>()
             .create(&pp, &dynamic(rendered.pod, "pod")?)
             .await;
-        let expect = || {
-            self.expect(Expectation::PodCreated {
-                name: pod_name.to_owned(),
-            })
-        };
-        match created {
-            Ok(_) => {
-                expect();
-                Ok(())
-            }
-            // A pod of that name we know of (the previous one of this instance, still
-            // terminating): not created; retried with backoff until the name is free.
-            Err(e) if is_already_exists(&e) && self.pods.contains_key(pod_name) => {
-                Err(Error::kube(
-                    format!(
-                        "create pod {pod_name} (the previous pod of the instance is still there)"
-                    ),
-                    e,
-                ))
-            }
+        let (expect, result) = match created {
+            Ok(_) => (true, Ok(())),
             Err(e) if is_already_exists(&e) => {
-                debug!(pod = %pod_name, "pod already exists (cache behind)");
-                expect();
-                Err(Error::kube(
-                    format!("create pod {pod_name} (cache behind)"),
-                    e,
-                ))
+                let exists = create_exists(pod_name, self.pods.contains_key(pod_name));
+                (exists.expect_created, Err(Error::kube(exists.what, e)))
             }
-            Err(e) => Err(Error::kube(format!("create pod {pod_name}"), e)),
+            Err(e) => (false, Err(Error::kube(format!("create pod {pod_name}"), e))),
+        };
+        if expect {
+            let name = pod_name.to_owned();
+            self.expect(Expectation::PodCreated { name });
         }
+        result
     }
 
     /// Deletes the `what` `name` only of `uid`; gone or replaced is no failure.
@@ -187,4 +171,16 @@ fn dynamic(value: Value, what: &str) -> Result<DynamicObject, Error> {
         what: format!("{what} built by the planner"),
         source,
     })
+}
+
+/// Delete options that only delete the object with this UID: a replacement of the same
+/// name (a new pod reusing the instance id) is never deleted by a stale decision.
+fn delete_only_uid(uid: &str) -> DeleteParams {
+    DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: Some(uid.to_owned()),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    }
 }
