@@ -11,7 +11,7 @@ use crate::plan::lifecycle_write::LifecycleWrite;
 pub use crate::plan::not_ready::not_ready_key_patch;
 use crate::plan::pod_conditions::InitialConditions;
 
-use super::{Actor, Failure, FailureKind, Outcome, bounded, now_rfc3339, now_time};
+use super::{Actor, FailureKind, Outcome, bounded, now_rfc3339, now_time};
 
 impl Actor<'_> {
     /// The plan's readiness-gate conditions for pods that lack them
@@ -32,8 +32,7 @@ impl Actor<'_> {
         for result in results {
             outcome.attempted += 1;
             if let Err(error) = self.pass_if_conflict(result) {
-                let kind = FailureKind::Update;
-                outcome.failures.push(Failure { kind, error });
+                outcome.fail(FailureKind::Update, error);
             }
         }
     }

@@ -26,7 +26,7 @@ pub use crate::plan::sending::FailureKind;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures::StreamExt;
 use inplace_proto::CloneSet;
@@ -44,7 +44,7 @@ use crate::events::Note;
 use crate::expectations::Expectation;
 use crate::metrics::CloneSetLabels;
 use crate::plan::action_write::Write;
-use crate::plan::sending::{self, Counter, PhaseRun, Report, Sent};
+use crate::plan::sending::{self, PhaseRun, Report, Sent};
 use crate::plan::{Plan, Step, StepWrite};
 use crate::runtime::context::{Context, key_of};
 use crate::watch::{CachedPod, Owned};
@@ -70,6 +70,10 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    fn fail(&mut self, kind: FailureKind, error: Error) {
+        self.failures.push(Failure { kind, error });
+    }
+
     /// The error to hand to the retry policy, if anything failed.
     pub fn into_error(self) -> Option<Error> {
         let total = self.attempted;
@@ -98,7 +102,6 @@ struct Actor<'a> {
     labels: CloneSetLabels,
     /// The cached pods by name; [`Actor::pod`] builds the full pod of one it writes.
     pods: BTreeMap<&'a str, &'a CachedPod>,
-    revisions_ok: AtomicBool,
     /// [`Outcome::conflicts_passed`] so far.
     conflicts_passed: AtomicUsize,
     left: LeftVersions,
@@ -183,7 +186,6 @@ impl<'a> Actor<'a> {
                 .filter_map(|p| p.metadata.name.as_deref().map(|n| (n, &**p)))
                 .collect(),
             ns,
-            revisions_ok: AtomicBool::new(true),
             conflicts_passed: AtomicUsize::new(0),
             left: LeftVersions::default(),
         }
@@ -230,26 +232,17 @@ impl Actor<'_> {
 
     async fn run(&self) -> Outcome {
         let mut outcome = Outcome::default();
-        if let Err(err) = self.write_revisions().await {
-            self.revisions_ok.store(false, Ordering::Relaxed);
+        if let Err(error) = self.write_revisions().await {
             outcome.attempted += 1;
-            outcome.failures.push(Failure {
-                kind: FailureKind::Update,
-                error: err,
-            });
+            outcome.fail(FailureKind::Update, error);
             outcome.skipped = self.plan.steps.len();
             return outcome;
         }
         self.init_pod_conditions(&mut outcome).await;
-        let failed = self.run_steps(&mut outcome).await;
-        if self.revisions_ok.load(Ordering::Relaxed)
-            && !failed
-            && let Err(err) = self.delete_old_revisions().await
+        if !self.run_steps(&mut outcome).await
+            && let Err(error) = self.delete_old_revisions().await
         {
-            outcome.failures.push(Failure {
-                kind: FailureKind::Update,
-                error: err,
-            });
+            outcome.fail(FailureKind::Update, error);
         }
         outcome.conflicts_passed = self.conflicts_passed.load(Ordering::Relaxed);
         outcome
@@ -280,24 +273,18 @@ impl Actor<'_> {
             for (step, result) in results {
                 if let Err(error) = result {
                     failed = true;
-                    let kind = FailureKind::of(&step.action);
-                    outcome.failures.push(Failure { kind, error });
+                    outcome.fail(FailureKind::of(&step.action), error);
                 }
             }
         }
         failed
     }
 
-    /// A write answered 409 is let pass (see [`Outcome::conflicts_passed`]).
-    fn pass_conflict(&self) {
-        self.conflicts_passed.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// `result`, a 409 let pass.
+    /// `result`, a 409 let pass (counted in [`Outcome::conflicts_passed`]).
     fn pass_if_conflict(&self, result: Result<(), Error>) -> Result<(), Error> {
         match result {
             Err(e) if e.is_conflict() => {
-                self.pass_conflict();
+                self.conflicts_passed.fetch_add(1, Ordering::Relaxed);
                 Ok(())
             }
             other => other,
@@ -395,13 +382,7 @@ impl Actor<'_> {
             info!("{line}");
         }
         if let Some(counter) = report.counter {
-            let m = &self.ctx.metrics;
-            let family = match counter {
-                Counter::PodsCreated => &m.pods_created,
-                Counter::PodsDeleted => &m.pods_deleted,
-                Counter::PodsRecreated => &m.pods_recreated,
-                Counter::PodsUpdatedInPlace => &m.pods_updated_in_place,
-            };
+            let family = self.ctx.metrics.pods_counter(counter);
             family.get_or_create(&self.labels).inc();
         }
         let Some(e) = report.event else {
