@@ -62,7 +62,7 @@ impl Actor<'_> {
         let Some(body) = write.patch(&now_rfc3339()) else {
             return Ok(());
         };
-        self.send_pod_patch(name, false, body, || format!("set lifecycle of pod {name}"))
+        self.send_pod_patch(name, None, body, || format!("set lifecycle of pod {name}"))
             .await?;
         debug!(pod = %name, labels = ?write.labels, "lifecycle state changed");
         Ok(())

@@ -4,9 +4,7 @@
 //! says so. A start answered 409 is re-read and re-planned as [`crate::plan::resend`]
 //! decides.
 
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::Patch;
 use tracing::{debug, warn};
 
 use crate::error::Error;
@@ -25,7 +23,7 @@ impl Actor<'_> {
         } else {
             let body = write.pinned_patch(&write.resource_version);
             let what = || in_place_what(write, false);
-            self.send_pod_patch(name, false, body, what).await?;
+            self.send_pod_patch(name, None, body, what).await?;
         }
         // A held update of another revision is only dropped: nothing more.
         if !write.applies_spec() {
@@ -35,7 +33,12 @@ impl Actor<'_> {
             warn!(pod = %name, "server has no pods/resize: resources not changed in place");
         }
         match write.resize_patch() {
-            Some(body) => self.patch_resize(name, body).await,
+            Some(body) => {
+                let what = || format!("resize pod {name}");
+                self.send_pod_patch(name, Some("resize"), body, what)
+                    .await
+                    .map(drop)
+            }
             None => Ok(()),
         }
     }
@@ -48,7 +51,7 @@ impl Actor<'_> {
             let (used, written) = self
                 .retry_on_conflict(write, pin, false, |p| {
                     let body = InPlaceWrite::not_ready_patch(&p.resource_version(), &now_time());
-                    self.send_pod_patch(name, true, body, || in_place_what(write, true))
+                    self.send_pod_patch(name, Some("status"), body, || in_place_what(write, true))
                 })
                 .await?;
             pin = used.after(written);
@@ -72,7 +75,7 @@ impl Actor<'_> {
             );
             async move {
                 let what = || in_place_what(write, false);
-                self.send_pod_patch(name, false, body?, what).await
+                self.send_pod_patch(name, None, body?, what).await
             }
         })
         .await
@@ -111,21 +114,5 @@ impl Actor<'_> {
             };
             debug!(pod = %name, rv = %pin.resource_version(), "conflict: pod re-read, decision still holds, retrying");
         }
-    }
-
-    /// The cpu/memory change `body` of pod `name` through `pods/resize`.
-    async fn patch_resize(&self, name: &str, body: serde_json::Value) -> Result<(), Error> {
-        let req = kube::core::Request::new(format!("/api/v1/namespaces/{}/pods", self.ns));
-        let http = req
-            .patch_subresource("resize", name, &self.pp(), &Patch::Strategic(body))
-            .map_err(|e| Error::kube(format!("resize pod {name}"), kube::Error::BuildRequest(e)))?;
-        let written: Pod = self
-            .ctx
-            .client
-            .request(http)
-            .await
-            .map_err(|e| Error::kube(format!("resize pod {name}"), e))?;
-        self.expect_written(name, &written);
-        Ok(())
     }
 }

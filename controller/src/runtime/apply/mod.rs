@@ -408,40 +408,35 @@ impl Actor<'_> {
         Ok(())
     }
 
-    /// The one pod write: a strategic merge patch of pod `name`, or of its `pods/status`
-    /// (conditions merge by type), sent as it is (a precondition is in `body`); the pod
-    /// written is expected at the version the server answered. `what` names the write in
-    /// its error.
+    /// The one pod write: a strategic merge patch of pod `name`, or of its subresource
+    /// `sub` (`status`: conditions merge by type; `resize`), sent as it is (a precondition
+    /// is in `body`); the pod written is expected at the version the server answered.
+    /// `what` names the write in its error.
     async fn send_pod_patch(
         &self,
         name: &str,
-        status: bool,
+        sub: Option<&str>,
         body: Value,
         what: impl FnOnce() -> String,
     ) -> Result<Pod, Error> {
         let (api, pp, patch) = (self.api::<Pod>(), self.pp(), Patch::Strategic(body));
-        let sent = if status {
-            api.patch_status(name, &pp, &patch).await
-        } else {
-            api.patch(name, &pp, &patch).await
+        let sent = match sub {
+            Some(sub) => api.patch_subresource(sub, name, &pp, &patch).await,
+            None => api.patch(name, &pp, &patch).await,
         };
         let written = sent.map_err(|e| Error::kube(what(), e))?;
-        self.expect_written(name, &written);
-        Ok(written)
-    }
-
-    /// Records the pod `written` (as the server answered a write of pod `name`).
-    fn expect_written(&self, name: &str, written: &Pod) {
         self.expect(Expectation::PodUpdated {
             name: name.to_owned(),
             uid: written.uid().unwrap_or_default(),
             resource_version: written.resource_version().unwrap_or_default(),
         });
+        Ok(written)
     }
 
     /// [`Self::send_pod_patch`] of the `pods/status` of pod `name`.
     async fn patch_pod_status_body(&self, name: &str, body: Value) -> Result<(), Error> {
-        self.send_pod_patch(name, true, body, || format!("patch status of pod {name}"))
+        let what = || format!("patch status of pod {name}");
+        self.send_pod_patch(name, Some("status"), body, what)
             .await
             .map(drop)
     }

@@ -139,8 +139,8 @@ impl Actor<'_> {
         let (body, name) = (patch.body(&now_time()), &patch.name);
         match patch.target {
             Target::Pod | Target::PodStatus => {
-                let status = patch.target == Target::PodStatus;
-                let sent = self.send_pod_patch(name, status, body, || what.to_owned());
+                let sub = (patch.target == Target::PodStatus).then_some("status");
+                let sent = self.send_pod_patch(name, sub, body, || what.to_owned());
                 sent.await.map(drop)
             }
             Target::Pvc => {

@@ -4,6 +4,7 @@ use crate::plan::inplace_write::{spec_from_change, still_updatable};
 use crate::plan::not_ready::NotReadyMessage;
 use inplace_proto::keys;
 use k8s_openapi::api::core::v1::{PodCondition, PodReadinessGate, PodSpec, PodStatus};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::json;
 use std::sync::Arc;
@@ -783,6 +784,73 @@ async fn claims_are_sent_one_by_one_and_stop_at_the_first_failure()
         ),
         "{:?}",
         outcome.failures
+    );
+    Ok(())
+}
+
+/// An in-place write with a resize through the subresource: the pod patch pinned to the
+/// planned version, then the strategic merge patch of `pods/<name>/resize`, each expected.
+#[tokio::test]
+async fn an_in_place_write_then_its_resize_go_to_the_pod_and_its_resize_subresource()
+-> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    use crate::plan::inplace_write::{InPlaceWrite, InPlaceWriteKind, Resize, ResizeVia};
+    use k8s_openapi::api::core::v1::ResourceRequirements;
+    let (client, seen, server) = recording_server(
+        r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"demo-a","namespace":"default","uid":"uid-demo-a","resourceVersion":"9"}}"#,
+    )
+    .await?;
+    let ctx = test_context(client);
+    let cs = inplace_testkit::pods::cloneset(json!({}));
+    let owned = Owned::default();
+    let limits = ResourceRequirements {
+        limits: Some([("cpu".to_owned(), Quantity("2".into()))].into()),
+        ..ResourceRequirements::default()
+    };
+    let write = InPlaceWrite {
+        action: 0,
+        kind: InPlaceWriteKind::NextBatch,
+        pod: "demo-a".into(),
+        resource_version: "7".into(),
+        revision: "demo-2".into(),
+        not_ready_first: false,
+        patch: json!({"metadata": {"labels": {"x": "y"}}}).into(),
+        resize: Some(Resize {
+            via: ResizeVia::Subresource,
+            containers: [("main".to_owned(), limits)].into(),
+        }),
+        guard: crate::plan::inplace_write::Guard::default(),
+    };
+    let plan = Plan {
+        steps: vec![Step {
+            action: Action::ApplyNextContainerBatch {
+                pod: "demo-a".into(),
+            },
+            write: Ok(StepWrite::InPlace(write)),
+        }],
+        ..Plan::default()
+    };
+    let outcome = execute_steps(&ctx, &cs, &owned, &plan).await;
+    server.abort();
+    assert!(outcome.failures.is_empty(), "{outcome:?}");
+    let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
+    let sent: Vec<(&str, &str, &Value)> = seen
+        .iter()
+        .map(|(m, p, b)| (m.as_str(), p.as_str(), b))
+        .collect();
+    assert_eq!(
+        sent,
+        [
+            (
+                "PATCH",
+                "/api/v1/namespaces/default/pods/demo-a",
+                &json!({"metadata": {"labels": {"x": "y"}, "resourceVersion": "7"}})
+            ),
+            (
+                "PATCH",
+                "/api/v1/namespaces/default/pods/demo-a/resize",
+                &json!({"spec": {"containers": [{"name": "main", "resources": {"limits": {"cpu": "2"}}}]}})
+            ),
+        ]
     );
     Ok(())
 }
