@@ -38,12 +38,8 @@ impl Actor<'_> {
             StepWrite::InPlace(write) => self.in_place(write).await,
             StepWrite::Object(Write::Create(recipe)) => self.create_pod(recipe).await,
             StepWrite::Object(Write::DeletePod { pod, uid, .. }) => {
-                self.delete_uid::<Pod>(pod, uid, "pod").await?;
-                self.expect(Expectation::PodDeleted {
-                    name: pod.clone(),
-                    uid: uid.clone(),
-                });
-                Ok(())
+                let expected = |name, uid| Expectation::PodDeleted { name, uid };
+                self.delete_uid::<Pod>("pod", (pod, uid), expected).await
             }
             StepWrite::Object(Write::DeletePvc(delete)) => self.delete_pvc(delete).await,
             StepWrite::Object(Write::Patch(patch)) => {
@@ -100,67 +96,56 @@ impl Actor<'_> {
         result
     }
 
-    /// Deletes the `what` `name` only of `uid`; gone or replaced is no failure.
+    /// Deletes the `what` `name` only of `uid` (a replacement of the same name, e.g. a new
+    /// pod reusing the instance id, is never deleted by a stale decision); gone or replaced
+    /// is no failure. Expects the deletion `expected` names.
     async fn delete_uid<K: Resource<DynamicType = ()>>(
         &self,
-        name: &str,
-        uid: &str,
         what: &str,
+        (name, uid): (&str, &str),
+        expected: fn(String, String) -> Expectation,
     ) -> Result<(), Error> {
-        match self
-            .dyn_api::<K>()
-            .delete(name, &delete_only_uid(uid))
-            .await
-        {
+        let preconditions = Some(Preconditions {
+            uid: Some(uid.to_owned()),
+            resource_version: None,
+        });
+        let dp = DeleteParams {
+            preconditions,
+            ..DeleteParams::default()
+        };
+        match self.dyn_api::<K>().delete(name, &dp).await {
             Ok(_) => debug!(%name, what, "deleted"),
             Err(e) if is_not_found(&e) || is_conflict(&e) => {
                 debug!(%name, what, "already gone or replaced");
             }
             Err(e) => return Err(Error::kube(format!("delete {what} {name}"), e)),
         }
+        self.expect(expected(name.to_owned(), uid.to_owned()));
         Ok(())
     }
 
     /// Deletes a PVC, only of the planned UID.
     pub(super) async fn delete_pvc(&self, delete: &PvcDelete) -> Result<(), Error> {
-        let PvcDelete { pvc, uid } = delete;
-        self.delete_uid::<PersistentVolumeClaim>(pvc, uid, "PVC")
-            .await?;
-        self.expect(Expectation::PvcDeleted {
-            name: pvc.clone(),
-            uid: uid.clone(),
-        });
-        Ok(())
+        let expected = |name, uid| Expectation::PvcDeleted { name, uid };
+        let target = (delete.pvc.as_str(), delete.uid.as_str());
+        self.delete_uid::<PersistentVolumeClaim>("PVC", target, expected)
+            .await
     }
 
-    /// Sends a planned patch (with its precondition and write time); a pod written is
-    /// expected at the version the server answered.
+    /// Sends a planned patch (with its precondition and write time): of a pod by
+    /// [`Actor::send_pod_patch`], else a merge patch whose answer is not read.
     async fn send_patch(&self, patch: &Patch, what: &str) -> Result<(), Error> {
         let (body, name) = (patch.body(&now_time()), &patch.name);
-        match patch.target {
+        let api = match patch.target {
             Target::Pod | Target::PodStatus => {
                 let sub = (patch.target == Target::PodStatus).then_some("status");
                 let sent = self.send_pod_patch(name, sub, body, || what.to_owned());
-                sent.await.map(drop)
+                return sent.await.map(drop);
             }
-            Target::Pvc => {
-                self.merge_patch::<PersistentVolumeClaim>(name, &body, what)
-                    .await
-            }
-            Target::CloneSet => self.merge_patch::<CloneSet>(name, &body, what).await,
-        }
-    }
-
-    /// A merge patch of the `K` `name` (its precondition in `body`); the answer is not
-    /// read (untyped API: any kind).
-    async fn merge_patch<K: Resource<DynamicType = ()>>(
-        &self,
-        name: &str,
-        body: &Value,
-        what: &str,
-    ) -> Result<(), Error> {
-        let patch = KubePatch::Merge(body);
-        let sent = self.dyn_api::<K>().patch(name, &self.pp(), &patch).await;
+            Target::Pvc => self.dyn_api::<PersistentVolumeClaim>(),
+            Target::CloneSet => self.dyn_api::<CloneSet>(),
+        };
+        let sent = api.patch(name, &self.pp(), &KubePatch::Merge(&body)).await;
         sent.map(drop).map_err(|e| Error::kube(what, e))
     }
 }
@@ -171,16 +156,4 @@ fn dynamic(value: Value, what: &str) -> Result<DynamicObject, Error> {
         what: format!("{what} built by the planner"),
         source,
     })
-}
-
-/// Delete options that only delete the object with this UID: a replacement of the same
-/// name (a new pod reusing the instance id) is never deleted by a stale decision.
-fn delete_only_uid(uid: &str) -> DeleteParams {
-    DeleteParams {
-        preconditions: Some(Preconditions {
-            uid: Some(uid.to_owned()),
-            resource_version: None,
-        }),
-        ..DeleteParams::default()
-    }
 }

@@ -854,3 +854,64 @@ async fn an_in_place_write_then_its_resize_go_to_the_pod_and_its_resize_subresou
     );
     Ok(())
 }
+
+/// A pod delete carries its UID as precondition, and the PVCs that go with it follow,
+/// each only of its own UID; every delete is expected.
+#[tokio::test]
+async fn a_pod_delete_and_its_pvcs_carry_their_uids()
+-> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    use crate::plan::action_write::{PvcDelete, Write};
+    use crate::plan::model::DeleteReason;
+    let (client, seen, server) =
+        recording_server(r#"{"kind":"Status","status":"Success"}"#).await?;
+    let ctx = test_context(client);
+    let cs = inplace_testkit::pods::cloneset(json!({}));
+    let mut pod = inplace_testkit::pods::pod("demo-a", "demo-1").build();
+    pod.metadata.namespace = Some("default".into());
+    let owned = Owned {
+        pods: vec![Arc::new(cached(&pod))],
+        ..Owned::default()
+    };
+    let plan = Plan {
+        steps: vec![Step {
+            action: Action::Delete {
+                pod: "demo-a".into(),
+                reason: DeleteReason::ScaleDown,
+            },
+            write: Ok(StepWrite::Object(Write::DeletePod {
+                pod: "demo-a".into(),
+                uid: "uid-demo-a".into(),
+                pvcs: vec![PvcDelete {
+                    pvc: "data-demo-a".into(),
+                    uid: "uid-data".into(),
+                }],
+            })),
+        }],
+        ..Plan::default()
+    };
+    let outcome = execute_steps(&ctx, &cs, &owned, &plan).await;
+    server.abort();
+    assert!(outcome.failures.is_empty(), "{outcome:?}");
+    let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
+    let sent: Vec<(&str, &str, &Value)> = seen
+        .iter()
+        .map(|(m, p, b)| (m.as_str(), p.as_str(), &b["preconditions"]))
+        .collect();
+    assert_eq!(
+        sent,
+        [
+            (
+                "DELETE",
+                "/api/v1/namespaces/default/pods/demo-a",
+                &json!({"uid": "uid-demo-a"})
+            ),
+            (
+                "DELETE",
+                "/api/v1/namespaces/default/persistentvolumeclaims/data-demo-a",
+                &json!({"uid": "uid-data"})
+            ),
+        ]
+    );
+    assert_eq!(ctx.expectations.len(), 1, "the CloneSet has expectations");
+    Ok(())
+}
