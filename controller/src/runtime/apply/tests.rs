@@ -788,6 +788,36 @@ async fn claims_are_sent_one_by_one_and_stop_at_the_first_failure()
     Ok(())
 }
 
+/// A pod `demo-a` as the server answers a write of it.
+const POD_WRITTEN: &str = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"demo-a","namespace":"default","uid":"uid-demo-a","resourceVersion":"9"}}"#;
+
+/// Requests a recording server saw: method, path, body.
+type Seen = Vec<(String, String, Value)>;
+
+/// Sends `steps` alone ([`execute_steps`]) for a CloneSet `demo` with `pods` cached, to a
+/// recording server that answers `answer`; the context, the outcome and the requests seen.
+async fn send_alone(
+    steps: Vec<Step>,
+    pods: &[Pod],
+    answer: &'static str,
+) -> Result<(Context, Outcome, Seen), Box<dyn std::error::Error + Send + Sync>> {
+    let (client, seen, server) = recording_server(answer).await?;
+    let ctx = test_context(client);
+    let cs = inplace_testkit::pods::cloneset(json!({}));
+    let owned = Owned {
+        pods: pods.iter().map(|p| Arc::new(cached(p))).collect(),
+        ..Owned::default()
+    };
+    let plan = Plan {
+        steps,
+        ..Plan::default()
+    };
+    let outcome = execute_steps(&ctx, &cs, &owned, &plan).await;
+    server.abort();
+    let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
+    Ok((ctx, outcome, seen))
+}
+
 /// An in-place write with a resize through the subresource: the pod patch pinned to the
 /// planned version, then the strategic merge patch of `pods/<name>/resize`, each expected.
 #[tokio::test]
@@ -795,13 +825,6 @@ async fn an_in_place_write_then_its_resize_go_to_the_pod_and_its_resize_subresou
 -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     use crate::plan::inplace_write::{InPlaceWrite, InPlaceWriteKind, Resize, ResizeVia};
     use k8s_openapi::api::core::v1::ResourceRequirements;
-    let (client, seen, server) = recording_server(
-        r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"demo-a","namespace":"default","uid":"uid-demo-a","resourceVersion":"9"}}"#,
-    )
-    .await?;
-    let ctx = test_context(client);
-    let cs = inplace_testkit::pods::cloneset(json!({}));
-    let owned = Owned::default();
     let limits = ResourceRequirements {
         limits: Some([("cpu".to_owned(), Quantity("2".into()))].into()),
         ..ResourceRequirements::default()
@@ -820,19 +843,14 @@ async fn an_in_place_write_then_its_resize_go_to_the_pod_and_its_resize_subresou
         }),
         guard: crate::plan::inplace_write::Guard::default(),
     };
-    let plan = Plan {
-        steps: vec![Step {
-            action: Action::ApplyNextContainerBatch {
-                pod: "demo-a".into(),
-            },
-            write: Ok(StepWrite::InPlace(write)),
-        }],
-        ..Plan::default()
+    let step = Step {
+        action: Action::ApplyNextContainerBatch {
+            pod: "demo-a".into(),
+        },
+        write: Ok(StepWrite::InPlace(write)),
     };
-    let outcome = execute_steps(&ctx, &cs, &owned, &plan).await;
-    server.abort();
+    let (_, outcome, seen) = send_alone(vec![step], &[], POD_WRITTEN).await?;
     assert!(outcome.failures.is_empty(), "{outcome:?}");
-    let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
     let sent: Vec<(&str, &str, &Value)> = seen
         .iter()
         .map(|(m, p, b)| (m.as_str(), p.as_str(), b))
@@ -862,37 +880,25 @@ async fn a_pod_delete_and_its_pvcs_carry_their_uids()
 -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     use crate::plan::action_write::{PvcDelete, Write};
     use crate::plan::model::DeleteReason;
-    let (client, seen, server) =
-        recording_server(r#"{"kind":"Status","status":"Success"}"#).await?;
-    let ctx = test_context(client);
-    let cs = inplace_testkit::pods::cloneset(json!({}));
     let mut pod = inplace_testkit::pods::pod("demo-a", "demo-1").build();
     pod.metadata.namespace = Some("default".into());
-    let owned = Owned {
-        pods: vec![Arc::new(cached(&pod))],
-        ..Owned::default()
+    let step = Step {
+        action: Action::Delete {
+            pod: "demo-a".into(),
+            reason: DeleteReason::ScaleDown,
+        },
+        write: Ok(StepWrite::Object(Write::DeletePod {
+            pod: "demo-a".into(),
+            uid: "uid-demo-a".into(),
+            pvcs: vec![PvcDelete {
+                pvc: "data-demo-a".into(),
+                uid: "uid-data".into(),
+            }],
+        })),
     };
-    let plan = Plan {
-        steps: vec![Step {
-            action: Action::Delete {
-                pod: "demo-a".into(),
-                reason: DeleteReason::ScaleDown,
-            },
-            write: Ok(StepWrite::Object(Write::DeletePod {
-                pod: "demo-a".into(),
-                uid: "uid-demo-a".into(),
-                pvcs: vec![PvcDelete {
-                    pvc: "data-demo-a".into(),
-                    uid: "uid-data".into(),
-                }],
-            })),
-        }],
-        ..Plan::default()
-    };
-    let outcome = execute_steps(&ctx, &cs, &owned, &plan).await;
-    server.abort();
+    let success = r#"{"kind":"Status","status":"Success"}"#;
+    let (ctx, outcome, seen) = send_alone(vec![step], &[pod], success).await?;
     assert!(outcome.failures.is_empty(), "{outcome:?}");
-    let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
     let sent: Vec<(&str, &str, &Value)> = seen
         .iter()
         .map(|(m, p, b)| (m.as_str(), p.as_str(), &b["preconditions"]))
