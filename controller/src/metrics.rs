@@ -110,6 +110,20 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// The family a pod write of the plan counts in ([`crate::plan::sending::report`]).
+    pub fn pods_counter(
+        &self,
+        counter: crate::plan::sending::Counter,
+    ) -> &Family<CloneSetLabels, Counter> {
+        use crate::plan::sending::Counter as Pods;
+        match counter {
+            Pods::PodsCreated => &self.pods_created,
+            Pods::PodsDeleted => &self.pods_deleted,
+            Pods::PodsRecreated => &self.pods_recreated,
+            Pods::PodsUpdatedInPlace => &self.pods_updated_in_place,
+        }
+    }
+
     pub fn new() -> Self {
         // The standard process metrics are unprefixed; everything else is `inplace_`.
         let mut root = Registry::default();

@@ -49,6 +49,7 @@ pub mod pods_to_delete;
 pub mod predownload;
 pub mod protection;
 pub mod quantity;
+pub mod resend;
 pub mod revision;
 mod run;
 pub mod scale;

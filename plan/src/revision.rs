@@ -411,6 +411,15 @@ fn history_to_delete(
     non_live[..excess].iter().map(|s| (*s).to_owned()).collect()
 }
 
+/// The merge patch that gives `bumped` (a [`RevisionPlan::bump`]) its new number, pinned
+/// to the version of it read.
+pub fn bump_patch(bumped: &ControllerRevision) -> Value {
+    serde_json::json!({
+        "metadata": {"resourceVersion": bumped.metadata.resource_version},
+        "revision": bumped.revision,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -582,7 +591,13 @@ mod tests {
         let plan = plan_for(&v1, &[r1.clone(), r2], &[], &PlanOptions::default());
         assert_eq!(plan.update_revision, r1.metadata.name.clone().unwrap());
         assert_eq!(plan.create, None);
-        assert_eq!(plan.bump.map(|b| b.revision), Some(3));
+        assert_eq!(plan.bump.as_ref().map(|b| b.revision), Some(3));
+        let mut bumped = plan.bump.unwrap();
+        bumped.metadata.resource_version = Some("41".into());
+        assert_eq!(
+            bump_patch(&bumped),
+            json!({"metadata": {"resourceVersion": "41"}, "revision": 3})
+        );
     }
 
     #[test]

@@ -5,7 +5,10 @@
 
 use inplace_proto::keys;
 
+use k8s_openapi::api::core::v1::ObjectReference;
+
 use crate::action_write::{Patch, Target, Write};
+use crate::inplace_write::{InPlaceWrite, InPlaceWriteKind};
 use crate::model::{Action, UpdateMethod};
 use crate::step::{Step, StepWrite};
 
@@ -169,6 +172,18 @@ pub enum Sent {
 }
 
 impl Sent {
+    /// What became of the write of `action`: `failed` is the error of a failed send
+    /// (whether it is a 409, its text); `planned` whether there was a write to send.
+    pub fn of(action: &Action, planned: bool, failed: Option<(bool, String)>) -> Self {
+        match failed {
+            None => Self::Written,
+            Some((_, e)) if !planned => Self::Unplanned(e),
+            Some((true, _)) if passes_conflict(action) => Self::Passed,
+            Some((true, e)) => Self::Conflict(e),
+            Some((false, e)) => Self::Failed(e),
+        }
+    }
+
     /// The error's text when the step failed.
     fn error(&self) -> Option<&str> {
         match self {
@@ -216,6 +231,37 @@ pub struct Report {
     pub counter: Option<Counter>,
     /// A line for the controller's log (info).
     pub log: Option<String>,
+}
+
+impl StepEvent {
+    /// The event's regarding and related objects, given the CloneSet's reference, its
+    /// namespace and the reference of a cached pod by name (`cached`). An event regarding
+    /// a pod that is not cached is not sent: `Err` names the pod.
+    pub fn objects(
+        &self,
+        cloneset: &ObjectReference,
+        ns: &str,
+        cached: impl Fn(&str) -> Option<ObjectReference>,
+    ) -> Result<(ObjectReference, Option<ObjectReference>), String> {
+        let pod = match &self.pod {
+            Some(PodRef::Cached(name)) => match cached(name) {
+                None if self.regarding_pod => return Err(name.clone()),
+                pod => pod,
+            },
+            Some(PodRef::Named(name)) => Some(ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: Some(name.clone()),
+                namespace: Some(ns.to_owned()),
+                ..ObjectReference::default()
+            }),
+            None => None,
+        };
+        Ok(match pod {
+            Some(pod) if self.regarding_pod => (pod, Some(cloneset.clone())),
+            pod => (cloneset.clone(), pod),
+        })
+    }
 }
 
 fn event(
@@ -387,6 +433,21 @@ fn log_line(action: &Action, write: &Result<StepWrite, crate::step::WriteError>)
             format!("pod {pod}: grace period over, in-place update applied"),
         ),
         _ => None,
+    }
+}
+
+/// What a failed pod patch of the in-place `write` was doing (the error's text);
+/// `not_ready`: the `InPlaceUpdateReady` False written first.
+pub fn in_place_what(write: &InPlaceWrite, not_ready: bool) -> String {
+    let pod = &write.pod;
+    match write.kind {
+        _ if not_ready => format!(
+            "set {} False on pod {pod}",
+            keys::INPLACE_UPDATE_READY_CONDITION
+        ),
+        InPlaceWriteKind::Start => format!("update in place pod {pod}"),
+        InPlaceWriteKind::NextBatch => format!("apply the next container batch of pod {pod}"),
+        InPlaceWriteKind::ApplyHeld => format!("apply held in-place update of pod {pod}"),
     }
 }
 

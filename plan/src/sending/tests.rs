@@ -445,3 +445,112 @@ fn a_failed_patch_says_what_it_was_doing() {
         assert_eq!(patch_what(&action, &patch(target)), want, "{action:?}");
     }
 }
+
+#[test]
+fn what_became_of_a_write_is_read_from_its_error() {
+    let stall = Action::ReportInPlaceStall {
+        pod: "p".into(),
+        reason: "r".into(),
+        message: "m".into(),
+    };
+    let delete = Action::DeletePvc { pvc: "v".into() };
+    let e = |conflict| Some((conflict, "e".to_owned()));
+    let cases = [
+        (&delete, true, None, Sent::Written),
+        (&delete, false, e(false), Sent::Unplanned("e".into())),
+        (&stall, false, e(true), Sent::Unplanned("e".into())),
+        (&stall, true, e(true), Sent::Passed),
+        (&delete, true, e(true), Sent::Conflict("e".into())),
+        (&delete, true, e(false), Sent::Failed("e".into())),
+        (&stall, true, e(false), Sent::Failed("e".into())),
+    ];
+    for (action, planned, failed, sent) in cases {
+        assert_eq!(
+            Sent::of(action, planned, failed.clone()),
+            sent,
+            "{action:?} {failed:?}"
+        );
+    }
+}
+
+#[test]
+fn an_event_regards_the_cloneset_or_its_pod_and_relates_the_other() {
+    let reference = |kind: &str, name: &str| ObjectReference {
+        kind: Some(kind.into()),
+        name: Some(name.into()),
+        ..ObjectReference::default()
+    };
+    let cs = reference("CloneSet", "demo");
+    let cached = |name: &str| (name == "demo-a").then(|| reference("Pod", name));
+    let named = ObjectReference {
+        api_version: Some("v1".into()),
+        namespace: Some("ns".into()),
+        ..reference("Pod", "demo-new")
+    };
+    let event = |regarding_pod, pod| StepEvent {
+        regarding_pod,
+        pod,
+        warning: false,
+        reason: "R".into(),
+        action: "A",
+        message: "m".into(),
+    };
+    let a = || Some(PodRef::Cached("demo-a".into()));
+    let gone = || Some(PodRef::Cached("demo-gone".into()));
+    let cases = [
+        (event(false, None), Ok((cs.clone(), None))),
+        (
+            event(false, a()),
+            Ok((cs.clone(), Some(reference("Pod", "demo-a")))),
+        ),
+        (
+            event(true, a()),
+            Ok((reference("Pod", "demo-a"), Some(cs.clone()))),
+        ),
+        (event(false, gone()), Ok((cs.clone(), None))),
+        (event(true, gone()), Err("demo-gone".to_owned())),
+        (
+            event(false, Some(PodRef::Named("demo-new".into()))),
+            Ok((cs.clone(), Some(named))),
+        ),
+    ];
+    for (event, objects) in cases {
+        assert_eq!(event.objects(&cs, "ns", cached), objects, "{event:?}");
+    }
+}
+
+#[test]
+fn a_failed_in_place_write_says_what_it_was_doing() {
+    let write = |kind| InPlaceWrite {
+        action: 0,
+        kind,
+        pod: "p".into(),
+        resource_version: "1".into(),
+        revision: "r".into(),
+        not_ready_first: true,
+        patch: serde_json::json!({}).into(),
+        resize: None,
+        guard: crate::inplace_write::Guard::default(),
+    };
+    let cases = [
+        (
+            InPlaceWriteKind::Start,
+            true,
+            "set InPlaceUpdateReady False on pod p",
+        ),
+        (InPlaceWriteKind::Start, false, "update in place pod p"),
+        (
+            InPlaceWriteKind::NextBatch,
+            false,
+            "apply the next container batch of pod p",
+        ),
+        (
+            InPlaceWriteKind::ApplyHeld,
+            false,
+            "apply held in-place update of pod p",
+        ),
+    ];
+    for (kind, not_ready, what) in cases {
+        assert_eq!(in_place_what(&write(kind), not_ready), what);
+    }
+}

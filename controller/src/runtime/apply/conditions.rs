@@ -1,7 +1,5 @@
-//! Pod readiness-gate conditions, written by strategic merge patch on `pods/status`:
-//! `InPlaceUpdateReady` / `KruisePodReady` set True on pods that lack them, and our key in
-//! `KruisePodReady`'s message list, with the lifecycle transition that sets it. (The
-//! other condition writes are planned patches: `send`, `inplace`.)
+//! Pod readiness-gate conditions on `pods/status`: the plan's initial conditions, and our
+//! key in `KruisePodReady`'s message list with the lifecycle transition that sets it.
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -13,7 +11,7 @@ use crate::plan::lifecycle_write::LifecycleWrite;
 pub use crate::plan::not_ready::not_ready_key_patch;
 use crate::plan::pod_conditions::InitialConditions;
 
-use super::{Actor, Failure, FailureKind, Outcome, bounded, now_rfc3339, now_time};
+use super::{Actor, FailureKind, Outcome, bounded, now_rfc3339, now_time};
 
 impl Actor<'_> {
     /// The plan's readiness-gate conditions for pods that lack them
@@ -31,15 +29,10 @@ impl Actor<'_> {
             .map(|w| self.init_pod_condition(w, &now))
             .collect();
         let results = bounded(futs, self.ctx.settings.api_parallelism).await;
-        for r in results {
+        for result in results {
             outcome.attempted += 1;
-            match r {
-                Ok(()) => {}
-                Err(e) if e.is_conflict() => self.pass_conflict(),
-                Err(error) => outcome.failures.push(Failure {
-                    kind: FailureKind::Update,
-                    error,
-                }),
+            if let Err(error) = self.pass_if_conflict(result) {
+                outcome.fail(FailureKind::Update, error);
             }
         }
     }
@@ -69,7 +62,7 @@ impl Actor<'_> {
         let Some(body) = write.patch(&now_rfc3339()) else {
             return Ok(());
         };
-        self.send_pod_patch(name, false, body, || format!("set lifecycle of pod {name}"))
+        self.send_pod_patch(name, None, body, || format!("set lifecycle of pod {name}"))
             .await?;
         debug!(pod = %name, labels = ?write.labels, "lifecycle state changed");
         Ok(())
@@ -93,11 +86,7 @@ impl Actor<'_> {
         };
         match self.patch_pod_status_body(&name, body).await {
             Err(e) if e.is_conflict() => {
-                let fresh = self
-                    .api::<Pod>()
-                    .get(&name)
-                    .await
-                    .map_err(|e| Error::kube(format!("read pod {name} after a conflict"), e))?;
+                let fresh = self.read_pod(&name).await?;
                 let rv = fresh.resource_version();
                 match not_ready_key_patch(&fresh, key, add, rv.as_deref(), now_time()) {
                     Some(body) => self.patch_pod_status_body(&name, body).await,

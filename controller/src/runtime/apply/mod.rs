@@ -1,30 +1,18 @@
-//! Carries out a [`Plan`]: ControllerRevisions, pods, PVCs, in-place updates, lifecycle
-//! labels, `podsToDelete` pruning.
+//! Sends a [`Plan`]: ControllerRevisions, the initial readiness-gate conditions, then the
+//! steps, each as the plan holds its write ([`crate::plan::step`]); a step whose write
+//! could not be planned fails with its typed error. What is decided around the sending
+//! (phases, failure conditions, which conflicts pass, events, counters, error texts, what
+//! a refused write means) is the plan's ([`crate::plan::sending`], [`crate::plan::resend`]).
 //!
-//! Rules:
-//! - every write is recorded as an expectation before the next plan may run;
-//! - deletes carry a UID precondition, spec patches a resourceVersion precondition, so a
-//!   decision made on a stale cache fails (409) instead of hitting the wrong object;
-//! - pod conditions are written by strategic merge patch on `pods/status` (conditions merge
-//!   by type, so the kubelet's own conditions are never overwritten);
-//! - consecutive steps of one kind form a phase; a phase runs with bounded parallelism
-//!   (creates in slow-start batches 1, 2, 4, …); the first phase with a failure ends the
-//!   step, and the failure is reported (event, condition, retry with backoff).
+//! Every write is recorded as an expectation before the next plan may run; deletes carry
+//! a UID precondition, patches a resourceVersion one, so a decision made on a stale cache
+//! fails (409) instead of hitting the wrong object; pod conditions go by strategic merge
+//! patch on `pods/status` (merged by type, the kubelet's own never overwritten).
 //!
-//! Each step of the plan holds its action's write ([`crate::plan::step`]); the applier
-//! sends it as it is (a step whose write could not be planned fails with its typed error),
-//! and what it decides around the sending (phases, failure conditions, which conflicts
-//! pass, events, counters, error texts) is the plan's [`crate::plan::sending`].
-//!
-//! This module runs the phases, reports each step, and holds what every write shares (the
-//! APIs, the pod patch, expectations); the writes themselves are in:
-//! - `revisions`: ControllerRevisions;
-//! - `send`: one send for every planned write (creates from the plan's recipe, deletes
-//!   with their UID precondition, patches of pods, PVCs and the CloneSet);
-//! - `inplace`: the in-place writes (start, held update, next batch, resize) and their
-//!   guarded retry after a conflict;
-//! - `conditions`: readiness-gate conditions, the lifecycle state and our key in
-//!   `KruisePodReady`.
+//! This module runs the phases with bounded parallelism and reports each step; the sends
+//! are in `send` (creates, deletes, planned patches), `inplace` (the in-place writes and
+//! their re-read and re-plan on 409), `conditions` (initial conditions, lifecycle, our key
+//! in `KruisePodReady`) and `revisions`.
 
 mod conditions;
 mod inplace;
@@ -33,13 +21,12 @@ mod send;
 #[cfg(test)]
 mod tests;
 
-pub use crate::plan::inplace_write::{spec_from_change, still_updatable};
 pub use crate::plan::pod_conditions::has_gate;
 pub use crate::plan::sending::FailureKind;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures::StreamExt;
 use inplace_proto::CloneSet;
@@ -47,7 +34,7 @@ use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::Value;
 use tracing::{debug, info, warn};
@@ -57,7 +44,7 @@ use crate::events::Note;
 use crate::expectations::Expectation;
 use crate::metrics::CloneSetLabels;
 use crate::plan::action_write::Write;
-use crate::plan::sending::{self, Counter, PhaseRun, PodRef, Report, Sent};
+use crate::plan::sending::{self, PhaseRun, Report, Sent};
 use crate::plan::{Plan, Step, StepWrite};
 use crate::runtime::context::{Context, key_of};
 use crate::watch::{CachedPod, Owned};
@@ -83,6 +70,10 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    fn fail(&mut self, kind: FailureKind, error: Error) {
+        self.failures.push(Failure { kind, error });
+    }
+
     /// The error to hand to the retry policy, if anything failed.
     pub fn into_error(self) -> Option<Error> {
         let total = self.attempted;
@@ -111,7 +102,6 @@ struct Actor<'a> {
     labels: CloneSetLabels,
     /// The cached pods by name; [`Actor::pod`] builds the full pod of one it writes.
     pods: BTreeMap<&'a str, &'a CachedPod>,
-    revisions_ok: AtomicBool,
     /// [`Outcome::conflicts_passed`] so far.
     conflicts_passed: AtomicUsize,
     left: LeftVersions,
@@ -162,10 +152,6 @@ fn now_rfc3339() -> String {
     inplace_proto::LifecycleState::timestamp(Timestamp::now())
 }
 
-fn pod_ref(pod: &Pod) -> ObjectReference {
-    pod.object_ref(&())
-}
-
 /// Carries out `plan` for `cs`.
 pub async fn execute(ctx: &Context, cs: &CloneSet, owned: &Owned, plan: &Plan) -> Outcome {
     Actor::new(ctx, cs, owned, plan).run().await
@@ -200,7 +186,6 @@ impl<'a> Actor<'a> {
                 .filter_map(|p| p.metadata.name.as_deref().map(|n| (n, &**p)))
                 .collect(),
             ns,
-            revisions_ok: AtomicBool::new(true),
             conflicts_passed: AtomicUsize::new(0),
             left: LeftVersions::default(),
         }
@@ -247,26 +232,17 @@ impl Actor<'_> {
 
     async fn run(&self) -> Outcome {
         let mut outcome = Outcome::default();
-        if let Err(err) = self.write_revisions().await {
-            self.revisions_ok.store(false, Ordering::Relaxed);
+        if let Err(error) = self.write_revisions().await {
             outcome.attempted += 1;
-            outcome.failures.push(Failure {
-                kind: FailureKind::Update,
-                error: err,
-            });
+            outcome.fail(FailureKind::Update, error);
             outcome.skipped = self.plan.steps.len();
             return outcome;
         }
         self.init_pod_conditions(&mut outcome).await;
-        let failed = self.run_steps(&mut outcome).await;
-        if self.revisions_ok.load(Ordering::Relaxed)
-            && !failed
-            && let Err(err) = self.delete_old_revisions().await
+        if !self.run_steps(&mut outcome).await
+            && let Err(error) = self.delete_old_revisions().await
         {
-            outcome.failures.push(Failure {
-                kind: FailureKind::Update,
-                error: err,
-            });
+            outcome.fail(FailureKind::Update, error);
         }
         outcome.conflicts_passed = self.conflicts_passed.load(Ordering::Relaxed);
         outcome
@@ -297,17 +273,28 @@ impl Actor<'_> {
             for (step, result) in results {
                 if let Err(error) = result {
                     failed = true;
-                    let kind = FailureKind::of(&step.action);
-                    outcome.failures.push(Failure { kind, error });
+                    outcome.fail(FailureKind::of(&step.action), error);
                 }
             }
         }
         failed
     }
 
-    /// A write answered 409 is let pass (see [`Outcome::conflicts_passed`]).
-    fn pass_conflict(&self) {
-        self.conflicts_passed.fetch_add(1, Ordering::Relaxed);
+    /// `result`, a 409 let pass (counted in [`Outcome::conflicts_passed`]).
+    fn pass_if_conflict(&self, result: Result<(), Error>) -> Result<(), Error> {
+        match result {
+            Err(e) if e.is_conflict() => {
+                self.conflicts_passed.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
+    /// Pod `name` read again after a conflict.
+    async fn read_pod(&self, name: &str) -> Result<Pod, Error> {
+        let read = self.api::<Pod>().get(name).await;
+        read.map_err(|e| Error::kube(format!("read pod {name} after a conflict"), e))
     }
 
     /// Creates in batches of 1, 2, 4, … ([`sending::slow_start`]) and stops after the
@@ -368,18 +355,14 @@ impl Actor<'_> {
             Err(e) => Err(Error::from(e.clone())),
             Ok(write) => self.send(action, write).await,
         };
-        let sent = match &result {
-            Ok(()) => Sent::Written,
-            Err(e) if step.write.is_err() => Sent::Unplanned(e.to_string()),
-            Err(e) if e.is_conflict() && sending::passes_conflict(action) => Sent::Passed,
-            Err(e) if e.is_conflict() => Sent::Conflict(e.to_string()),
-            Err(e) => Sent::Failed(e.to_string()),
-        };
-        let result = if sent == Sent::Passed {
-            self.pass_conflict();
-            Ok(())
-        } else {
-            result
+        let failed = result
+            .as_ref()
+            .err()
+            .map(|e| (e.is_conflict(), e.to_string()));
+        let sent = Sent::of(action, step.write.is_ok(), failed);
+        let result = match sent {
+            Sent::Passed => self.pass_if_conflict(result),
+            _ => result,
         };
         self.report(sending::report(step, &sent))?;
         if let (Ok(()), Ok(StepWrite::Object(Write::DeletePod { pvcs, .. }))) =
@@ -399,39 +382,21 @@ impl Actor<'_> {
             info!("{line}");
         }
         if let Some(counter) = report.counter {
-            let m = &self.ctx.metrics;
-            let family = match counter {
-                Counter::PodsCreated => &m.pods_created,
-                Counter::PodsDeleted => &m.pods_deleted,
-                Counter::PodsRecreated => &m.pods_recreated,
-                Counter::PodsUpdatedInPlace => &m.pods_updated_in_place,
-            };
+            let family = self.ctx.metrics.pods_counter(counter);
             family.get_or_create(&self.labels).inc();
         }
         let Some(e) = report.event else {
             return Ok(());
         };
-        let pod = match &e.pod {
-            Some(PodRef::Cached(name)) if e.regarding_pod => Some(pod_ref(&self.pod(name)?)),
-            Some(PodRef::Cached(name)) => self.pod(name).ok().as_ref().map(pod_ref),
-            Some(PodRef::Named(name)) => Some(ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Pod".into()),
-                name: Some(name.clone()),
-                namespace: Some(self.ns.clone()),
-                ..ObjectReference::default()
-            }),
-            None => None,
-        };
+        let cached = |name: &str| self.pods.get(name).map(|p| p.to_pod().object_ref(&()));
+        let (regarding, related) = e
+            .objects(&self.cs_ref, &self.ns, cached)
+            .map_err(|name| Error::NotCached(format!("pod {}/{name}", self.ns)))?;
         if e.warning {
             warn!(reason = e.reason, message = %e.message, "event");
         } else {
             info!(reason = e.reason, message = %e.message, "event");
         }
-        let (regarding, related) = match pod {
-            Some(pod) if e.regarding_pod => (pod, Some(self.cs_ref.clone())),
-            pod => (self.cs_ref.clone(), pod),
-        };
         self.ctx.events.send(Note {
             regarding,
             related,
@@ -443,40 +408,35 @@ impl Actor<'_> {
         Ok(())
     }
 
-    /// The one pod write: a strategic merge patch of pod `name`, or of its `pods/status`
-    /// (conditions merge by type), sent as it is (a precondition is in `body`); the pod
-    /// written is expected at the version the server answered. `what` names the write in
-    /// its error.
+    /// The one pod write: a strategic merge patch of pod `name`, or of its subresource
+    /// `sub` (`status`: conditions merge by type; `resize`), sent as it is (a precondition
+    /// is in `body`); the pod written is expected at the version the server answered.
+    /// `what` names the write in its error.
     async fn send_pod_patch(
         &self,
         name: &str,
-        status: bool,
+        sub: Option<&str>,
         body: Value,
         what: impl FnOnce() -> String,
     ) -> Result<Pod, Error> {
         let (api, pp, patch) = (self.api::<Pod>(), self.pp(), Patch::Strategic(body));
-        let sent = if status {
-            api.patch_status(name, &pp, &patch).await
-        } else {
-            api.patch(name, &pp, &patch).await
+        let sent = match sub {
+            Some(sub) => api.patch_subresource(sub, name, &pp, &patch).await,
+            None => api.patch(name, &pp, &patch).await,
         };
         let written = sent.map_err(|e| Error::kube(what(), e))?;
-        self.expect_written(name, &written);
-        Ok(written)
-    }
-
-    /// Records the pod `written` (as the server answered a write of pod `name`).
-    fn expect_written(&self, name: &str, written: &Pod) {
         self.expect(Expectation::PodUpdated {
             name: name.to_owned(),
             uid: written.uid().unwrap_or_default(),
             resource_version: written.resource_version().unwrap_or_default(),
         });
+        Ok(written)
     }
 
     /// [`Self::send_pod_patch`] of the `pods/status` of pod `name`.
     async fn patch_pod_status_body(&self, name: &str, body: Value) -> Result<(), Error> {
-        self.send_pod_patch(name, true, body, || format!("patch status of pod {name}"))
+        let what = || format!("patch status of pod {name}");
+        self.send_pod_patch(name, Some("status"), body, what)
             .await
             .map(drop)
     }
@@ -486,16 +446,4 @@ impl Actor<'_> {
 async fn bounded<F: std::future::Future>(futs: Vec<F>, limit: usize) -> Vec<F::Output> {
     let running = futures::stream::iter(futs).buffer_unordered(limit.max(1));
     running.collect().await
-}
-
-/// Delete options that only delete the object with this UID: a replacement of the same
-/// name (a new pod reusing the instance id) is never deleted by a stale decision.
-fn delete_only_uid(uid: &str) -> DeleteParams {
-    DeleteParams {
-        preconditions: Some(Preconditions {
-            uid: Some(uid.to_owned()),
-            resource_version: None,
-        }),
-        ..DeleteParams::default()
-    }
 }

@@ -4,11 +4,11 @@
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use kube::ResourceExt;
 use kube::api::{DeleteParams, Patch, PostParams};
-use serde_json::json;
 use tracing::{debug, info};
 
 use crate::error::{Error, is_already_exists, is_not_found};
 use crate::expectations::Expectation;
+use crate::plan::revision::bump_patch;
 
 use super::Actor;
 
@@ -28,10 +28,7 @@ impl Actor<'_> {
         }
         if let Some(rev) = &self.plan.revisions.bump {
             let name = rev.name_any();
-            let patch = json!({
-                "metadata": {"resourceVersion": rev.resource_version()},
-                "revision": rev.revision,
-            });
+            let patch = bump_patch(rev);
             let written = api
                 .patch(&name, &self.pp(), &Patch::Merge(&patch))
                 .await

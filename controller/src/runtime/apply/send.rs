@@ -5,7 +5,7 @@
 use inplace_proto::CloneSet;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DynamicObject, Patch as KubePatch, PostParams};
+use kube::api::{DeleteParams, DynamicObject, Patch as KubePatch, PostParams, Preconditions};
 use kube::{Resource, ResourceExt};
 use serde_json::Value;
 use tracing::debug;
@@ -15,10 +15,11 @@ use crate::expectations::Expectation;
 use crate::plan::action_write::{
     CreateRecipe, Patch, PvcDelete, Target, Write, template_of_recipe,
 };
+use crate::plan::resend::create_exists;
 use crate::plan::sending::patch_what;
 use crate::plan::{Action, StepWrite};
 
-use super::{Actor, delete_only_uid, now_rfc3339, now_time};
+use super::{Actor, now_rfc3339, now_time};
 
 impl Actor<'_> {
     /// Sends `write`, the write of `action`'s step (a deleted pod's PVCs excepted: they go
@@ -37,12 +38,8 @@ impl Actor<'_> {
             StepWrite::InPlace(write) => self.in_place(write).await,
             StepWrite::Object(Write::Create(recipe)) => self.create_pod(recipe).await,
             StepWrite::Object(Write::DeletePod { pod, uid, .. }) => {
-                self.delete_uid::<Pod>(pod, uid, "pod").await?;
-                self.expect(Expectation::PodDeleted {
-                    name: pod.clone(),
-                    uid: uid.clone(),
-                });
-                Ok(())
+                let expected = |name, uid| Expectation::PodDeleted { name, uid };
+                self.delete_uid::<Pod>("pod", (pod, uid), expected).await
             }
             StepWrite::Object(Write::DeletePvc(delete)) => self.delete_pvc(delete).await,
             StepWrite::Object(Write::Patch(patch)) => {
@@ -84,99 +81,71 @@ impl Actor<'_> {
             .dyn_api::<Pod>()
             .create(&pp, &dynamic(rendered.pod, "pod")?)
             .await;
-        let expect = || {
-            self.expect(Expectation::PodCreated {
-                name: pod_name.to_owned(),
-            })
-        };
-        match created {
-            Ok(_) => {
-                expect();
-                Ok(())
-            }
-            // A pod of that name we know of (the previous one of this instance, still
-            // terminating): not created; retried with backoff until the name is free.
-            Err(e) if is_already_exists(&e) && self.pods.contains_key(pod_name) => {
-                Err(Error::kube(
-                    format!(
-                        "create pod {pod_name} (the previous pod of the instance is still there)"
-                    ),
-                    e,
-                ))
-            }
+        let (expect, result) = match created {
+            Ok(_) => (true, Ok(())),
             Err(e) if is_already_exists(&e) => {
-                debug!(pod = %pod_name, "pod already exists (cache behind)");
-                expect();
-                Err(Error::kube(
-                    format!("create pod {pod_name} (cache behind)"),
-                    e,
-                ))
+                let exists = create_exists(pod_name, self.pods.contains_key(pod_name));
+                (exists.expect_created, Err(Error::kube(exists.what, e)))
             }
-            Err(e) => Err(Error::kube(format!("create pod {pod_name}"), e)),
+            Err(e) => (false, Err(Error::kube(format!("create pod {pod_name}"), e))),
+        };
+        if expect {
+            let name = pod_name.to_owned();
+            self.expect(Expectation::PodCreated { name });
         }
+        result
     }
 
-    /// Deletes the `what` `name` only of `uid`; gone or replaced is no failure.
+    /// Deletes the `what` `name` only of `uid` (a replacement of the same name, e.g. a new
+    /// pod reusing the instance id, is never deleted by a stale decision); gone or replaced
+    /// is no failure. Expects the deletion `expected` names.
     async fn delete_uid<K: Resource<DynamicType = ()>>(
         &self,
-        name: &str,
-        uid: &str,
         what: &str,
+        (name, uid): (&str, &str),
+        expected: fn(String, String) -> Expectation,
     ) -> Result<(), Error> {
-        match self
-            .dyn_api::<K>()
-            .delete(name, &delete_only_uid(uid))
-            .await
-        {
+        let preconditions = Some(Preconditions {
+            uid: Some(uid.to_owned()),
+            resource_version: None,
+        });
+        let dp = DeleteParams {
+            preconditions,
+            ..DeleteParams::default()
+        };
+        match self.dyn_api::<K>().delete(name, &dp).await {
             Ok(_) => debug!(%name, what, "deleted"),
             Err(e) if is_not_found(&e) || is_conflict(&e) => {
                 debug!(%name, what, "already gone or replaced");
             }
             Err(e) => return Err(Error::kube(format!("delete {what} {name}"), e)),
         }
+        self.expect(expected(name.to_owned(), uid.to_owned()));
         Ok(())
     }
 
     /// Deletes a PVC, only of the planned UID.
     pub(super) async fn delete_pvc(&self, delete: &PvcDelete) -> Result<(), Error> {
-        let PvcDelete { pvc, uid } = delete;
-        self.delete_uid::<PersistentVolumeClaim>(pvc, uid, "PVC")
-            .await?;
-        self.expect(Expectation::PvcDeleted {
-            name: pvc.clone(),
-            uid: uid.clone(),
-        });
-        Ok(())
+        let expected = |name, uid| Expectation::PvcDeleted { name, uid };
+        let target = (delete.pvc.as_str(), delete.uid.as_str());
+        self.delete_uid::<PersistentVolumeClaim>("PVC", target, expected)
+            .await
     }
 
-    /// Sends a planned patch (with its precondition and write time); a pod written is
-    /// expected at the version the server answered.
+    /// Sends a planned patch (with its precondition and write time): of a pod by
+    /// [`Actor::send_pod_patch`], else a merge patch whose answer is not read.
     async fn send_patch(&self, patch: &Patch, what: &str) -> Result<(), Error> {
         let (body, name) = (patch.body(&now_time()), &patch.name);
-        match patch.target {
+        let api = match patch.target {
             Target::Pod | Target::PodStatus => {
-                let status = patch.target == Target::PodStatus;
-                let sent = self.send_pod_patch(name, status, body, || what.to_owned());
-                sent.await.map(drop)
+                let sub = (patch.target == Target::PodStatus).then_some("status");
+                let sent = self.send_pod_patch(name, sub, body, || what.to_owned());
+                return sent.await.map(drop);
             }
-            Target::Pvc => {
-                self.merge_patch::<PersistentVolumeClaim>(name, &body, what)
-                    .await
-            }
-            Target::CloneSet => self.merge_patch::<CloneSet>(name, &body, what).await,
-        }
-    }
-
-    /// A merge patch of the `K` `name` (its precondition in `body`); the answer is not
-    /// read (untyped API: any kind).
-    async fn merge_patch<K: Resource<DynamicType = ()>>(
-        &self,
-        name: &str,
-        body: &Value,
-        what: &str,
-    ) -> Result<(), Error> {
-        let patch = KubePatch::Merge(body);
-        let sent = self.dyn_api::<K>().patch(name, &self.pp(), &patch).await;
+            Target::Pvc => self.dyn_api::<PersistentVolumeClaim>(),
+            Target::CloneSet => self.dyn_api::<CloneSet>(),
+        };
+        let sent = api.patch(name, &self.pp(), &KubePatch::Merge(&body)).await;
         sent.map(drop).map_err(|e| Error::kube(what, e))
     }
 }

@@ -1,8 +1,10 @@
 use super::*;
 use crate::plan::Action;
+use crate::plan::inplace_write::{spec_from_change, still_updatable};
 use crate::plan::not_ready::NotReadyMessage;
 use inplace_proto::keys;
 use k8s_openapi::api::core::v1::{PodCondition, PodReadinessGate, PodSpec, PodStatus};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::json;
 use std::sync::Arc;
@@ -783,5 +785,139 @@ async fn claims_are_sent_one_by_one_and_stop_at_the_first_failure()
         "{:?}",
         outcome.failures
     );
+    Ok(())
+}
+
+/// A pod `demo-a` as the server answers a write of it.
+const POD_WRITTEN: &str = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"demo-a","namespace":"default","uid":"uid-demo-a","resourceVersion":"9"}}"#;
+
+/// Requests a recording server saw: method, path, body.
+type Seen = Vec<(String, String, Value)>;
+
+/// Sends `steps` alone ([`execute_steps`]) for a CloneSet `demo` with `pods` cached, to a
+/// recording server that answers `answer`; the context, the outcome and the requests seen.
+async fn send_alone(
+    steps: Vec<Step>,
+    pods: &[Pod],
+    answer: &'static str,
+) -> Result<(Context, Outcome, Seen), Box<dyn std::error::Error + Send + Sync>> {
+    let (client, seen, server) = recording_server(answer).await?;
+    let ctx = test_context(client);
+    let cs = inplace_testkit::pods::cloneset(json!({}));
+    let owned = Owned {
+        pods: pods.iter().map(|p| Arc::new(cached(p))).collect(),
+        ..Owned::default()
+    };
+    let plan = Plan {
+        steps,
+        ..Plan::default()
+    };
+    let outcome = execute_steps(&ctx, &cs, &owned, &plan).await;
+    server.abort();
+    let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
+    Ok((ctx, outcome, seen))
+}
+
+/// An in-place write with a resize through the subresource: the pod patch pinned to the
+/// planned version, then the strategic merge patch of `pods/<name>/resize`, each expected.
+#[tokio::test]
+async fn an_in_place_write_then_its_resize_go_to_the_pod_and_its_resize_subresource()
+-> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    use crate::plan::inplace_write::{InPlaceWrite, InPlaceWriteKind, Resize, ResizeVia};
+    use k8s_openapi::api::core::v1::ResourceRequirements;
+    let limits = ResourceRequirements {
+        limits: Some([("cpu".to_owned(), Quantity("2".into()))].into()),
+        ..ResourceRequirements::default()
+    };
+    let write = InPlaceWrite {
+        action: 0,
+        kind: InPlaceWriteKind::NextBatch,
+        pod: "demo-a".into(),
+        resource_version: "7".into(),
+        revision: "demo-2".into(),
+        not_ready_first: false,
+        patch: json!({"metadata": {"labels": {"x": "y"}}}).into(),
+        resize: Some(Resize {
+            via: ResizeVia::Subresource,
+            containers: [("main".to_owned(), limits)].into(),
+        }),
+        guard: crate::plan::inplace_write::Guard::default(),
+    };
+    let step = Step {
+        action: Action::ApplyNextContainerBatch {
+            pod: "demo-a".into(),
+        },
+        write: Ok(StepWrite::InPlace(write)),
+    };
+    let (_, outcome, seen) = send_alone(vec![step], &[], POD_WRITTEN).await?;
+    assert!(outcome.failures.is_empty(), "{outcome:?}");
+    let sent: Vec<(&str, &str, &Value)> = seen
+        .iter()
+        .map(|(m, p, b)| (m.as_str(), p.as_str(), b))
+        .collect();
+    assert_eq!(
+        sent,
+        [
+            (
+                "PATCH",
+                "/api/v1/namespaces/default/pods/demo-a",
+                &json!({"metadata": {"labels": {"x": "y"}, "resourceVersion": "7"}})
+            ),
+            (
+                "PATCH",
+                "/api/v1/namespaces/default/pods/demo-a/resize",
+                &json!({"spec": {"containers": [{"name": "main", "resources": {"limits": {"cpu": "2"}}}]}})
+            ),
+        ]
+    );
+    Ok(())
+}
+
+/// A pod delete carries its UID as precondition, and the PVCs that go with it follow,
+/// each only of its own UID; every delete is expected.
+#[tokio::test]
+async fn a_pod_delete_and_its_pvcs_carry_their_uids()
+-> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    use crate::plan::action_write::{PvcDelete, Write};
+    use crate::plan::model::DeleteReason;
+    let mut pod = inplace_testkit::pods::pod("demo-a", "demo-1").build();
+    pod.metadata.namespace = Some("default".into());
+    let step = Step {
+        action: Action::Delete {
+            pod: "demo-a".into(),
+            reason: DeleteReason::ScaleDown,
+        },
+        write: Ok(StepWrite::Object(Write::DeletePod {
+            pod: "demo-a".into(),
+            uid: "uid-demo-a".into(),
+            pvcs: vec![PvcDelete {
+                pvc: "data-demo-a".into(),
+                uid: "uid-data".into(),
+            }],
+        })),
+    };
+    let success = r#"{"kind":"Status","status":"Success"}"#;
+    let (ctx, outcome, seen) = send_alone(vec![step], &[pod], success).await?;
+    assert!(outcome.failures.is_empty(), "{outcome:?}");
+    let sent: Vec<(&str, &str, &Value)> = seen
+        .iter()
+        .map(|(m, p, b)| (m.as_str(), p.as_str(), &b["preconditions"]))
+        .collect();
+    assert_eq!(
+        sent,
+        [
+            (
+                "DELETE",
+                "/api/v1/namespaces/default/pods/demo-a",
+                &json!({"uid": "uid-demo-a"})
+            ),
+            (
+                "DELETE",
+                "/api/v1/namespaces/default/persistentvolumeclaims/data-demo-a",
+                &json!({"uid": "uid-data"})
+            ),
+        ]
+    );
+    assert_eq!(ctx.expectations.len(), 1, "the CloneSet has expectations");
     Ok(())
 }
