@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use inplace_proto::cloneset::CloneSet;
 use inplace_proto::nodeimage::NodeImage;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, PodCondition, ServiceAccount};
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
@@ -193,14 +193,19 @@ pub fn node_ready(n: &Node) -> bool {
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-pub fn pod_condition(p: &Pod, kind: &str) -> Option<String> {
+/// The pod's condition of type `kind`.
+pub fn condition<'a>(p: &'a Pod, kind: &str) -> Option<&'a PodCondition> {
     p.status
         .as_ref()?
         .conditions
         .as_ref()?
         .iter()
         .find(|c| c.type_ == kind)
-        .map(|c| c.status.clone())
+}
+
+/// The status of the pod's condition of type `kind`.
+pub fn pod_condition(p: &Pod, kind: &str) -> Option<String> {
+    condition(p, kind).map(|c| c.status.clone())
 }
 
 pub fn pod_ready(p: &Pod) -> bool {

@@ -467,14 +467,7 @@ async fn host_two_controllers_elect_one_leader_and_fail_over() -> TestResult {
 #[ignore = "needs the test bed"]
 async fn host_a_leader_cut_off_longer_than_its_lease_writes_nothing_after_it() -> TestResult {
     let ns = Namespace::create("fence")?;
-    let proxy = freezable_proxy().await?;
-    let mut old = Controller::host_through(&ns.name, proxy.kubeconfig(), &[])?;
-    wait_for(
-        "the proxied controller leads",
-        Duration::from_secs(60),
-        || Ok(old.log_text().contains("became leader")),
-    )?;
-    let new = Controller::host(&ns.name, &[])?;
+    let (proxy, mut old, new) = proxied_leader_and_standby(&ns).await?;
     let manifest = sample_cloneset("fc", 2, &image("v1"), "ReCreate").replace(
         "spec:\n  replicas:",
         "spec:\n  minReadySeconds: 12\n  replicas:",
@@ -558,6 +551,22 @@ async fn host_a_leader_cut_off_longer_than_its_lease_writes_nothing_after_it() -
     Ok(())
 }
 
+/// Two host controllers of `ns`: the first reaches the API server through a freezable proxy
+/// and leads; the second stands by to take over.
+async fn proxied_leader_and_standby(
+    ns: &Namespace,
+) -> TestResult<(FreezableProxy, Controller, Controller)> {
+    let proxy = freezable_proxy().await?;
+    let old = Controller::host_through(&ns.name, proxy.kubeconfig(), &[])?;
+    wait_for(
+        "the proxied controller leads",
+        Duration::from_secs(60),
+        || Ok(old.log_text().contains("became leader")),
+    )?;
+    let new = Controller::host(&ns.name, &[])?;
+    Ok((proxy, old, new))
+}
+
 /// An RFC 3339 time of an object (`creationTimestamp`, a Lease's `acquireTime`).
 fn time_at(value: &Value, what: &str) -> TestResult<chrono::DateTime<chrono::Utc>> {
     let text = value.as_str().ok_or_else(|| format!("no {what}"))?;
@@ -571,14 +580,7 @@ fn time_at(value: &Value, what: &str) -> TestResult<chrono::DateTime<chrono::Utc
 /// guarantees about the frozen create (see the two tests below).
 async fn leader_frozen_mid_create(hold: Hold) -> TestResult {
     let ns = Namespace::create("midwrite")?;
-    let proxy = freezable_proxy().await?;
-    let mut old = Controller::host_through(&ns.name, proxy.kubeconfig(), &[])?;
-    wait_for(
-        "the proxied controller leads",
-        Duration::from_secs(60),
-        || Ok(old.log_text().contains("became leader")),
-    )?;
-    let new = Controller::host(&ns.name, &[])?;
+    let (proxy, mut old, new) = proxied_leader_and_standby(&ns).await?;
     let creates = format!("POST /api/v1/namespaces/{}/pods", ns.name);
     proxy.freeze_at(
         hold,

@@ -10,7 +10,9 @@
 //! - Anything else is not an ending (still running, or failed without saying why).
 
 use inplace_proto::keys;
-use k8s_openapi::api::core::v1::{Pod, PodCondition};
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::bed::condition;
 
 /// The reasons on `InPlaceUpdateReady=False` that end an update as failed.
 pub const FAILED_REASONS: [&str; 3] = [
@@ -28,15 +30,6 @@ pub enum Ending {
     },
     /// Not ended, and why not.
     Open(String),
-}
-
-fn condition<'a>(p: &'a Pod, kind: &str) -> Option<&'a PodCondition> {
-    p.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == kind)
 }
 
 /// How the in-place update of `p` to `update_revision` ended, if it did.

@@ -169,22 +169,14 @@ impl Timeline {
             &mut self.app_running_new,
             app.is_some_and(|c| c.image == new_image && app_running(c)),
         );
-        let gate = gate_status(p);
-        first(&mut self.gate_false, gate == Some("False"));
+        let gate = pod_condition(p, "InPlaceUpdateReady");
+        first(&mut self.gate_false, gate.as_deref() == Some("False"));
         let gate_was_false = self.gate_false.is_some();
-        first(&mut self.gate_true, gate_was_false && gate == Some("True"));
+        first(
+            &mut self.gate_true,
+            gate_was_false && gate.as_deref() == Some("True"),
+        );
     }
-}
-
-/// The status of the pod's `InPlaceUpdateReady` condition (the in-place readiness gate).
-fn gate_status(p: &Pod) -> Option<&str> {
-    p.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == "InPlaceUpdateReady")
-        .map(|c| c.status.as_str())
 }
 
 /// Where an in-place update's time goes: the median time from the new image in the spec to
