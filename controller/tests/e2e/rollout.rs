@@ -514,15 +514,7 @@ async fn host_a_leader_cut_off_longer_than_its_lease_writes_nothing_after_it() -
     )
     .map_err(|e| format!("{e}\n{}", old.log_excerpt()))?;
 
-    proxy.thaw();
-    wait_for(
-        "the old leader sees the new holder and stops",
-        Duration::from_secs(60),
-        || Ok(!old.is_running()),
-    )
-    .map_err(|e| format!("{e}\n{}", old.log_excerpt()))?;
-    let after = old.log_text().get(mark..).unwrap_or_default().to_owned();
-    assert!(after.contains("leader lease lost"), "{}", old.log_excerpt());
+    let after = thaw_and_see_it_stop(&proxy, &mut old, mark)?;
     // Lines the controller logs only once a write succeeded.
     for landed in [
         "created ControllerRevision",
@@ -565,6 +557,25 @@ async fn proxied_leader_and_standby(
     )?;
     let new = Controller::host(&ns.name, &[])?;
     Ok((proxy, old, new))
+}
+
+/// Thaws the proxy of the deposed leader `old` and waits until it sees the new holder and
+/// stops; returns what it logged after `mark`.
+fn thaw_and_see_it_stop(
+    proxy: &FreezableProxy,
+    old: &mut Controller,
+    mark: usize,
+) -> TestResult<String> {
+    proxy.thaw();
+    wait_for(
+        "the old leader sees the new holder and stops",
+        Duration::from_secs(60),
+        || Ok(!old.is_running()),
+    )
+    .map_err(|e| format!("{e}\n{}", old.log_excerpt()))?;
+    let after = old.log_text().get(mark..).unwrap_or_default().to_owned();
+    assert!(after.contains("leader lease lost"), "{}", old.log_excerpt());
+    Ok(after)
 }
 
 /// An RFC 3339 time of an object (`creationTimestamp`, a Lease's `acquireTime`).
@@ -634,15 +645,7 @@ async fn leader_frozen_mid_create(hold: Hold) -> TestResult {
     .map_err(|e| format!("{e}\n{}", new.log_excerpt()))?;
     let pods_before = live_pods(&ns)?;
 
-    proxy.thaw();
-    wait_for(
-        "the old leader sees the new holder and stops",
-        Duration::from_secs(60),
-        || Ok(!old.is_running()),
-    )
-    .map_err(|e| format!("{e}\n{}", old.log_excerpt()))?;
-    let after = old.log_text().get(mark..).unwrap_or_default().to_owned();
-    assert!(after.contains("leader lease lost"), "{}", old.log_excerpt());
+    let after = thaw_and_see_it_stop(&proxy, &mut old, mark)?;
     // Lines the controller logs only once a write succeeded.
     for landed in ["created ControllerRevision", "status written"] {
         let line = after.lines().find(|l| l.contains(landed));
