@@ -15,6 +15,19 @@
 use kube::Resource;
 use kube::api::{DeleteParams, Preconditions};
 
+/// Deletion only of the object with this UID: a replacement of the same name (a new pod
+/// reusing an instance id, a NodeImage of a node registered again) is never deleted by a
+/// decision made about its predecessor.
+pub fn delete_only_uid(uid: &str) -> DeleteParams {
+    DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: Some(uid.to_owned()),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    }
+}
+
 /// Background deletion of `obj`, only of its UID and resourceVersion as read.
 pub fn delete_as_read<K: Resource>(obj: &K) -> DeleteParams {
     let meta = obj.meta();

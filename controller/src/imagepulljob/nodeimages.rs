@@ -21,7 +21,7 @@ use inplace_proto::imagepulljob::ImagePullJob;
 use inplace_proto::nodeimage::{NodeImage, NodeImageSpec};
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, ObjectMeta, PostParams, Preconditions};
+use kube::api::{ObjectMeta, PostParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
@@ -29,6 +29,7 @@ use tracing::{debug, info, warn};
 
 use super::lifecycle::{self, Step};
 use super::{Error, kube_err};
+use crate::delete_as_read::delete_only_uid;
 
 /// The longest time between two sweeps.
 pub const RESYNC: Duration = Duration::from_secs(60);
@@ -224,23 +225,14 @@ async fn apply(
                 Err(e) => Err(kube_err(format!("creating NodeImage {name}"))(e)),
             }
         }
-        Step::Delete { name, uid } => {
-            let dp = DeleteParams {
-                preconditions: Some(Preconditions {
-                    uid: Some(uid),
-                    resource_version: None,
-                }),
-                ..DeleteParams::default()
-            };
-            match api.delete(&name, &dp).await {
-                Ok(_) => {
-                    info!(nodeimage = %name, "deleted NodeImage: its node is gone");
-                    Ok(())
-                }
-                Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-                Err(e) => Err(kube_err(format!("deleting NodeImage {name}"))(e)),
+        Step::Delete { name, uid } => match api.delete(&name, &delete_only_uid(&uid)).await {
+            Ok(_) => {
+                info!(nodeimage = %name, "deleted NodeImage: its node is gone");
+                Ok(())
             }
-        }
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(kube_err(format!("deleting NodeImage {name}"))(e)),
+        },
         Step::UpdateSpec {
             images,
             owner,

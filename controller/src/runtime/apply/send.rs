@@ -5,11 +5,12 @@
 use inplace_proto::CloneSet;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, DynamicObject, Patch as KubePatch, PostParams, Preconditions};
+use kube::api::{DynamicObject, Patch as KubePatch, PostParams};
 use kube::{Resource, ResourceExt};
 use serde_json::Value;
 use tracing::debug;
 
+use crate::delete_as_read::delete_only_uid;
 use crate::error::{Error, is_already_exists, is_conflict, is_not_found};
 use crate::expectations::Expectation;
 use crate::plan::action_write::{
@@ -105,15 +106,11 @@ impl Actor<'_> {
         (name, uid): (&str, &str),
         expected: fn(String, String) -> Expectation,
     ) -> Result<(), Error> {
-        let preconditions = Some(Preconditions {
-            uid: Some(uid.to_owned()),
-            resource_version: None,
-        });
-        let dp = DeleteParams {
-            preconditions,
-            ..DeleteParams::default()
-        };
-        match self.dyn_api::<K>().delete(name, &dp).await {
+        match self
+            .dyn_api::<K>()
+            .delete(name, &delete_only_uid(uid))
+            .await
+        {
             Ok(_) => debug!(%name, what, "deleted"),
             Err(e) if is_not_found(&e) || is_conflict(&e) => {
                 debug!(%name, what, "already gone or replaced");
