@@ -201,6 +201,9 @@ kc() { "$KUBECTL" --kubeconfig "$BED/kubeconfig" "$@"; }
 # socket, bridge or host path of the bed that still exists; prints nothing when clean.
 bed_leftovers() {
   local out="" d cmd m cg hp veths
+  # The pod cgroups, the bridge and the Service shim are the real node's: a control plane
+  # without one (up --no-real-node) leaves them to the bed that has it.
+  local node=${BED_REAL_NODE:-1}
   for d in /proc/[0-9]*; do
     cmd=$(tr '\0' ' ' 2>/dev/null <"$d/cmdline") || continue
     # processes the bed starts (clients that merely use its kubeconfig are not the bed's;
@@ -213,15 +216,17 @@ bed_leftovers() {
   done
   m=$(awk -v b="$BED/" 'index($2, b) == 1 { print "mount " $2 }' /proc/mounts)
   [ -n "$m" ] && out+="$m"$'\n'
-  for cg in /sys/fs/cgroup/*/inplace-testbed /sys/fs/cgroup/inplace-testbed; do
-    [ -e "$cg" ] && out+="cgroup $cg"$'\n'
-  done
-  ip link show "$BRIDGE" >/dev/null 2>&1 && out+="bridge $BRIDGE"$'\n'
-  veths=$(ip -o link show master "$BRIDGE" 2>/dev/null | awk -F': ' '{print $2}')
-  [ -n "$veths" ] && out+="veths $veths"$'\n'
   [ -S "$BED/containerd/containerd.sock" ] && out+="socket $BED/containerd/containerd.sock"$'\n'
-  if command -v iptables >/dev/null && iptables -t nat -S 2>/dev/null | grep -q "inplace-testbed kubernetes service"; then
-    out+="iptables nat rules \"inplace-testbed kubernetes service\""$'\n'
+  if [ "$node" = 1 ]; then
+    for cg in /sys/fs/cgroup/*/inplace-testbed /sys/fs/cgroup/inplace-testbed; do
+      [ -e "$cg" ] && out+="cgroup $cg"$'\n'
+    done
+    ip link show "$BRIDGE" >/dev/null 2>&1 && out+="bridge $BRIDGE"$'\n'
+    veths=$(ip -o link show master "$BRIDGE" 2>/dev/null | awk -F': ' '{print $2}')
+    [ -n "$veths" ] && out+="veths $veths"$'\n'
+    if command -v iptables >/dev/null && iptables -t nat -S 2>/dev/null | grep -q "inplace-testbed kubernetes service"; then
+      out+="iptables nat rules \"inplace-testbed kubernetes service\""$'\n'
+    fi
   fi
   for hp in ${1:-}; do [ -e "$hp" ] && out+="host path $hp"$'\n'; done
   printf '%s' "$out"
