@@ -9,7 +9,9 @@
 //! faults on for 8–14 s while it makes the seed's change (image v1→v2; v1→v2 and `tier`
 //! a→b; or only `tier` a→b, which only the daemon can complete: the kubelet does not
 //! restart a container for an env that reads metadata), kills the daemon at 1–2 points
-//! and the controller at 0–1, turns the faults off and waits for convergence.
+//! and the controller at 0–1, turns the faults off and waits until every update ended
+//! ([`ending::judge`]): done, or, in the runs whose seed chose an image the registry does
+//! not have (`daemon-image-missing`), failed with a condition saying why.
 //!
 //! Only one daemon may serve a node, so these runs go one at a time, after the
 //! controller runs, and only when no other `inplace-daemon` runs on the machine.
@@ -27,6 +29,7 @@ use inplace_proto::nodeimage::NodeImage;
 use inplace_tests::bed::{delete_namespace_and_wait, namespace, suffix};
 use inplace_tests::faults::bed_containerd::BedContainerd;
 use inplace_tests::faults::cri_proxy::CriProxy;
+use inplace_tests::faults::ending::{self, Expected, PodEnding, Verdict};
 use inplace_tests::faults::figures::{RunOutcome, STEP_KILL_PREFIX};
 use inplace_tests::faults::inplace::{ContainerSnap, InPlaceChecker, InPlaceSnap, UpdateStep};
 use inplace_tests::faults::invariants::{Bounds, Checker, PodSnap};
@@ -54,6 +57,18 @@ fn image(version: &str) -> String {
     std::env::var(var).unwrap_or_else(|_| format!("127.0.0.1:5000/inplace-test/app:{version}"))
 }
 
+/// A tag of the test image's repository that the bed's registry does not have.
+fn missing_image() -> String {
+    let v1 = image("v1");
+    let repo = v1.rsplit_once(':').map_or(v1.as_str(), |(r, _)| r);
+    format!("{repo}:{MISSING_TAG}")
+}
+
+const MISSING_TAG: &str = "not-in-the-registry";
+
+/// Of the runs that change the image, those whose new image does not exist.
+const MISSING_IMAGE_PER_MILLE: u64 = 400;
+
 /// What the change does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Change {
@@ -67,6 +82,9 @@ enum Change {
     /// (as an ImagePullJob has the daemon do), from the registry through a proxy that
     /// cuts pulls halfway; no container is touched.
     PreDownload,
+    /// Image v1 → a tag the registry does not have: the update cannot succeed and must
+    /// end failed, saying why ([`Expected::Failed`]).
+    MissingImage,
 }
 
 /// Who is killed.
@@ -76,7 +94,7 @@ enum Who {
     Controller,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DaemonPlan {
     replicas: u32,
     change: Change,
@@ -138,6 +156,14 @@ impl DaemonPlan {
         });
         let cri_rng = node.fork(4);
         let pull_rng = node.fork(5);
+        // Later additions from a stream of their own (the draws above stay as they were).
+        let mut later = node.fork(6);
+        let change = match change {
+            Change::Image | Change::ImageAndEnv if later.chance(MISSING_IMAGE_PER_MILLE) => {
+                Change::MissingImage
+            }
+            c => c,
+        };
         (
             DaemonPlan {
                 replicas,
@@ -152,7 +178,19 @@ impl DaemonPlan {
     }
 
     fn image_changes(&self) -> bool {
-        matches!(self.change, Change::Image | Change::ImageAndEnv)
+        matches!(
+            self.change,
+            Change::Image | Change::ImageAndEnv | Change::MissingImage
+        )
+    }
+
+    /// How the run's in-place updates must end (`None`: the run changes no revision).
+    fn expected(&self) -> Option<Expected> {
+        match self.change {
+            Change::Image | Change::ImageAndEnv | Change::Env => Some(Expected::Done),
+            Change::MissingImage => Some(Expected::Failed),
+            Change::Recreate | Change::PreDownload => None,
+        }
     }
 
     fn env_changes(&self) -> bool {
@@ -166,6 +204,7 @@ impl DaemonPlan {
             Change::Env => "daemon-env",
             Change::Recreate => "daemon-crr",
             Change::PreDownload => "daemon-pull",
+            Change::MissingImage => "daemon-image-missing",
         }
     }
 }
@@ -412,6 +451,85 @@ fn recreate_request(pod: &str) -> Result<ContainerRecreateRequest> {
             "strategy": { "failurePolicy": "Fail", "minStartedSeconds": 1 },
         },
     }))?)
+}
+
+/// Waits until every in-place update of CloneSet `name` ended as `expected`
+/// ([`ending::judge`]; a change expected done also needs the CloneSet's status settled on
+/// `want` pods), at most `secs`, reviving `procs` that died; the UIDs of the pods in the
+/// update, or the violations at the bound (or at once, an update ended otherwise than
+/// expected).
+#[allow(clippy::too_many_arguments)]
+async fn wait_ended(
+    cs_api: &Api<CloneSet>,
+    pods: &Api<Pod>,
+    name: &str,
+    want: u32,
+    expected: Expected,
+    secs: u64,
+    procs: &mut [&mut Process],
+    crashes: &mut Vec<String>,
+) -> std::result::Result<Vec<String>, Vec<String>> {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        for p in procs.iter_mut() {
+            match p.revive() {
+                Ok(Some(crash)) => crashes.push(crash),
+                Ok(None) => {}
+                Err(e) => return Err(vec![format!("restarting a process: {e:#}")]),
+            }
+        }
+        let at_bound = Instant::now() > deadline;
+        let read = async {
+            let settled = match expected {
+                Expected::Done => super::not_converged(cs_api, pods, name, want).await?,
+                Expected::Failed => None,
+            };
+            let revision = cs_api
+                .get(name)
+                .await?
+                .status
+                .and_then(|s| s.update_revision)
+                .unwrap_or_default();
+            let live: Vec<Pod> = pods
+                .list(&ListParams::default())
+                .await?
+                .items
+                .into_iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .collect();
+            Ok::<_, anyhow::Error>((settled, revision, live))
+        };
+        let (settled, revision, live) = match read.await {
+            Ok(r) => r,
+            Err(e) if at_bound => return Err(vec![format!("reading the pods: {e:#}")]),
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+        };
+        let endings: Vec<PodEnding> = live.iter().map(|p| PodEnding::of(p, &revision)).collect();
+        let in_update = || {
+            live.iter()
+                .zip(&endings)
+                .filter(|(_, e)| e.in_update)
+                .filter_map(|(p, _)| p.metadata.uid.clone())
+                .collect()
+        };
+        match (ending::judge(expected, &endings, at_bound), settled) {
+            (Verdict::Ended, None) => return Ok(in_update()),
+            (Verdict::Violations(mut v), settled) => {
+                if let Some(line) = settled.filter(|_| at_bound) {
+                    v.push(format!("not converged: {line}"));
+                }
+                return Err(v);
+            }
+            (Verdict::Ended | Verdict::Wait(_), Some(line)) if at_bound => {
+                return Err(vec![format!("not converged: {line}")]);
+            }
+            _ => {}
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 /// Waits until the request is completed with its container Succeeded (a request that
@@ -729,7 +847,10 @@ async fn run_in(
         let mut expect: BTreeMap<String, Expect> = before
             .iter()
             .map(|p| match &target {
-                _ if plan.change == Change::PreDownload => (p.uid.clone(), Expect::Untouched),
+                // A failing update's pods are known once it ended (the rest stay untouched).
+                _ if matches!(plan.change, Change::PreDownload | Change::MissingImage) => {
+                    (p.uid.clone(), Expect::Untouched)
+                }
                 Some(t) if t.uid != p.uid => (p.uid.clone(), Expect::Untouched),
                 _ => (p.uid.clone(), Expect::RestartedOnce),
             })
@@ -775,7 +896,10 @@ async fn run_in(
                 c.steps.send_modify(|seen| *seen |= step_bit(UpdateStep::Begun));
             }
         } else {
-            let image = image(if plan.image_changes() { "v2" } else { "v1" });
+            let image = match plan.change {
+                Change::MissingImage => missing_image(),
+                _ => image(if plan.image_changes() { "v2" } else { "v1" }),
+            };
             let tier = if plan.env_changes() { "b" } else { "a" };
             let patch = json!({ "spec": { "template": {
                 "metadata": { "labels": { "tier": tier } },
@@ -844,22 +968,28 @@ async fn run_in(
         cri_proxy.set_faults(false);
         pull_proxy.set_faults(false);
 
-        match wait_converged(
-            &cs_api,
-            &pods,
-            name,
-            plan.replicas,
-            shared.args.converge_secs,
-            &mut [&mut ctl, &mut daemon],
-            &mut out.crashes,
-        )
-        .await
-        {
-            Ok(()) => converged = true,
-            Err(e) => out.violations.push(format!(
-                "not converged {} s after the faults stopped: {e}",
-                shared.args.converge_secs
-            )),
+        let secs = shared.args.converge_secs;
+        let procs = &mut [&mut ctl, &mut daemon];
+        match plan.expected() {
+            None => match wait_converged(&cs_api, &pods, name, plan.replicas, secs, procs, &mut out.crashes).await {
+                Ok(()) => converged = true,
+                Err(e) => out.violations.push(format!(
+                    "not converged {secs} s after the faults stopped: {e}"
+                )),
+            },
+            Some(expected) => match wait_ended(&cs_api, &pods, name, plan.replicas, expected, secs, procs, &mut out.crashes).await {
+                Ok(in_update) => {
+                    converged = true;
+                    if expected == Expected::Failed {
+                        for uid in in_update {
+                            expect.insert(uid, Expect::StoppedNotReplaced);
+                        }
+                    }
+                }
+                Err(found) => out.violations.extend(found.into_iter().map(|v| {
+                    format!("{v} ({secs} s after the faults stopped)")
+                })),
+            },
         }
         if converged && plan.change == Change::PreDownload {
             let status = pull
@@ -991,4 +1121,50 @@ async fn run_in(
     let _ = std::fs::remove_file(&ctl_kubeconfig);
     let _ = std::fs::remove_file(&daemon_kubeconfig);
     result.map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seed_gives_one_plan_and_some_seeds_an_image_that_does_not_exist() {
+        for seed in 1..200 {
+            assert_eq!(
+                DaemonPlan::of(seed).0,
+                DaemonPlan::of(seed).0,
+                "seed {seed}"
+            );
+        }
+        let plans: Vec<DaemonPlan> = (1..=200).map(|s| DaemonPlan::of(s).0).collect();
+        let missing: Vec<&DaemonPlan> = plans
+            .iter()
+            .filter(|p| p.change == Change::MissingImage)
+            .collect();
+        // Of the image changes (2 of the 5 changes), 40 %: about 16 % of the runs.
+        assert!((16..=50).contains(&missing.len()), "{}", missing.len());
+        for p in &missing {
+            assert_eq!(p.expected(), Some(Expected::Failed));
+            assert_eq!(p.scenario(), "daemon-image-missing");
+            assert!(p.image_changes() && !p.env_changes());
+        }
+        // Every other change that moves the revision is expected done; a CRR or a pull
+        // moves none.
+        for p in plans.iter().filter(|p| p.change != Change::MissingImage) {
+            let want = match p.change {
+                Change::Recreate | Change::PreDownload => None,
+                _ => Some(Expected::Done),
+            };
+            assert_eq!(p.expected(), want, "{p:?}");
+        }
+        assert!(
+            plans.iter().any(|p| p.change == Change::Image),
+            "a good image change is still drawn"
+        );
+        assert!(missing_image().ends_with(":not-in-the-registry"));
+        assert_eq!(
+            missing_image().rsplit_once(':').map(|(r, _)| r.to_owned()),
+            image("v1").rsplit_once(':').map(|(r, _)| r.to_owned())
+        );
+    }
 }
