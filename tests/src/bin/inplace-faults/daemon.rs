@@ -9,7 +9,10 @@
 //! faults on for 8–14 s while it makes the seed's change (image v1→v2; v1→v2 and `tier`
 //! a→b; or only `tier` a→b, which only the daemon can complete: the kubelet does not
 //! restart a container for an env that reads metadata), kills the daemon at 1–2 points
-//! and the controller at 0–1, turns the faults off and waits until every update ended
+//! and the controller at 0–1, in some runs freezes the daemon's API connection (a
+//! partition that keeps it open: requests and watch events held, then let through late)
+//! for 3 s to past kube's 295 s watch idle bound, turns the faults off once it thawed
+//! and waits until every update ended
 //! ([`ending::judge`]): done, or, in the runs whose seed chose an image the registry does
 //! not have (`daemon-image-missing`), failed with a condition saying why.
 //!
@@ -106,6 +109,29 @@ pub struct DaemonPlan {
     /// The daemon SIGKILLed when the first pod reaches this step of its update (seen on
     /// the unfaulted watch, [`InPlaceChecker::step`]), restarted after (downtime).
     step_kill: Option<(UpdateStep, Duration)>,
+    /// The daemon's API proxy frozen at (offset in the window) for (length): its
+    /// requests and watch events held, its connections kept open, then all let through.
+    api_freeze: Option<(Duration, Duration)>,
+}
+
+/// Of the runs, those whose daemon meets a frozen API connection.
+const FREEZE_PER_MILLE: u64 = 400;
+/// The daemon's bound on an unanswered request ([`inplace_proto::request_timeout`]) and
+/// kube's on a silent watch: the freezes are drawn below the first, between the two, and
+/// (rarely: each costs minutes) past the second.
+const REQUEST_TIMEOUT: Duration = inplace_proto::request_timeout::DEFAULT_REQUEST_TIMEOUT;
+const WATCH_IDLE_BOUND: Duration = Duration::from_secs(295);
+
+/// The length of a freeze, from `rng`: 3–25 s (answered late, before the daemon's
+/// request timeout), 31–60 s (its requests time out, its watches stay silent), and in
+/// one freeze of 20, 296–320 s (its watches pass kube's idle bound too).
+fn freeze_length(rng: &mut Rng) -> Duration {
+    let secs = |d: Duration| d.as_secs();
+    Duration::from_secs(match rng.below(20) {
+        0 => rng.range(secs(WATCH_IDLE_BOUND) + 1, secs(WATCH_IDLE_BOUND) + 25),
+        1..=6 => rng.range(secs(REQUEST_TIMEOUT) + 1, 60),
+        _ => rng.range(3, secs(REQUEST_TIMEOUT) - 5),
+    })
 }
 
 impl DaemonPlan {
@@ -164,6 +190,12 @@ impl DaemonPlan {
             }
             c => c,
         };
+        let api_freeze = later.chance(FREEZE_PER_MILLE).then(|| {
+            (
+                Duration::from_millis(later.below(window_ms)),
+                freeze_length(&mut later),
+            )
+        });
         (
             DaemonPlan {
                 replicas,
@@ -172,6 +204,7 @@ impl DaemonPlan {
                 kills,
                 containerd_restart,
                 step_kill,
+                api_freeze,
             },
             [ctl_rng, daemon_rng, cri_rng, pull_rng],
         )
@@ -761,6 +794,8 @@ async fn run_in(
     let mut converged = false;
     // The containerd restart, while it is under way.
     let mut restart = None;
+    // The freeze of the daemon's API connection, while it is under way.
+    let mut freeze = None;
     let result = async {
         let cri_endpoint = cri_proxy.socket().to_path_buf();
         let mut daemon = Process::start(
@@ -864,6 +899,9 @@ async fn run_in(
         cri_proxy.set_faults(true);
         pull_proxy.set_faults(true);
         let started = Instant::now();
+        freeze = plan
+            .api_freeze
+            .map(|(at, length)| daemon_proxy.freeze_later(at, length));
         restart = plan.containerd_restart.map(|(at, down)| {
             let containerd = containerd.clone();
             tokio::spawn(async move {
@@ -963,6 +1001,17 @@ async fn run_in(
                 .entry("containerd-restart".into())
                 .or_default() += 1;
         }
+        // The faults stop once the freeze thawed (the bound on the endings runs from
+        // then).
+        if let Some(f) = freeze.take() {
+            f.await.context("the freeze of the daemon's API connection")?;
+            *out.node_faults.entry("api-freeze".into()).or_default() += 1;
+            eprintln!(
+                "faults: seed {seed}: the daemon's API connection frozen {:?}: {} requests held",
+                plan.api_freeze.map(|f| f.1).unwrap_or_default(),
+                daemon_proxy.held_requests()
+            );
+        }
         ctl_proxy.set_faults(false);
         daemon_proxy.set_faults(false);
         cri_proxy.set_faults(false);
@@ -1058,6 +1107,10 @@ async fn run_in(
     if let Some(r) = restart {
         r.abort();
     }
+    if let Some(f) = freeze {
+        f.abort();
+    }
+    daemon_proxy.thaw();
     let restored = tokio::task::spawn_blocking(move || {
         let mut c = containerd
             .lock()
@@ -1166,5 +1219,66 @@ mod tests {
             missing_image().rsplit_once(':').map(|(r, _)| r.to_owned()),
             image("v1").rsplit_once(':').map(|(r, _)| r.to_owned())
         );
+    }
+
+    #[test]
+    fn some_seeds_freeze_the_daemons_api_connection_within_the_window() {
+        let plans: Vec<DaemonPlan> = (1..=400).map(|s| DaemonPlan::of(s).0).collect();
+        let freezes: Vec<(Duration, Duration, Duration)> = plans
+            .iter()
+            .filter_map(|p| p.api_freeze.map(|(at, len)| (p.window, at, len)))
+            .collect();
+        assert!((120..=200).contains(&freezes.len()), "{}", freezes.len());
+        for (window, at, len) in &freezes {
+            assert!(
+                at < window,
+                "a freeze begins in the window: {at:?} of {window:?}"
+            );
+            assert!(
+                *len >= Duration::from_secs(3)
+                    && *len <= WATCH_IDLE_BOUND + Duration::from_secs(25),
+                "{len:?}"
+            );
+        }
+        // Every class is drawn: answered late, past the request timeout, past the
+        // watch's idle bound (rarely).
+        let short = freezes.iter().filter(|f| f.2 < REQUEST_TIMEOUT).count();
+        let timed_out = freezes
+            .iter()
+            .filter(|f| f.2 > REQUEST_TIMEOUT && f.2 < WATCH_IDLE_BOUND)
+            .count();
+        let idle = freezes.iter().filter(|f| f.2 > WATCH_IDLE_BOUND).count();
+        assert!(
+            short > timed_out && timed_out > idle && idle > 0,
+            "{short} {timed_out} {idle}"
+        );
+        assert!(idle * 10 < freezes.len(), "{idle} of {}", freezes.len());
+        // A freeze is drawn with every change, the failing one too.
+        for change in [
+            Change::Image,
+            Change::Env,
+            Change::Recreate,
+            Change::PreDownload,
+            Change::MissingImage,
+        ] {
+            assert!(
+                plans
+                    .iter()
+                    .any(|p| p.change == change && p.api_freeze.is_some()),
+                "{change:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn freeze_lengths_stay_in_their_classes() {
+        let mut rng = Rng::new(5);
+        for _ in 0..2000 {
+            let len = freeze_length(&mut rng).as_secs();
+            assert!(
+                (3..=25).contains(&len) || (31..=60).contains(&len) || (296..=320).contains(&len),
+                "{len}"
+            );
+        }
     }
 }
