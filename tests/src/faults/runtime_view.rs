@@ -302,6 +302,55 @@ mod tests {
         assert!(v[0].contains("created again (a1 attempt 1)"), "{v:?}");
     }
 
+    /// A ContainerRecreateRequest run twice (a daemon that, restarted after a kill, took
+    /// up a request it had already carried out): containerd shows two new attempts of
+    /// the target's container, the request's status only "Succeeded".
+    #[test]
+    fn a_recreate_request_run_twice_is_reported() {
+        let before = [c("a0", "u1", 0, 10, true), c("b0", "u2", 0, 10, true)];
+        let after = [
+            c("a0", "u1", 0, 10, false),
+            c("a1", "u1", 1, 2_000, false),
+            c("a2", "u1", 2, 4_000, true),
+            c("b0", "u2", 0, 10, true),
+        ];
+        let p = pods(&[("u1", Expect::RestartedOnce), ("u2", Expect::Untouched)]);
+        let v = check(&before, &after, &p, "app", CHANGED);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(
+            v[0].contains("pod pod-u1: container app restarted 2 times"),
+            "{v:?}"
+        );
+        // Run once: passes.
+        let once = [
+            c("a0", "u1", 0, 10, false),
+            c("a1", "u1", 1, 2_000, true),
+            c("b0", "u2", 0, 10, true),
+        ];
+        assert_eq!(
+            check(&before, &once, &p, "app", CHANGED),
+            Vec::<String>::new()
+        );
+    }
+
+    /// A pod outside the update whose container a daemon stopped (none runs after), or
+    /// restarted in a container that exited while the old one still runs.
+    #[test]
+    fn a_pod_outside_the_update_stopped_or_given_another_container_is_reported() {
+        let before = [c("b0", "u2", 0, 10, true)];
+        let p = pods(&[("u2", Expect::Untouched)]);
+        let v = check(&before, &[c("b0", "u2", 0, 10, false)], &p, "app", CHANGED);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].contains("no running container app"), "{v:?}");
+        let after = [c("b0", "u2", 0, 10, true), c("b1", "u2", 1, 2_000, false)];
+        let v = check(&before, &after, &p, "app", CHANGED);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(
+            v[0].contains("(outside the update): container app touched"),
+            "{v:?}"
+        );
+    }
+
     #[test]
     fn a_pod_gone_from_containerd_is_reported() {
         let before = [c("a0", "u1", 0, 10, true)];
