@@ -1036,7 +1036,7 @@ async fn run_in(
                     }
                 }
                 Err(found) => out.violations.extend(found.into_iter().map(|v| {
-                    format!("{v} ({secs} s after the faults stopped)")
+                    format!("{v} (bound: {secs} s after the faults stopped)")
                 })),
             },
         }
