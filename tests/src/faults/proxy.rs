@@ -8,7 +8,12 @@
 //! "Reset" here is the proxy closing the controller's connection without an answer: the
 //! controller's HTTP client sees the connection end in the middle of the exchange. An
 //! outage ([`FaultProxy::outage`]) cuts every open connection, watches included, and
-//! every request until it ends: an API server gone for that long.
+//! every request until it ends: an API server gone for that long. A freeze
+//! ([`FaultProxy::freeze`]) is the partition that keeps connections open: every request
+//! arriving is held before it is forwarded, every answer and every watch event held
+//! before it is passed on, no connection closed, until the thaw lets it all through (a
+//! client that gave up meanwhile has its request applied late, or not at all if its
+//! connection closed first).
 //!
 //! For stale lists the proxy keeps the last few answers of each list request (by path and
 //! query) and may answer a later one with the oldest of them.
@@ -98,6 +103,10 @@ struct State {
     outage_until_ms: AtomicU64,
     /// Bumped at an outage's start: every open connection closes.
     cut_all: watch::Sender<u64>,
+    /// While true, requests, answers and watch events are held (connections stay open).
+    frozen: watch::Sender<bool>,
+    /// Requests a freeze held before forwarding.
+    held_requests: AtomicU64,
     /// The last [`KEPT_LISTS`] answers of each list request, oldest first.
     lists: Mutex<HashMap<String, VecDeque<ListAnswer>>>,
     records: Mutex<Vec<Record>>,
@@ -132,6 +141,15 @@ impl State {
 
     fn now_ms(&self) -> u64 {
         u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Returns once no freeze holds the proxy.
+    async fn thawed(&self) {
+        if !*self.frozen.borrow() {
+            return;
+        }
+        let mut rx = self.frozen.subscribe();
+        let _ = rx.wait_for(|frozen| !frozen).await;
     }
 
     fn in_outage(&self) -> bool {
@@ -192,6 +210,8 @@ impl FaultProxy {
             enabled: AtomicBool::new(false),
             outage_until_ms: AtomicU64::new(0),
             cut_all: watch::channel(0).0,
+            frozen: watch::channel(false).0,
+            held_requests: AtomicU64::new(0),
             lists: Mutex::new(HashMap::new()),
             records: Mutex::new(Vec::new()),
             started: Instant::now(),
@@ -222,6 +242,35 @@ impl FaultProxy {
             .saturating_add(u64::try_from(length.as_millis()).unwrap_or(u64::MAX));
         self.state.outage_until_ms.store(until, Ordering::SeqCst);
         self.state.cut_all.send_modify(|n| *n += 1);
+    }
+
+    /// Freezes the proxy until [`Self::thaw`]: requests (also on new connections) are held
+    /// before they are forwarded, answers and watch events before they are passed on,
+    /// and every connection stays open; whether faults are on or not.
+    pub fn freeze(&self) {
+        self.state.frozen.send_replace(true);
+    }
+
+    /// Ends a freeze: what it held goes through, late.
+    pub fn thaw(&self) {
+        self.state.frozen.send_replace(false);
+    }
+
+    /// A freeze from `after` from now, for `length` (a task to await, or to abort: the
+    /// proxy is then thawed by [`Self::thaw`] or its drop).
+    pub fn freeze_later(&self, after: Duration, length: Duration) -> tokio::task::JoinHandle<()> {
+        let state = self.state.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            state.frozen.send_replace(true);
+            tokio::time::sleep(length).await;
+            state.frozen.send_replace(false);
+        })
+    }
+
+    /// Requests a freeze held before forwarding them.
+    pub fn held_requests(&self) -> u64 {
+        self.state.held_requests.load(Ordering::SeqCst)
     }
 
     /// Milliseconds since the proxy started (the clock of [`Record::at_ms`]).
@@ -421,6 +470,12 @@ async fn handle(
         .path_and_query()
         .map_or_else(|| path.clone(), |pq| pq.as_str().to_owned());
     let kind = RequestKind::of(&method, req.uri().query());
+    let arrived_ms = state.now_ms();
+    // A freeze holds the request before anything is decided of it.
+    if *state.frozen.borrow() {
+        state.held_requests.fetch_add(1, Ordering::SeqCst);
+    }
+    state.thawed().await;
     let outage = state.in_outage();
     let d = if outage {
         Decision {
@@ -431,7 +486,7 @@ async fn handle(
         state.decide(kind)
     };
     let mut rec = Record {
-        at_ms: state.now_ms(),
+        at_ms: arrived_ms,
         done_ms: 0,
         conn: conn.id,
         conn_opened_ms: conn.opened_ms,
@@ -527,6 +582,8 @@ async fn handle(
     };
     let status = upstream.status().as_u16();
     rec.upstream = Some(status);
+    // An answer that came during a freeze waits for the thaw.
+    state.thawed().await;
     match d.fault {
         Some(Fault::InternalErrorAfterCommit) => {
             drop(upstream);
@@ -556,6 +613,7 @@ async fn handle(
         if is_list(&answer.body) {
             state.keep_list(&target, answer.clone());
         }
+        state.thawed().await;
         let mut resp = list_response(answer);
         for (name, value) in &parts.headers {
             if !hop_by_hop(name) && name != hyper::header::CONTENT_TYPE {
@@ -565,15 +623,31 @@ async fn handle(
         record(rec, status);
         return Ok(resp);
     }
+    // Each chunk of a streamed answer (a watch's events) waits out a freeze.
+    let held = {
+        let state = state.clone();
+        move |chunk| {
+            let state = state.clone();
+            async move {
+                state.thawed().await;
+                chunk
+            }
+        }
+    };
     let body: ProxyBody = if d.fault == Some(Fault::WatchDrop) {
         let end = tokio::time::sleep(Duration::from_millis(d.drop_after_ms));
         let frames = body
             .into_data_stream()
             .take_until(end)
+            .then(held)
             .map(|chunk| chunk.map(Frame::data).map_err(|e| Box::new(e) as BoxError));
         StreamBody::new(frames).boxed_unsync()
     } else {
-        body.map_err(|e| Box::new(e) as BoxError).boxed_unsync()
+        let frames = body
+            .into_data_stream()
+            .then(held)
+            .map(|chunk| chunk.map(Frame::data).map_err(|e| Box::new(e) as BoxError));
+        StreamBody::new(frames).boxed_unsync()
     };
     let mut resp = Response::new(body);
     *resp.status_mut() = parts.status;
@@ -837,6 +911,149 @@ mod tests {
         assert!(after.starts_with("HTTP/1.1 200"), "{after}");
         let faults: Vec<_> = proxy.records().iter().map(|r| r.fault).collect();
         assert!(faults.contains(&Some(Fault::Outage)), "{faults:?}");
+        Ok(())
+    }
+
+    /// A stand-in API server whose watch sends one event at once and then one every
+    /// 100 ms (numbered), and whose lists count themselves.
+    async fn ticking_upstream() -> std::io::Result<(kube::Client, Arc<AtomicU64>)> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let lists = Arc::new(AtomicU64::new(0));
+        let counted = lists.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let counted = counted.clone();
+                let svc = service_fn(move |req: Request<Incoming>| {
+                    let counted = counted.clone();
+                    async move {
+                        let body: ProxyBody = if RequestKind::of("GET", req.uri().query())
+                            == RequestKind::Watch
+                        {
+                            let ticks = futures::stream::unfold(0u64, |n| async move {
+                                if n > 0 {
+                                    tokio::time::sleep(Duration::from_millis(100)).await;
+                                }
+                                let event = format!("{{\"type\":\"MODIFIED\",\"n\":{n}}}\n");
+                                Some((Ok::<_, BoxError>(Frame::data(Bytes::from(event))), n + 1))
+                            });
+                            StreamBody::new(ticks).boxed_unsync()
+                        } else {
+                            counted.fetch_add(1, Ordering::SeqCst);
+                            Full::new(Bytes::from_static(
+                                br#"{"kind":"PodList","apiVersion":"v1","metadata":{},"items":[]}"#,
+                            ))
+                            .map_err(|never| match never {})
+                            .boxed_unsync()
+                        };
+                        Ok::<_, Infallible>(Response::new(body))
+                    }
+                });
+                tokio::spawn(http1::Builder::new().serve_connection(TokioIo::new(stream), svc));
+            }
+        });
+        let client = kube::Client::try_from(kube::Config::new(
+            format!("http://{addr}")
+                .parse()
+                .map_err(std::io::Error::other)?,
+        ))
+        .map_err(std::io::Error::other)?;
+        Ok((client, lists))
+    }
+
+    /// What `conn` gives within `wait`: bytes, `Some(empty)` at the end of the stream,
+    /// `None` when nothing came (the connection open and silent).
+    async fn read_for(conn: &mut tokio::net::TcpStream, wait: Duration) -> Option<Vec<u8>> {
+        use tokio::io::AsyncReadExt;
+        let mut buf = vec![0u8; 64 * 1024];
+        match tokio::time::timeout(wait, conn.read(&mut buf)).await {
+            Ok(Ok(n)) => Some(buf[..n].to_vec()),
+            Ok(Err(_)) => Some(Vec::new()),
+            Err(_) => None,
+        }
+    }
+
+    /// A freeze keeps a watch's connection open and silent, holds a new request before
+    /// the API server sees it, and the thaw lets both through: the events held, late.
+    #[tokio::test]
+    async fn a_freeze_holds_requests_and_watch_events_until_the_thaw() -> Result<(), BoxError> {
+        use tokio::io::AsyncWriteExt;
+        let (client, lists) = ticking_upstream().await?;
+        let proxy = FaultProxy::start(client, Rates::default(), Rng::new(1)).await?;
+        // Faults off: only the freeze acts.
+        let mut watch = tokio::net::TcpStream::connect(proxy.addr).await?;
+        watch
+            .write_all(b"GET /api/v1/pods?watch=true HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await?;
+        let first = read_for(&mut watch, Duration::from_secs(5))
+            .await
+            .ok_or("no answer to the watch")?;
+        assert!(String::from_utf8_lossy(&first).contains("HTTP/1.1 200"));
+        proxy.freeze();
+        // Drain what passed the proxy before the freeze (bounded: a proxy that did not
+        // freeze keeps sending).
+        for _ in 0..10 {
+            if read_for(&mut watch, Duration::from_millis(150))
+                .await
+                .is_none_or(|b| b.is_empty())
+            {
+                break;
+            }
+        }
+        let frozen_at = Instant::now();
+        // Silent and open: no byte, and no end of the stream, for a second.
+        assert_eq!(read_for(&mut watch, Duration::from_secs(1)).await, None);
+        // A request made during the freeze is held before forwarding.
+        let list = tokio::spawn(get(proxy.addr, "/api/v1/pods", Duration::from_secs(10)));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(!list.is_finished());
+        assert_eq!(
+            lists.load(Ordering::SeqCst),
+            0,
+            "forwarded during the freeze"
+        );
+        assert_eq!(proxy.held_requests(), 1);
+        proxy.thaw();
+        let listed = list.await??;
+        assert!(listed.starts_with("HTTP/1.1 200"), "{listed}");
+        assert_eq!(lists.load(Ordering::SeqCst), 1);
+        // The watch goes on, with the events the freeze held.
+        let after = read_for(&mut watch, Duration::from_secs(2))
+            .await
+            .ok_or("the watch stayed silent after the thaw")?;
+        assert!(
+            String::from_utf8_lossy(&after).contains("MODIFIED"),
+            "{}",
+            String::from_utf8_lossy(&after)
+        );
+        assert!(frozen_at.elapsed() >= Duration::from_millis(1500));
+        let records = proxy.records();
+        let held = records
+            .iter()
+            .find(|r| r.path == "/api/v1/pods" && r.kind == RequestKind::Read)
+            .ok_or("the list not recorded")?;
+        assert!(held.done_ms >= held.at_ms + 400, "{held:?}");
+        Ok(())
+    }
+
+    /// `freeze_later` freezes after its delay and thaws after its length.
+    #[tokio::test]
+    async fn a_timed_freeze_thaws_by_itself() -> Result<(), BoxError> {
+        let (client, lists) = ticking_upstream().await?;
+        let proxy = FaultProxy::start(client, Rates::default(), Rng::new(1)).await?;
+        let task = proxy.freeze_later(Duration::from_millis(100), Duration::from_millis(800));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let started = Instant::now();
+        let answer = get(proxy.addr, "/api/v1/pods", Duration::from_secs(5)).await?;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_millis(400) && waited < Duration::from_secs(3),
+            "{waited:?}"
+        );
+        task.await?;
+        assert_eq!(proxy.held_requests(), 1);
+        assert_eq!(lists.load(Ordering::SeqCst), 1);
         Ok(())
     }
 

@@ -6,7 +6,10 @@
 //! count the restarts: after an in-place update a pod's container runs as attempt
 //! baseline + 1, created after the change was made, and no container of that name has a
 //! higher attempt (restarted once: never twice, never not at all). A pod outside the update
-//! keeps its running container (same id, same attempt) and gets no new one.
+//! keeps its running container (same id, same attempt) and gets no new one. A pod whose
+//! update cannot succeed (its new image is not in the registry) has its container from
+//! before stopped by the kubelet, to run the new image, and no new one: the pull fails
+//! before any is created.
 
 use std::collections::BTreeMap;
 
@@ -39,6 +42,8 @@ pub enum Expect {
     RestartedOnce,
     /// Outside the update: untouched.
     Untouched,
+    /// In an update that cannot succeed: the container from before stopped, none created.
+    StoppedNotReplaced,
 }
 
 /// The violations between the view `before` the change and the view `after` convergence,
@@ -60,6 +65,10 @@ pub fn check(
             continue;
         };
         let pod = &b.pod_name;
+        if *expect == Expect::StoppedNotReplaced {
+            out.extend(stopped_not_replaced(b, after, name));
+            continue;
+        }
         let Some(a) = running(after, uid, name) else {
             out.push(format!(
                 "pod {pod}: no running container {name} in containerd after convergence"
@@ -96,6 +105,7 @@ pub fn check(
                     ));
                 }
             }
+            Expect::StoppedNotReplaced => {}
             Expect::Untouched => {
                 if a.id != b.id || highest != b.attempt {
                     out.push(format!(
@@ -109,6 +119,30 @@ pub fn check(
                 }
             }
         }
+    }
+    out
+}
+
+/// [`Expect::StoppedNotReplaced`] for the container `b` ran before the change.
+fn stopped_not_replaced(b: &CriContainer, after: &[CriContainer], name: &str) -> Vec<String> {
+    let pod = &b.pod_name;
+    let mut out = Vec::new();
+    if after.iter().any(|c| c.id == b.id && c.running) {
+        out.push(format!(
+            "pod {pod}: container {name} {} still runs though its update replaced its image",
+            short(&b.id)
+        ));
+    }
+    let made: Vec<String> = after
+        .iter()
+        .filter(|c| c.pod_uid == b.pod_uid && c.name == name && c.attempt > b.attempt)
+        .map(|c| format!("{} attempt {}", short(&c.id), c.attempt))
+        .collect();
+    if !made.is_empty() {
+        out.push(format!(
+            "pod {pod}: container {name} created again ({}) though its new image does not exist",
+            made.join(", ")
+        ));
     }
     out
 }
@@ -235,6 +269,86 @@ mod tests {
         );
         assert_eq!(v.len(), 1, "{v:?}");
         assert!(v[0].contains("outside the update"), "{v:?}");
+    }
+
+    #[test]
+    fn an_update_that_cannot_succeed_stops_the_container_and_makes_none() {
+        let before = [c("a0", "u1", 0, 10, true), c("b0", "u2", 0, 10, true)];
+        let p = pods(&[
+            ("u1", Expect::StoppedNotReplaced),
+            ("u2", Expect::Untouched),
+        ]);
+        // As the kubelet leaves it: the old container exited, the pull failed.
+        let after = [c("a0", "u1", 0, 10, false), c("b0", "u2", 0, 10, true)];
+        assert_eq!(
+            check(&before, &after, &p, "app", CHANGED),
+            Vec::<String>::new()
+        );
+        // Never stopped.
+        let v = check(&before, &before, &p, "app", CHANGED);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(
+            v[0].contains("still runs though its update replaced its image"),
+            "{v:?}"
+        );
+        // A container created anyway (a daemon that restarted it from the old image).
+        let after = [
+            c("a0", "u1", 0, 10, false),
+            c("a1", "u1", 1, 2_000, true),
+            c("b0", "u2", 0, 10, true),
+        ];
+        let v = check(&before, &after, &p, "app", CHANGED);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].contains("created again (a1 attempt 1)"), "{v:?}");
+    }
+
+    /// A ContainerRecreateRequest run twice (a daemon that, restarted after a kill, took
+    /// up a request it had already carried out): containerd shows two new attempts of
+    /// the target's container, the request's status only "Succeeded".
+    #[test]
+    fn a_recreate_request_run_twice_is_reported() {
+        let before = [c("a0", "u1", 0, 10, true), c("b0", "u2", 0, 10, true)];
+        let after = [
+            c("a0", "u1", 0, 10, false),
+            c("a1", "u1", 1, 2_000, false),
+            c("a2", "u1", 2, 4_000, true),
+            c("b0", "u2", 0, 10, true),
+        ];
+        let p = pods(&[("u1", Expect::RestartedOnce), ("u2", Expect::Untouched)]);
+        let v = check(&before, &after, &p, "app", CHANGED);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(
+            v[0].contains("pod pod-u1: container app restarted 2 times"),
+            "{v:?}"
+        );
+        // Run once: passes.
+        let once = [
+            c("a0", "u1", 0, 10, false),
+            c("a1", "u1", 1, 2_000, true),
+            c("b0", "u2", 0, 10, true),
+        ];
+        assert_eq!(
+            check(&before, &once, &p, "app", CHANGED),
+            Vec::<String>::new()
+        );
+    }
+
+    /// A pod outside the update whose container a daemon stopped (none runs after), or
+    /// restarted in a container that exited while the old one still runs.
+    #[test]
+    fn a_pod_outside_the_update_stopped_or_given_another_container_is_reported() {
+        let before = [c("b0", "u2", 0, 10, true)];
+        let p = pods(&[("u2", Expect::Untouched)]);
+        let v = check(&before, &[c("b0", "u2", 0, 10, false)], &p, "app", CHANGED);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].contains("no running container app"), "{v:?}");
+        let after = [c("b0", "u2", 0, 10, true), c("b1", "u2", 1, 2_000, false)];
+        let v = check(&before, &after, &p, "app", CHANGED);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(
+            v[0].contains("(outside the update): container app touched"),
+            "{v:?}"
+        );
     }
 
     #[test]

@@ -9,7 +9,12 @@
 //! faults on for 8–14 s while it makes the seed's change (image v1→v2; v1→v2 and `tier`
 //! a→b; or only `tier` a→b, which only the daemon can complete: the kubelet does not
 //! restart a container for an env that reads metadata), kills the daemon at 1–2 points
-//! and the controller at 0–1, turns the faults off and waits for convergence.
+//! and the controller at 0–1, in some runs freezes the daemon's API connection (a
+//! partition that keeps it open: requests and watch events held, then let through late)
+//! for 3 s to past kube's 295 s watch idle bound, turns the faults off once it thawed
+//! and waits until every update ended
+//! ([`ending::judge`]): done, or, in the runs whose seed chose an image the registry does
+//! not have (`daemon-image-missing`), failed with a condition saying why.
 //!
 //! Only one daemon may serve a node, so these runs go one at a time, after the
 //! controller runs, and only when no other `inplace-daemon` runs on the machine.
@@ -27,6 +32,7 @@ use inplace_proto::nodeimage::NodeImage;
 use inplace_tests::bed::{delete_namespace_and_wait, namespace, suffix};
 use inplace_tests::faults::bed_containerd::BedContainerd;
 use inplace_tests::faults::cri_proxy::CriProxy;
+use inplace_tests::faults::ending::{self, Expected, PodEnding, Verdict};
 use inplace_tests::faults::figures::{RunOutcome, STEP_KILL_PREFIX};
 use inplace_tests::faults::inplace::{ContainerSnap, InPlaceChecker, InPlaceSnap, UpdateStep};
 use inplace_tests::faults::invariants::{Bounds, Checker, PodSnap};
@@ -54,6 +60,18 @@ fn image(version: &str) -> String {
     std::env::var(var).unwrap_or_else(|_| format!("127.0.0.1:5000/inplace-test/app:{version}"))
 }
 
+/// A tag of the test image's repository that the bed's registry does not have.
+fn missing_image() -> String {
+    let v1 = image("v1");
+    let repo = v1.rsplit_once(':').map_or(v1.as_str(), |(r, _)| r);
+    format!("{repo}:{MISSING_TAG}")
+}
+
+const MISSING_TAG: &str = "not-in-the-registry";
+
+/// Of the runs that change the image, those whose new image does not exist.
+const MISSING_IMAGE_PER_MILLE: u64 = 400;
+
 /// What the change does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Change {
@@ -67,6 +85,9 @@ enum Change {
     /// (as an ImagePullJob has the daemon do), from the registry through a proxy that
     /// cuts pulls halfway; no container is touched.
     PreDownload,
+    /// Image v1 → a tag the registry does not have: the update cannot succeed and must
+    /// end failed, saying why ([`Expected::Failed`]).
+    MissingImage,
 }
 
 /// Who is killed.
@@ -76,7 +97,7 @@ enum Who {
     Controller,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DaemonPlan {
     replicas: u32,
     change: Change,
@@ -88,6 +109,29 @@ pub struct DaemonPlan {
     /// The daemon SIGKILLed when the first pod reaches this step of its update (seen on
     /// the unfaulted watch, [`InPlaceChecker::step`]), restarted after (downtime).
     step_kill: Option<(UpdateStep, Duration)>,
+    /// The daemon's API proxy frozen at (offset in the window) for (length): its
+    /// requests and watch events held, its connections kept open, then all let through.
+    api_freeze: Option<(Duration, Duration)>,
+}
+
+/// Of the runs, those whose daemon meets a frozen API connection.
+const FREEZE_PER_MILLE: u64 = 400;
+/// The daemon's bound on an unanswered request ([`inplace_proto::request_timeout`]) and
+/// kube's on a silent watch: the freezes are drawn below the first, between the two, and
+/// (rarely: each costs minutes) past the second.
+const REQUEST_TIMEOUT: Duration = inplace_proto::request_timeout::DEFAULT_REQUEST_TIMEOUT;
+const WATCH_IDLE_BOUND: Duration = Duration::from_secs(295);
+
+/// The length of a freeze, from `rng`: 3–25 s (answered late, before the daemon's
+/// request timeout), 31–60 s (its requests time out, its watches stay silent), and in
+/// one freeze of 20, 296–320 s (its watches pass kube's idle bound too).
+fn freeze_length(rng: &mut Rng) -> Duration {
+    let secs = |d: Duration| d.as_secs();
+    Duration::from_secs(match rng.below(20) {
+        0 => rng.range(secs(WATCH_IDLE_BOUND) + 1, secs(WATCH_IDLE_BOUND) + 25),
+        1..=6 => rng.range(secs(REQUEST_TIMEOUT) + 1, 60),
+        _ => rng.range(3, secs(REQUEST_TIMEOUT) - 5),
+    })
 }
 
 impl DaemonPlan {
@@ -138,6 +182,20 @@ impl DaemonPlan {
         });
         let cri_rng = node.fork(4);
         let pull_rng = node.fork(5);
+        // Later additions from a stream of their own (the draws above stay as they were).
+        let mut later = node.fork(6);
+        let change = match change {
+            Change::Image | Change::ImageAndEnv if later.chance(MISSING_IMAGE_PER_MILLE) => {
+                Change::MissingImage
+            }
+            c => c,
+        };
+        let api_freeze = later.chance(FREEZE_PER_MILLE).then(|| {
+            (
+                Duration::from_millis(later.below(window_ms)),
+                freeze_length(&mut later),
+            )
+        });
         (
             DaemonPlan {
                 replicas,
@@ -146,13 +204,26 @@ impl DaemonPlan {
                 kills,
                 containerd_restart,
                 step_kill,
+                api_freeze,
             },
             [ctl_rng, daemon_rng, cri_rng, pull_rng],
         )
     }
 
     fn image_changes(&self) -> bool {
-        matches!(self.change, Change::Image | Change::ImageAndEnv)
+        matches!(
+            self.change,
+            Change::Image | Change::ImageAndEnv | Change::MissingImage
+        )
+    }
+
+    /// How the run's in-place updates must end (`None`: the run changes no revision).
+    fn expected(&self) -> Option<Expected> {
+        match self.change {
+            Change::Image | Change::ImageAndEnv | Change::Env => Some(Expected::Done),
+            Change::MissingImage => Some(Expected::Failed),
+            Change::Recreate | Change::PreDownload => None,
+        }
     }
 
     fn env_changes(&self) -> bool {
@@ -166,6 +237,7 @@ impl DaemonPlan {
             Change::Env => "daemon-env",
             Change::Recreate => "daemon-crr",
             Change::PreDownload => "daemon-pull",
+            Change::MissingImage => "daemon-image-missing",
         }
     }
 }
@@ -414,6 +486,85 @@ fn recreate_request(pod: &str) -> Result<ContainerRecreateRequest> {
     }))?)
 }
 
+/// Waits until every in-place update of CloneSet `name` ended as `expected`
+/// ([`ending::judge`]; a change expected done also needs the CloneSet's status settled on
+/// `want` pods), at most `secs`, reviving `procs` that died; the UIDs of the pods in the
+/// update, or the violations at the bound (or at once, an update ended otherwise than
+/// expected).
+#[allow(clippy::too_many_arguments)]
+async fn wait_ended(
+    cs_api: &Api<CloneSet>,
+    pods: &Api<Pod>,
+    name: &str,
+    want: u32,
+    expected: Expected,
+    secs: u64,
+    procs: &mut [&mut Process],
+    crashes: &mut Vec<String>,
+) -> std::result::Result<Vec<String>, Vec<String>> {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        for p in procs.iter_mut() {
+            match p.revive() {
+                Ok(Some(crash)) => crashes.push(crash),
+                Ok(None) => {}
+                Err(e) => return Err(vec![format!("restarting a process: {e:#}")]),
+            }
+        }
+        let at_bound = Instant::now() > deadline;
+        let read = async {
+            let settled = match expected {
+                Expected::Done => super::not_converged(cs_api, pods, name, want).await?,
+                Expected::Failed => None,
+            };
+            let revision = cs_api
+                .get(name)
+                .await?
+                .status
+                .and_then(|s| s.update_revision)
+                .unwrap_or_default();
+            let live: Vec<Pod> = pods
+                .list(&ListParams::default())
+                .await?
+                .items
+                .into_iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .collect();
+            Ok::<_, anyhow::Error>((settled, revision, live))
+        };
+        let (settled, revision, live) = match read.await {
+            Ok(r) => r,
+            Err(e) if at_bound => return Err(vec![format!("reading the pods: {e:#}")]),
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+        };
+        let endings: Vec<PodEnding> = live.iter().map(|p| PodEnding::of(p, &revision)).collect();
+        let in_update = || {
+            live.iter()
+                .zip(&endings)
+                .filter(|(_, e)| e.in_update)
+                .filter_map(|(p, _)| p.metadata.uid.clone())
+                .collect()
+        };
+        match (ending::judge(expected, &endings, at_bound), settled) {
+            (Verdict::Ended, None) => return Ok(in_update()),
+            (Verdict::Violations(mut v), settled) => {
+                if let Some(line) = settled.filter(|_| at_bound) {
+                    v.push(format!("not converged: {line}"));
+                }
+                return Err(v);
+            }
+            (Verdict::Ended | Verdict::Wait(_), Some(line)) if at_bound => {
+                return Err(vec![format!("not converged: {line}")]);
+            }
+            _ => {}
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 /// Waits until the request is completed with its container Succeeded (a request that
 /// ends otherwise says why in its message).
 async fn wait_recreated(crrs: &Api<ContainerRecreateRequest>, secs: u64) -> Result<()> {
@@ -643,6 +794,8 @@ async fn run_in(
     let mut converged = false;
     // The containerd restart, while it is under way.
     let mut restart = None;
+    // The freeze of the daemon's API connection, while it is under way.
+    let mut freeze = None;
     let result = async {
         let cri_endpoint = cri_proxy.socket().to_path_buf();
         let mut daemon = Process::start(
@@ -729,7 +882,10 @@ async fn run_in(
         let mut expect: BTreeMap<String, Expect> = before
             .iter()
             .map(|p| match &target {
-                _ if plan.change == Change::PreDownload => (p.uid.clone(), Expect::Untouched),
+                // A failing update's pods are known once it ended (the rest stay untouched).
+                _ if matches!(plan.change, Change::PreDownload | Change::MissingImage) => {
+                    (p.uid.clone(), Expect::Untouched)
+                }
                 Some(t) if t.uid != p.uid => (p.uid.clone(), Expect::Untouched),
                 _ => (p.uid.clone(), Expect::RestartedOnce),
             })
@@ -743,6 +899,9 @@ async fn run_in(
         cri_proxy.set_faults(true);
         pull_proxy.set_faults(true);
         let started = Instant::now();
+        freeze = plan
+            .api_freeze
+            .map(|(at, length)| daemon_proxy.freeze_later(at, length));
         restart = plan.containerd_restart.map(|(at, down)| {
             let containerd = containerd.clone();
             tokio::spawn(async move {
@@ -775,7 +934,10 @@ async fn run_in(
                 c.steps.send_modify(|seen| *seen |= step_bit(UpdateStep::Begun));
             }
         } else {
-            let image = image(if plan.image_changes() { "v2" } else { "v1" });
+            let image = match plan.change {
+                Change::MissingImage => missing_image(),
+                _ => image(if plan.image_changes() { "v2" } else { "v1" }),
+            };
             let tier = if plan.env_changes() { "b" } else { "a" };
             let patch = json!({ "spec": { "template": {
                 "metadata": { "labels": { "tier": tier } },
@@ -839,27 +1001,44 @@ async fn run_in(
                 .entry("containerd-restart".into())
                 .or_default() += 1;
         }
+        // The faults stop once the freeze thawed (the bound on the endings runs from
+        // then).
+        if let Some(f) = freeze.take() {
+            f.await.context("the freeze of the daemon's API connection")?;
+            *out.node_faults.entry("api-freeze".into()).or_default() += 1;
+            eprintln!(
+                "faults: seed {seed}: the daemon's API connection frozen {:?}: {} requests held",
+                plan.api_freeze.map(|f| f.1).unwrap_or_default(),
+                daemon_proxy.held_requests()
+            );
+        }
         ctl_proxy.set_faults(false);
         daemon_proxy.set_faults(false);
         cri_proxy.set_faults(false);
         pull_proxy.set_faults(false);
 
-        match wait_converged(
-            &cs_api,
-            &pods,
-            name,
-            plan.replicas,
-            shared.args.converge_secs,
-            &mut [&mut ctl, &mut daemon],
-            &mut out.crashes,
-        )
-        .await
-        {
-            Ok(()) => converged = true,
-            Err(e) => out.violations.push(format!(
-                "not converged {} s after the faults stopped: {e}",
-                shared.args.converge_secs
-            )),
+        let secs = shared.args.converge_secs;
+        let procs = &mut [&mut ctl, &mut daemon];
+        match plan.expected() {
+            None => match wait_converged(&cs_api, &pods, name, plan.replicas, secs, procs, &mut out.crashes).await {
+                Ok(()) => converged = true,
+                Err(e) => out.violations.push(format!(
+                    "not converged {secs} s after the faults stopped: {e}"
+                )),
+            },
+            Some(expected) => match wait_ended(&cs_api, &pods, name, plan.replicas, expected, secs, procs, &mut out.crashes).await {
+                Ok(in_update) => {
+                    converged = true;
+                    if expected == Expected::Failed {
+                        for uid in in_update {
+                            expect.insert(uid, Expect::StoppedNotReplaced);
+                        }
+                    }
+                }
+                Err(found) => out.violations.extend(found.into_iter().map(|v| {
+                    format!("{v} (bound: {secs} s after the faults stopped)")
+                })),
+            },
         }
         if converged && plan.change == Change::PreDownload {
             let status = pull
@@ -928,6 +1107,10 @@ async fn run_in(
     if let Some(r) = restart {
         r.abort();
     }
+    if let Some(f) = freeze {
+        f.abort();
+    }
+    daemon_proxy.thaw();
     let restored = tokio::task::spawn_blocking(move || {
         let mut c = containerd
             .lock()
@@ -991,4 +1174,111 @@ async fn run_in(
     let _ = std::fs::remove_file(&ctl_kubeconfig);
     let _ = std::fs::remove_file(&daemon_kubeconfig);
     result.map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seed_gives_one_plan_and_some_seeds_an_image_that_does_not_exist() {
+        for seed in 1..200 {
+            assert_eq!(
+                DaemonPlan::of(seed).0,
+                DaemonPlan::of(seed).0,
+                "seed {seed}"
+            );
+        }
+        let plans: Vec<DaemonPlan> = (1..=200).map(|s| DaemonPlan::of(s).0).collect();
+        let missing: Vec<&DaemonPlan> = plans
+            .iter()
+            .filter(|p| p.change == Change::MissingImage)
+            .collect();
+        // Of the image changes (2 of the 5 changes), 40 %: about 16 % of the runs.
+        assert!((16..=50).contains(&missing.len()), "{}", missing.len());
+        for p in &missing {
+            assert_eq!(p.expected(), Some(Expected::Failed));
+            assert_eq!(p.scenario(), "daemon-image-missing");
+            assert!(p.image_changes() && !p.env_changes());
+        }
+        // Every other change that moves the revision is expected done; a CRR or a pull
+        // moves none.
+        for p in plans.iter().filter(|p| p.change != Change::MissingImage) {
+            let want = match p.change {
+                Change::Recreate | Change::PreDownload => None,
+                _ => Some(Expected::Done),
+            };
+            assert_eq!(p.expected(), want, "{p:?}");
+        }
+        assert!(
+            plans.iter().any(|p| p.change == Change::Image),
+            "a good image change is still drawn"
+        );
+        assert!(missing_image().ends_with(":not-in-the-registry"));
+        assert_eq!(
+            missing_image().rsplit_once(':').map(|(r, _)| r.to_owned()),
+            image("v1").rsplit_once(':').map(|(r, _)| r.to_owned())
+        );
+    }
+
+    #[test]
+    fn some_seeds_freeze_the_daemons_api_connection_within_the_window() {
+        let plans: Vec<DaemonPlan> = (1..=400).map(|s| DaemonPlan::of(s).0).collect();
+        let freezes: Vec<(Duration, Duration, Duration)> = plans
+            .iter()
+            .filter_map(|p| p.api_freeze.map(|(at, len)| (p.window, at, len)))
+            .collect();
+        assert!((120..=200).contains(&freezes.len()), "{}", freezes.len());
+        for (window, at, len) in &freezes {
+            assert!(
+                at < window,
+                "a freeze begins in the window: {at:?} of {window:?}"
+            );
+            assert!(
+                *len >= Duration::from_secs(3)
+                    && *len <= WATCH_IDLE_BOUND + Duration::from_secs(25),
+                "{len:?}"
+            );
+        }
+        // Every class is drawn: answered late, past the request timeout, past the
+        // watch's idle bound (rarely).
+        let short = freezes.iter().filter(|f| f.2 < REQUEST_TIMEOUT).count();
+        let timed_out = freezes
+            .iter()
+            .filter(|f| f.2 > REQUEST_TIMEOUT && f.2 < WATCH_IDLE_BOUND)
+            .count();
+        let idle = freezes.iter().filter(|f| f.2 > WATCH_IDLE_BOUND).count();
+        assert!(
+            short > timed_out && timed_out > idle && idle > 0,
+            "{short} {timed_out} {idle}"
+        );
+        assert!(idle * 10 < freezes.len(), "{idle} of {}", freezes.len());
+        // A freeze is drawn with every change, the failing one too.
+        for change in [
+            Change::Image,
+            Change::Env,
+            Change::Recreate,
+            Change::PreDownload,
+            Change::MissingImage,
+        ] {
+            assert!(
+                plans
+                    .iter()
+                    .any(|p| p.change == change && p.api_freeze.is_some()),
+                "{change:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn freeze_lengths_stay_in_their_classes() {
+        let mut rng = Rng::new(5);
+        for _ in 0..2000 {
+            let len = freeze_length(&mut rng).as_secs();
+            assert!(
+                (3..=25).contains(&len) || (31..=60).contains(&len) || (296..=320).contains(&len),
+                "{len}"
+            );
+        }
+    }
 }
