@@ -386,27 +386,45 @@ fn a_later_write_of_a_pod_is_pinned_to_what_our_earlier_write_left() {
     p.metadata.resource_version = Some("7".into());
     let left = LeftVersions::default();
     // nothing written yet: the cached pod's version
-    assert_eq!(left.pin_for(&p), Some("7".into()));
+    assert_eq!(
+        left.pin_for("demo-a", p.resource_version()),
+        Some("7".into())
+    );
     // a write of another pod, and writes that are not pod patches, change nothing
-    left.record(&Expectation::PodUpdated {
-        name: "demo-b".into(),
-        uid: "u-b".into(),
-        resource_version: "20".into(),
-    });
-    left.record(&Expectation::PodDeleted {
-        name: "demo-a".into(),
-        uid: "u-a".into(),
-    });
-    assert_eq!(left.pin_for(&p), Some("7".into()));
-    // our patch of demo-a left 12, then 15: the next write is pinned to the last
-    for rv in ["12", "15"] {
-        left.record(&Expectation::PodUpdated {
+    note_left(
+        &left,
+        &Expectation::PodUpdated {
+            name: "demo-b".into(),
+            uid: "u-b".into(),
+            resource_version: "20".into(),
+        },
+    );
+    note_left(
+        &left,
+        &Expectation::PodDeleted {
             name: "demo-a".into(),
             uid: "u-a".into(),
-            resource_version: rv.into(),
-        });
+        },
+    );
+    assert_eq!(
+        left.pin_for("demo-a", p.resource_version()),
+        Some("7".into())
+    );
+    // our patch of demo-a left 12, then 15: the next write is pinned to the last
+    for rv in ["12", "15"] {
+        note_left(
+            &left,
+            &Expectation::PodUpdated {
+                name: "demo-a".into(),
+                uid: "u-a".into(),
+                resource_version: rv.into(),
+            },
+        );
     }
-    assert_eq!(left.pin_for(&p), Some("15".into()));
+    assert_eq!(
+        left.pin_for("demo-a", p.resource_version()),
+        Some("15".into())
+    );
 }
 
 /// Serves `app` on a loopback port; a client of it.
@@ -738,7 +756,7 @@ async fn the_finalizer_step_is_sent_with_its_list_and_precondition()
         steps: vec![step],
         ..Plan::default()
     };
-    let outcome = execute_steps(&ctx, &cs, &Owned::default(), &plan).await;
+    let outcome = execute(&ctx, &cs, &Owned::default(), &plan).await;
     server.abort();
     assert!(outcome.failures.is_empty(), "{:?}", outcome.failures);
     let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
@@ -773,7 +791,7 @@ async fn claims_are_sent_one_by_one_and_stop_at_the_first_failure()
         steps,
         ..Plan::default()
     };
-    let outcome = execute_steps(&ctx, &cs, &Owned::default(), &plan).await;
+    let outcome = execute(&ctx, &cs, &Owned::default(), &plan).await;
     server.abort();
     assert_eq!(seen.load(Ordering::SeqCst), 1, "one patch, then nothing");
     assert_eq!((outcome.attempted, outcome.skipped), (1, 1));
@@ -794,7 +812,7 @@ const POD_WRITTEN: &str = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":
 /// Requests a recording server saw: method, path, body.
 type Seen = Vec<(String, String, Value)>;
 
-/// Sends `steps` alone ([`execute_steps`]) for a CloneSet `demo` with `pods` cached, to a
+/// Sends `steps` alone ([`execute`]) for a CloneSet `demo` with `pods` cached, to a
 /// recording server that answers `answer`; the context, the outcome and the requests seen.
 async fn send_alone(
     steps: Vec<Step>,
@@ -812,7 +830,7 @@ async fn send_alone(
         steps,
         ..Plan::default()
     };
-    let outcome = execute_steps(&ctx, &cs, &owned, &plan).await;
+    let outcome = execute(&ctx, &cs, &owned, &plan).await;
     server.abort();
     let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
     Ok((ctx, outcome, seen))
