@@ -49,6 +49,18 @@ pub struct Aggregate<E> {
 }
 
 impl<E> Outcome<E> {
+    /// The revisions could not be written (`error`): no step of the plan's `steps` is
+    /// attempted, since no pod is written before its revision exists.
+    pub fn revisions_failed(steps: usize, error: E) -> Self {
+        let mut outcome = Self {
+            attempted: 1,
+            skipped: steps,
+            ..Self::default()
+        };
+        outcome.fail(FailureKind::Update, error);
+        outcome
+    }
+
     pub fn fail(&mut self, kind: FailureKind, error: E) {
         self.failures.push(Failure { kind, error });
     }

@@ -99,3 +99,12 @@ fn a_later_write_of_a_pod_is_pinned_to_what_our_earlier_write_left() {
     assert_eq!(left.pin_for("demo-a", Some("7".into())), Some("15".into()));
     assert_eq!(left.pin_for("demo-b", None), Some("20".into()));
 }
+
+#[test]
+fn a_failed_revision_write_skips_every_step() {
+    let outcome = Outcome::revisions_failed(4, E::One("create revision"));
+    assert_eq!((outcome.attempted, outcome.skipped), (1, 4));
+    let kinds: Vec<_> = outcome.failures.iter().map(|f| f.kind).collect();
+    assert_eq!(kinds, [FailureKind::Update]);
+    assert_eq!(outcome.into_error(), Some(E::One("create revision")));
+}

@@ -38,10 +38,9 @@ use crate::error::Error;
 use crate::events::Note;
 use crate::expectations::Expectation;
 use crate::metrics::CloneSetLabels;
-use crate::plan::action_write::Write;
 use crate::plan::outcome::{self, LeftVersions};
 use crate::plan::sending::{self, PhaseRun, Report, Sent};
-use crate::plan::{Plan, Step, StepWrite};
+use crate::plan::{Plan, Step};
 use crate::runtime::context::{Context, key_of};
 use crate::watch::{CachedPod, Owned};
 
@@ -167,13 +166,10 @@ impl Actor<'_> {
     }
 
     async fn run(&self) -> Outcome {
-        let mut outcome = Outcome::default();
         if let Err(error) = self.write_revisions().await {
-            outcome.attempted += 1;
-            outcome.fail(FailureKind::Update, error);
-            outcome.skipped = self.plan.steps.len();
-            return outcome;
+            return Outcome::revisions_failed(self.plan.steps.len(), error);
         }
+        let mut outcome = Outcome::default();
         self.init_pod_conditions(&mut outcome).await;
         if !self.run_steps(&mut outcome).await
             && let Err(error) = self.delete_old_revisions().await
@@ -271,7 +267,7 @@ impl Actor<'_> {
 
     /// Sends the write `step` holds ([`Actor::send`]; a write the planner could not make
     /// fails the step with its typed error), then says what the plan says about it
-    /// ([`sending::report`]); a deleted pod's PVCs go after its report.
+    /// ([`sending::report`]); then what follows it ([`sending::follow_ups`]).
     async fn act(&self, step: &Step) -> Result<(), Error> {
         let action = &step.action;
         debug!(?action, "acting");
@@ -292,10 +288,8 @@ impl Actor<'_> {
             _ => result,
         };
         self.report(sending::report(step, &sent))?;
-        if let (Ok(()), Ok(StepWrite::Object(Write::DeletePod { pvcs, .. }))) =
-            (&result, &step.write)
-        {
-            for pvc in pvcs {
+        if result.is_ok() {
+            for pvc in sending::follow_ups(step) {
                 self.delete_pvc(pvc).await?;
             }
         }

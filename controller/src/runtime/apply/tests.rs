@@ -1,7 +1,7 @@
 use super::*;
-use crate::plan::Action;
 use crate::plan::inplace_write::{spec_from_change, still_updatable};
 use crate::plan::not_ready::NotReadyMessage;
+use crate::plan::{Action, StepWrite};
 use inplace_proto::keys;
 use k8s_openapi::api::core::v1::{PodCondition, PodReadinessGate, PodSpec, PodStatus};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
