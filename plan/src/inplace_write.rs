@@ -113,6 +113,16 @@ pub enum ResizeVia {
     Unsupported,
 }
 
+/// What the applier sends after an in-place write's pod patch ([`InPlaceWrite::after_patch`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum AfterPatch {
+    Nothing,
+    /// The resources should change but cannot: the applier warns.
+    ResizeUnsupported,
+    /// The strategic merge patch of `pods/resize`.
+    Resize(Value),
+}
+
 /// The resources of an in-place write.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Resize {
@@ -359,6 +369,21 @@ impl InPlaceWrite {
             InPlaceWriteKind::ApplyHeld => apply_held(inputs, pod, self.action),
             InPlaceWriteKind::NextBatch => next_batch(inputs, pod, self.action),
         }
+    }
+
+    /// What follows the pod patch: nothing after a held update of another revision that
+    /// is only dropped, or when the resources change in the pod patch or not at all; a
+    /// warning when they cannot change (no `pods/resize` on the server); else the
+    /// `pods/resize` patch.
+    pub fn after_patch(&self) -> AfterPatch {
+        if !self.applies_spec() {
+            return AfterPatch::Nothing;
+        }
+        if self.resize.as_ref().map(|r| r.via) == Some(ResizeVia::Unsupported) {
+            return AfterPatch::ResizeUnsupported;
+        }
+        self.resize_patch()
+            .map_or(AfterPatch::Nothing, AfterPatch::Resize)
     }
 
     /// The strategic merge patch of `pods/resize` that follows the pod patch, if any.

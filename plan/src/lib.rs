@@ -41,6 +41,7 @@ pub mod lifecycle_write;
 pub mod model;
 pub mod not_ready;
 pub mod order_rules;
+pub mod outcome;
 pub mod output;
 pub mod pod_conditions;
 pub mod pod_lookup;

@@ -57,6 +57,17 @@ pub fn kruise_pod_ready(pod: &Pod, key: &NotReadyMessage, add: bool) -> Option<(
     }
 }
 
+/// Immediate retries of a change of our key after a conflict: others edit the same list
+/// (ContainerRecreateRequests, the daemon), so the pod is read again and the change
+/// decided again from it, once.
+pub const KEY_CONFLICT_RETRIES: u32 = 1;
+
+/// After the `attempt`th conflict (from 1) of a change of our key: whether the pod is read
+/// again for a retry.
+pub fn key_retries(attempt: u32) -> bool {
+    attempt <= KEY_CONFLICT_RETRIES
+}
+
 /// The `pods/status` patch that adds (`add`) or removes our `key` in the `KruisePodReady`
 /// condition's message list of `pod`, conditional on `resource_version`; `None` when the
 /// pod has no such readiness gate or the list is already as wanted.
@@ -84,4 +95,16 @@ pub fn not_ready_key_patch(
             "lastTransitionTime": now,
         }]},
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_change_of_our_key_is_retried_once_after_a_conflict() {
+        for (attempt, retried) in [(1, true), (2, false), (3, false)] {
+            assert_eq!(key_retries(attempt), retried, "attempt {attempt}");
+        }
+    }
 }

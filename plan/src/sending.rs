@@ -7,7 +7,7 @@ use inplace_proto::keys;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 
-use crate::action_write::{Patch, Target, Write};
+use crate::action_write::{Patch, PvcDelete, Target, Write};
 use crate::inplace_write::{InPlaceWrite, InPlaceWriteKind};
 use crate::model::{Action, UpdateMethod};
 use crate::step::{Step, StepWrite};
@@ -154,6 +154,15 @@ pub fn needs_cached_pod(action: &Action) -> Option<&str> {
     match action {
         Action::Update { pod, .. } => Some(pod),
         _ => None,
+    }
+}
+
+/// The writes that follow a step once it is sent and reported: a deleted pod's PVCs
+/// (each only of its UID), after the pod's deletion is reported.
+pub fn follow_ups(step: &Step) -> &[PvcDelete] {
+    match &step.write {
+        Ok(StepWrite::Object(Write::DeletePod { pvcs, .. })) => pvcs,
+        _ => &[],
     }
 }
 

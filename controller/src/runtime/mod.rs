@@ -374,10 +374,7 @@ async fn send_steps(
         steps,
         ..crate::plan::Plan::default()
     };
-    match apply::execute_steps(ctx, cs, owned, &plan)
-        .await
-        .into_error()
-    {
+    match apply::execute(ctx, cs, owned, &plan).await.into_error() {
         Some(err) => Err(err),
         None => Ok(()),
     }

@@ -940,3 +940,50 @@ fn the_not_ready_write_and_the_resize_are_the_pod_status_and_resize_patches() {
         );
     }
 }
+
+#[test]
+fn after_the_patch_comes_the_resize_a_warning_or_nothing() {
+    let resources = |cpu: &str| json!({"requests": {"cpu": cpu}});
+    let mut w = World::new(
+        template(json!([{"name": "main", "image": "nginx:1", "resources": resources("1")}])),
+        template(json!([{"name": "main", "image": "nginx:1", "resources": resources("2")}])),
+    );
+    w.options.in_place_vertical_scaling = true;
+    w.options.pod_resize = true;
+    let write = w.start(pod("demo-a", "demo-old"));
+    let resize = json!({"spec": {"containers": [{"name": "main", "resources": resources("2")}]}});
+    let with_via = |via: Option<ResizeVia>| {
+        let mut w = write.clone();
+        w.resize = via.and_then(|via| w.resize.take().map(|r| Resize { via, ..r }));
+        w.after_patch()
+    };
+    for (via, want) in [
+        (Some(ResizeVia::Subresource), AfterPatch::Resize(resize)),
+        (Some(ResizeVia::Spec), AfterPatch::Nothing),
+        (Some(ResizeVia::Unsupported), AfterPatch::ResizeUnsupported),
+        (None, AfterPatch::Nothing),
+    ] {
+        assert_eq!(with_via(via), want, "{via:?}");
+    }
+    // A held update of another revision is only dropped: nothing follows, resize or not.
+    let mut graced = World::new(
+        template(json!([{"name": "main", "image": "nginx:1", "resources": resources("1")}])),
+        template(json!([{"name": "main", "image": "nginx:2", "resources": resources("2")}])),
+    )
+    .grace(30);
+    graced.options.in_place_vertical_scaling = true;
+    graced.options.pod_resize = true;
+    let started = graced.start(pod("demo-a", "demo-old")).patch.to_value();
+    let held: Value = serde_json::from_str(
+        started["metadata"]["annotations"][keys::INPLACE_UPDATE_GRACE_ANNOTATION]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    let moved = pod("demo-a", "demo-other").grace(&held).cached();
+    let mut dropped = apply_held(&graced.inputs(), &moved, 0).unwrap();
+    assert!(!dropped.applies_spec());
+    dropped.resize = write.resize.clone();
+    assert!(dropped.resize.is_some());
+    assert_eq!(dropped.after_patch(), AfterPatch::Nothing);
+}

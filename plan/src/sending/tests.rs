@@ -554,3 +554,36 @@ fn a_failed_in_place_write_says_what_it_was_doing() {
         assert_eq!(in_place_what(&write(kind), not_ready), what);
     }
 }
+
+#[test]
+fn the_pvcs_of_a_deleted_pod_follow_its_report() {
+    let pvc = |name: &str| PvcDelete {
+        pvc: name.into(),
+        uid: format!("u-{name}"),
+    };
+    let delete = Step {
+        action: Action::Delete {
+            pod: "demo-a".into(),
+            reason: DeleteReason::ScaleDown,
+        },
+        write: Ok(StepWrite::Object(Write::DeletePod {
+            pod: "demo-a".into(),
+            uid: "u-a".into(),
+            pvcs: vec![pvc("data-a"), pvc("logs-a")],
+        })),
+    };
+    assert_eq!(follow_ups(&delete), [pvc("data-a"), pvc("logs-a")]);
+    // a delete whose write could not be planned, and any other write: nothing follows
+    let unplanned = Step {
+        write: Err(WriteError::NotCached("pod default/demo-a".into())),
+        ..delete.clone()
+    };
+    assert!(follow_ups(&unplanned).is_empty());
+    let pvc_alone = Step {
+        action: Action::DeletePvc {
+            pvc: "data-b".into(),
+        },
+        write: Ok(StepWrite::Object(Write::DeletePvc(pvc("data-b")))),
+    };
+    assert!(follow_ups(&pvc_alone).is_empty());
+}

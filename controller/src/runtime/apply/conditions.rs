@@ -1,6 +1,8 @@
 //! Pod readiness-gate conditions on `pods/status`: the plan's initial conditions, and our
 //! key in `KruisePodReady`'s message list with the lifecycle transition that sets it.
 
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
@@ -8,6 +10,7 @@ use tracing::debug;
 
 use crate::error::Error;
 use crate::plan::lifecycle_write::LifecycleWrite;
+use crate::plan::not_ready;
 pub use crate::plan::not_ready::not_ready_key_patch;
 use crate::plan::pod_conditions::InitialConditions;
 
@@ -29,12 +32,8 @@ impl Actor<'_> {
             .map(|w| self.init_pod_condition(w, &now))
             .collect();
         let results = bounded(futs, self.ctx.settings.api_parallelism).await;
-        for result in results {
-            outcome.attempted += 1;
-            if let Err(error) = self.pass_if_conflict(result) {
-                outcome.fail(FailureKind::Update, error);
-            }
-        }
+        let passed = results.into_iter().map(|r| ((), self.pass_if_conflict(r)));
+        outcome.tally(0, passed.collect(), |_| FailureKind::Update);
     }
 
     /// One write of [`Actor::init_pod_conditions`]: its body is built and its request
@@ -53,9 +52,9 @@ impl Actor<'_> {
     /// update).
     pub(super) async fn lifecycle(&self, write: &LifecycleWrite) -> Result<(), Error> {
         let name = &write.pod;
-        let pod = &self.pod(name)?;
         if let Some(nr) = write.not_ready {
-            self.set_not_ready_key(pod, nr.key, nr.add).await?;
+            self.set_not_ready_key(self.pod(name)?, nr.key, nr.add)
+                .await?;
         }
         // Nothing to patch, or the completion's `pods/status` patch (earlier in this pod's
         // chain) carried the labels (`with_completion`).
@@ -71,29 +70,30 @@ impl Actor<'_> {
     /// Adds or removes our key in the `KruisePodReady` condition's message list (only on
     /// pods with that readiness gate, like the reference). The write is pinned to the pod
     /// version decided from: the cached one, or the one an earlier write of this execution
-    /// left. Others edit the same list (ContainerRecreateRequests, the daemon), so on 409
-    /// the pod is read again and the change decided again from it, once.
+    /// left; on 409 the pod is read again and the change decided again from it
+    /// ([`not_ready::key_retries`]).
     pub(super) async fn set_not_ready_key(
         &self,
-        pod: &Pod,
+        pod: Pod,
         key: &str,
         add: bool,
     ) -> Result<(), Error> {
-        let name = pod.name_any();
-        let pinned = self.left.pin_for(pod);
-        let Some(body) = not_ready_key_patch(pod, key, add, pinned.as_deref(), now_time()) else {
-            return Ok(());
-        };
-        match self.patch_pod_status_body(&name, body).await {
-            Err(e) if e.is_conflict() => {
-                let fresh = self.read_pod(&name).await?;
-                let rv = fresh.resource_version();
-                match not_ready_key_patch(&fresh, key, add, rv.as_deref(), now_time()) {
-                    Some(body) => self.patch_pod_status_body(&name, body).await,
+        let name = &pod.name_any();
+        let first = (
+            self.left.pin_for(name, pod.resource_version()),
+            Arc::new(pod),
+        );
+        let again = |fresh: Pod| Ok((fresh.resource_version(), Arc::new(fresh)));
+        let retries = (not_ready::key_retries as fn(u32) -> bool, &again);
+        let sent = self.resend_on_conflict(name, first, retries, |(rv, pod)| {
+            let body = not_ready_key_patch(&pod, key, add, rv.as_deref(), now_time());
+            async move {
+                match body {
+                    Some(body) => self.patch_pod_status_body(name, body).await,
                     None => Ok(()),
                 }
             }
-            other => other,
-        }
+        });
+        sent.await.map(drop)
     }
 }

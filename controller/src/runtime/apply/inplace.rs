@@ -1,21 +1,21 @@
 //! The in-place writes as the plan holds them ([`crate::plan::inplace_write`]): a start
 //! (`InPlaceUpdateReady` False first for gated pods, then one pinned patch), a held
-//! update, the next container batch; then cpu/memory through `pods/resize` where the plan
-//! says so. A start answered 409 is re-read and re-planned as [`crate::plan::resend`]
-//! decides.
+//! update, the next container batch; then what follows the patch ([`AfterPatch`]). A
+//! write answered 409 is re-read and re-planned as [`crate::plan::resend`] decides.
 
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use tracing::{debug, warn};
 
 use crate::error::Error;
-use crate::plan::inplace_write::{InPlaceWrite, InPlaceWriteKind, ResizeVia, WriteInputs};
+use crate::plan::inplace_write::{AfterPatch, InPlaceWrite, InPlaceWriteKind, WriteInputs};
 use crate::plan::resend::{self, Pin};
 use crate::plan::sending::in_place_what;
 
 use super::{Actor, now_time};
 
 impl Actor<'_> {
-    /// Sends the in-place write `write`, then its resize.
+    /// Sends the in-place write `write`, then what follows it.
     pub(super) async fn in_place(&self, write: &InPlaceWrite) -> Result<(), Error> {
         let name = &write.pod;
         if write.kind == InPlaceWriteKind::Start {
@@ -25,31 +25,28 @@ impl Actor<'_> {
             let what = || in_place_what(write, false);
             self.send_pod_patch(name, None, body, what).await?;
         }
-        // A held update of another revision is only dropped: nothing more.
-        if !write.applies_spec() {
-            return Ok(());
-        }
-        if write.resize.as_ref().map(|r| r.via) == Some(ResizeVia::Unsupported) {
-            warn!(pod = %name, "server has no pods/resize: resources not changed in place");
-        }
-        match write.resize_patch() {
-            Some(body) => {
-                let what = || format!("resize pod {name}");
-                self.send_pod_patch(name, Some("resize"), body, what)
-                    .await
-                    .map(drop)
+        match write.after_patch() {
+            AfterPatch::Nothing => Ok(()),
+            AfterPatch::ResizeUnsupported => {
+                warn!(pod = %name, "server has no pods/resize: resources not changed in place");
+                Ok(())
             }
-            None => Ok(()),
+            AfterPatch::Resize(body) => {
+                let what = || format!("resize pod {name}");
+                let sent = self.send_pod_patch(name, Some("resize"), body, what);
+                sent.await.map(drop)
+            }
         }
     }
 
     async fn start_in_place(&self, write: &InPlaceWrite) -> Result<(), Error> {
-        let name = &write.pod;
+        let (name, gated) = (&write.pod, write.not_ready_first);
+        let again = |fresh| resend::retry_at(write, fresh, gated);
         // 1. Not ready first, so endpoints drop the pod before its containers restart.
         let mut pin = Pin::Planned(write.resource_version.clone());
-        if write.not_ready_first {
+        if gated {
             let (used, written) = self
-                .retry_on_conflict(write, pin, false, |p| {
+                .resend_on_conflict(name, pin, (resend::retries, &again), |p| {
                     let body = InPlaceWrite::not_ready_patch(&p.resource_version(), &now_time());
                     self.send_pod_patch(name, Some("status"), body, || in_place_what(write, true))
                 })
@@ -57,62 +54,56 @@ impl Actor<'_> {
             pin = used.after(written);
         }
         // 2. One patch: revision labels, lifecycle Updating, state, and the spec itself
-        //    (or, during a grace period, the held spec).
-        let inputs = WriteInputs {
-            cloneset: self.cs,
-            revisions: &self.owned.revisions,
-            update_revision: &self.plan.revisions.update_revision,
-            options: &self.ctx.settings.plan_options,
-            now: Timestamp::now(),
-        };
-        self.retry_on_conflict(write, pin, write.not_ready_first, |p| {
-            let body = p.body(
-                write,
-                &WriteInputs {
-                    now: Timestamp::now(),
-                    ..inputs
-                },
-            );
+        //    (or, during a grace period, the held spec), planned again from a pod re-read.
+        let sent = self.resend_on_conflict(name, pin, (resend::retries, &again), |p| {
+            let inputs = WriteInputs {
+                cloneset: self.cs,
+                revisions: &self.owned.revisions,
+                update_revision: &self.plan.revisions.update_revision,
+                options: &self.ctx.settings.plan_options,
+                now: Timestamp::now(),
+            };
+            let body = p.body(write, &inputs);
             async move {
                 let what = || in_place_what(write, false);
                 self.send_pod_patch(name, None, body?, what).await
             }
-        })
-        .await
-        .map(drop)
+        });
+        sent.await.map(drop)
     }
 
-    /// Runs `write_at` pinned to `pin`; on a 409 the pod is read again and the write
-    /// retried at once pinned to it while [`resend`] says so; otherwise the conflict fails
-    /// the step (the reconcile re-plans). Returns the pin the successful write used, and
-    /// its result.
-    async fn retry_on_conflict<T, F, Fut>(
+    /// Runs `write_at` pinned to `pin`; on a 409, while `retries` allows (given the
+    /// attempt, from 1), pod `name` is read again and the write retried at once at the pin
+    /// `again` decides from it, if it does; otherwise the conflict fails the step (the
+    /// reconcile re-plans). Returns the pin the successful write used, and its result.
+    pub(super) async fn resend_on_conflict<P, T, F, Fut>(
         &self,
-        write: &InPlaceWrite,
-        mut pin: Pin,
-        gate_set: bool,
+        name: &str,
+        mut pin: P,
+        (retries, again): (fn(u32) -> bool, &impl Fn(Pod) -> Result<P, String>),
         mut write_at: F,
-    ) -> Result<(Pin, T), Error>
+    ) -> Result<(P, T), Error>
     where
-        F: FnMut(Pin) -> Fut,
+        P: Clone,
+        F: FnMut(P) -> Fut,
         Fut: std::future::Future<Output = Result<T, Error>>,
     {
-        let (name, mut attempt) = (&write.pod, 0);
+        let mut attempt = 0;
         loop {
             let err = match write_at(pin.clone()).await {
                 Ok(out) => return Ok((pin, out)),
-                Err(err) if err.is_conflict() && resend::retries(attempt + 1) => err,
+                Err(err) if err.is_conflict() && retries(attempt + 1) => err,
                 Err(err) => return Err(err),
             };
             attempt += 1;
-            pin = match resend::retry_at(write, self.read_pod(name).await?, gate_set) {
+            pin = match again(self.read_pod(name).await?) {
                 Ok(pin) => pin,
                 Err(why) => {
-                    debug!(pod = %name, %why, "conflict: the pod changed, not retrying");
+                    debug!(pod = %name, %why, "conflict: not retrying");
                     return Err(err);
                 }
             };
-            debug!(pod = %name, rv = %pin.resource_version(), "conflict: pod re-read, decision still holds, retrying");
+            debug!(pod = %name, "conflict: pod re-read, decision still holds, retrying");
         }
     }
 }

@@ -1,18 +1,14 @@
 //! Sends a [`Plan`]: ControllerRevisions, the initial readiness-gate conditions, then the
-//! steps, each as the plan holds its write ([`crate::plan::step`]); a step whose write
-//! could not be planned fails with its typed error. What is decided around the sending
-//! (phases, failure conditions, which conflicts pass, events, counters, error texts, what
-//! a refused write means) is the plan's ([`crate::plan::sending`], [`crate::plan::resend`]).
+//! steps, each as the plan holds its write ([`crate::plan::step`]). What is decided around
+//! the sending (phases, failure conditions, which conflicts pass, events, counters, error
+//! texts, what a refused write means, the tally) is the plan's ([`crate::plan::sending`],
+//! [`crate::plan::resend`], [`crate::plan::outcome`]).
 //!
 //! Every write is recorded as an expectation before the next plan may run; deletes carry
 //! a UID precondition, patches a resourceVersion one, so a decision made on a stale cache
 //! fails (409) instead of hitting the wrong object; pod conditions go by strategic merge
-//! patch on `pods/status` (merged by type, the kubelet's own never overwritten).
-//!
-//! This module runs the phases with bounded parallelism and reports each step; the sends
-//! are in `send` (creates, deletes, planned patches), `inplace` (the in-place writes and
-//! their re-read and re-plan on 409), `conditions` (initial conditions, lifecycle, our key
-//! in `KruisePodReady`) and `revisions`.
+//! patch on `pods/status` (merged by type, the kubelet's own never overwritten). Sends are
+//! in `send`, `inplace` (with the re-read on 409), `conditions` and `revisions`.
 
 mod conditions;
 mod inplace;
@@ -24,8 +20,7 @@ mod tests;
 pub use crate::plan::pod_conditions::has_gate;
 pub use crate::plan::sending::FailureKind;
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures::StreamExt;
@@ -43,50 +38,25 @@ use crate::error::Error;
 use crate::events::Note;
 use crate::expectations::Expectation;
 use crate::metrics::CloneSetLabels;
-use crate::plan::action_write::Write;
+use crate::plan::outcome::{self, LeftVersions};
 use crate::plan::sending::{self, PhaseRun, Report, Sent};
-use crate::plan::{Plan, Step, StepWrite};
+use crate::plan::{Plan, Step};
 use crate::runtime::context::{Context, key_of};
 use crate::watch::{CachedPod, Owned};
 
-/// One failed action.
-#[derive(Debug)]
-pub struct Failure {
-    pub kind: FailureKind,
-    pub error: Error,
-}
+/// What happened while sending a plan ([`crate::plan::outcome`]).
+pub type Outcome = outcome::Outcome<Error>;
+/// One failed write.
+pub type Failure = outcome::Failure<Error>;
 
-/// What happened while acting.
-#[derive(Debug, Default)]
-pub struct Outcome {
-    pub attempted: usize,
-    pub failures: Vec<Failure>,
-    /// Actions not attempted because an earlier phase failed.
-    pub skipped: usize,
-    /// Writes answered 409 that were not failures: the pod is judged again from its newer
-    /// version. That version's watch event normally triggers the next reconcile; the
-    /// reconcile is requeued soon as well, in case no event comes.
-    pub conflicts_passed: usize,
-}
-
-impl Outcome {
-    fn fail(&mut self, kind: FailureKind, error: Error) {
-        self.failures.push(Failure { kind, error });
-    }
-
-    /// The error to hand to the retry policy, if anything failed.
-    pub fn into_error(self) -> Option<Error> {
-        let total = self.attempted;
-        let failed = self.failures.len();
-        let first = self.failures.into_iter().next()?;
-        if failed == 1 {
-            return Some(first.error);
-        }
-        Some(Error::Actions {
+impl From<outcome::Aggregate<Error>> for Error {
+    fn from(a: outcome::Aggregate<Error>) -> Self {
+        let (failed, total, first) = (a.failed, a.total, Box::new(a.first));
+        Error::Actions {
             failed,
             total,
-            first: Box::new(first.error),
-        })
+            first,
+        }
     }
 }
 
@@ -107,40 +77,15 @@ struct Actor<'a> {
     left: LeftVersions,
 }
 
-/// Per pod name: the resourceVersion our last write of this execution left on the pod. A
-/// later write of the same pod in the same execution is pinned to it (the cached pod's
-/// version is outdated by our own write).
-#[derive(Debug, Default)]
-struct LeftVersions(Mutex<HashMap<String, String>>);
-
-impl LeftVersions {
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Notes what a pod write left (from its expectation).
-    fn record(&self, written: &Expectation) {
-        if let Expectation::PodUpdated {
-            name,
-            resource_version,
-            ..
-        } = written
-            && !resource_version.is_empty()
-        {
-            self.map().insert(name.clone(), resource_version.clone());
-        }
-    }
-
-    /// The version a write of `pod` is pinned to: what our last write of it left, else the
-    /// cached pod's own.
-    fn pin_for(&self, pod: &Pod) -> Option<String> {
-        let name = pod.metadata.name.as_deref().unwrap_or_default();
-        self.map()
-            .get(name)
-            .cloned()
-            .or_else(|| pod.resource_version())
+/// Notes in `left` what a pod patch left (from its expectation); other writes note nothing.
+fn note_left(left: &LeftVersions, written: &Expectation) {
+    if let Expectation::PodUpdated {
+        name,
+        resource_version,
+        ..
+    } = written
+    {
+        left.record(name, resource_version);
     }
 }
 
@@ -152,21 +97,11 @@ fn now_rfc3339() -> String {
     inplace_proto::LifecycleState::timestamp(Timestamp::now())
 }
 
-/// Carries out `plan` for `cs`.
+/// Carries out `plan` for `cs`. A plan of steps alone (the deletion-protection finalizer,
+/// the adoption and release of pods: [`crate::plan::protection::planned`],
+/// [`crate::plan::claim::steps`]) writes no revision and no readiness-gate condition.
 pub async fn execute(ctx: &Context, cs: &CloneSet, owned: &Owned, plan: &Plan) -> Outcome {
     Actor::new(ctx, cs, owned, plan).run().await
-}
-
-/// Sends the steps of `plan` alone: no revisions, no readiness-gate conditions. For the
-/// steps a reconcile takes instead of planning (the deletion-protection finalizer, the
-/// adoption and release of pods: [`crate::plan::protection::planned`],
-/// [`crate::plan::claim::steps`]).
-pub async fn execute_steps(ctx: &Context, cs: &CloneSet, owned: &Owned, plan: &Plan) -> Outcome {
-    let actor = Actor::new(ctx, cs, owned, plan);
-    let mut outcome = Outcome::default();
-    actor.run_steps(&mut outcome).await;
-    outcome.conflicts_passed = actor.conflicts_passed.load(Ordering::Relaxed);
-    outcome
 }
 
 impl<'a> Actor<'a> {
@@ -218,7 +153,7 @@ impl Actor<'_> {
     }
 
     fn expect(&self, e: Expectation) {
-        self.left.record(&e);
+        note_left(&self.left, &e);
         self.ctx.expectations.expect(&self.key, e);
     }
 
@@ -231,13 +166,10 @@ impl Actor<'_> {
     }
 
     async fn run(&self) -> Outcome {
-        let mut outcome = Outcome::default();
         if let Err(error) = self.write_revisions().await {
-            outcome.attempted += 1;
-            outcome.fail(FailureKind::Update, error);
-            outcome.skipped = self.plan.steps.len();
-            return outcome;
+            return Outcome::revisions_failed(self.plan.steps.len(), error);
         }
+        let mut outcome = Outcome::default();
         self.init_pod_conditions(&mut outcome).await;
         if !self.run_steps(&mut outcome).await
             && let Err(error) = self.delete_old_revisions().await
@@ -260,22 +192,13 @@ impl Actor<'_> {
                 Some(PhaseRun::SlowStart) => self.run_slow_start(&phase).await,
                 Some(PhaseRun::Sequential) => self.act_chain(phase.clone()).await,
                 _ => {
-                    let futs: Vec<_> = sending::chains(&phase)
-                        .into_iter()
-                        .map(|chain| self.act_chain(chain))
-                        .collect();
+                    let chains = sending::chains(&phase).into_iter();
+                    let futs: Vec<_> = chains.map(|chain| self.act_chain(chain)).collect();
                     let results = bounded(futs, self.ctx.settings.api_parallelism).await;
                     results.into_iter().flatten().collect()
                 }
             };
-            outcome.attempted += results.len();
-            outcome.skipped += phase.len() - results.len();
-            for (step, result) in results {
-                if let Err(error) = result {
-                    failed = true;
-                    outcome.fail(FailureKind::of(&step.action), error);
-                }
-            }
+            failed = outcome.tally(phase.len(), results, |s| FailureKind::of(&s.action));
         }
         failed
     }
@@ -344,7 +267,7 @@ impl Actor<'_> {
 
     /// Sends the write `step` holds ([`Actor::send`]; a write the planner could not make
     /// fails the step with its typed error), then says what the plan says about it
-    /// ([`sending::report`]); a deleted pod's PVCs go after its report.
+    /// ([`sending::report`]); then what follows it ([`sending::follow_ups`]).
     async fn act(&self, step: &Step) -> Result<(), Error> {
         let action = &step.action;
         debug!(?action, "acting");
@@ -365,10 +288,8 @@ impl Actor<'_> {
             _ => result,
         };
         self.report(sending::report(step, &sent))?;
-        if let (Ok(()), Ok(StepWrite::Object(Write::DeletePod { pvcs, .. }))) =
-            (&result, &step.write)
-        {
-            for pvc in pvcs {
+        if result.is_ok() {
+            for pvc in sending::follow_ups(step) {
                 self.delete_pvc(pvc).await?;
             }
         }

@@ -52,12 +52,8 @@ impl Actor<'_> {
     /// Creates the recipe's PVCs (those there already kept), then its pod.
     async fn create_pod(&self, recipe: &CreateRecipe) -> Result<(), Error> {
         let pod_name = recipe.pod.as_str();
-        let template = template_of_recipe(
-            recipe,
-            self.cs,
-            &self.owned.revisions,
-            &self.plan.revisions.update_revision,
-        )?;
+        let (revisions, update) = (&self.owned.revisions, &self.plan.revisions.update_revision);
+        let template = template_of_recipe(recipe, self.cs, revisions, update)?;
         // Raw JSON all the way to the server: template fields unknown to k8s-openapi survive.
         let rendered = recipe.render(self.cs, &template, Timestamp::now());
         let pp = PostParams {

@@ -1,7 +1,7 @@
 use super::*;
-use crate::plan::Action;
 use crate::plan::inplace_write::{spec_from_change, still_updatable};
 use crate::plan::not_ready::NotReadyMessage;
+use crate::plan::{Action, StepWrite};
 use inplace_proto::keys;
 use k8s_openapi::api::core::v1::{PodCondition, PodReadinessGate, PodSpec, PodStatus};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -386,27 +386,45 @@ fn a_later_write_of_a_pod_is_pinned_to_what_our_earlier_write_left() {
     p.metadata.resource_version = Some("7".into());
     let left = LeftVersions::default();
     // nothing written yet: the cached pod's version
-    assert_eq!(left.pin_for(&p), Some("7".into()));
+    assert_eq!(
+        left.pin_for("demo-a", p.resource_version()),
+        Some("7".into())
+    );
     // a write of another pod, and writes that are not pod patches, change nothing
-    left.record(&Expectation::PodUpdated {
-        name: "demo-b".into(),
-        uid: "u-b".into(),
-        resource_version: "20".into(),
-    });
-    left.record(&Expectation::PodDeleted {
-        name: "demo-a".into(),
-        uid: "u-a".into(),
-    });
-    assert_eq!(left.pin_for(&p), Some("7".into()));
-    // our patch of demo-a left 12, then 15: the next write is pinned to the last
-    for rv in ["12", "15"] {
-        left.record(&Expectation::PodUpdated {
+    note_left(
+        &left,
+        &Expectation::PodUpdated {
+            name: "demo-b".into(),
+            uid: "u-b".into(),
+            resource_version: "20".into(),
+        },
+    );
+    note_left(
+        &left,
+        &Expectation::PodDeleted {
             name: "demo-a".into(),
             uid: "u-a".into(),
-            resource_version: rv.into(),
-        });
+        },
+    );
+    assert_eq!(
+        left.pin_for("demo-a", p.resource_version()),
+        Some("7".into())
+    );
+    // our patch of demo-a left 12, then 15: the next write is pinned to the last
+    for rv in ["12", "15"] {
+        note_left(
+            &left,
+            &Expectation::PodUpdated {
+                name: "demo-a".into(),
+                uid: "u-a".into(),
+                resource_version: rv.into(),
+            },
+        );
     }
-    assert_eq!(left.pin_for(&p), Some("15".into()));
+    assert_eq!(
+        left.pin_for("demo-a", p.resource_version()),
+        Some("15".into())
+    );
 }
 
 /// Serves `app` on a loopback port; a client of it.
@@ -738,7 +756,7 @@ async fn the_finalizer_step_is_sent_with_its_list_and_precondition()
         steps: vec![step],
         ..Plan::default()
     };
-    let outcome = execute_steps(&ctx, &cs, &Owned::default(), &plan).await;
+    let outcome = execute(&ctx, &cs, &Owned::default(), &plan).await;
     server.abort();
     assert!(outcome.failures.is_empty(), "{:?}", outcome.failures);
     let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
@@ -773,7 +791,7 @@ async fn claims_are_sent_one_by_one_and_stop_at_the_first_failure()
         steps,
         ..Plan::default()
     };
-    let outcome = execute_steps(&ctx, &cs, &Owned::default(), &plan).await;
+    let outcome = execute(&ctx, &cs, &Owned::default(), &plan).await;
     server.abort();
     assert_eq!(seen.load(Ordering::SeqCst), 1, "one patch, then nothing");
     assert_eq!((outcome.attempted, outcome.skipped), (1, 1));
@@ -794,7 +812,7 @@ const POD_WRITTEN: &str = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":
 /// Requests a recording server saw: method, path, body.
 type Seen = Vec<(String, String, Value)>;
 
-/// Sends `steps` alone ([`execute_steps`]) for a CloneSet `demo` with `pods` cached, to a
+/// Sends `steps` alone ([`execute`]) for a CloneSet `demo` with `pods` cached, to a
 /// recording server that answers `answer`; the context, the outcome and the requests seen.
 async fn send_alone(
     steps: Vec<Step>,
@@ -812,7 +830,7 @@ async fn send_alone(
         steps,
         ..Plan::default()
     };
-    let outcome = execute_steps(&ctx, &cs, &owned, &plan).await;
+    let outcome = execute(&ctx, &cs, &owned, &plan).await;
     server.abort();
     let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
     Ok((ctx, outcome, seen))
@@ -919,5 +937,108 @@ async fn a_pod_delete_and_its_pvcs_carry_their_uids()
         ]
     );
     assert_eq!(ctx.expectations.len(), 1, "the CloneSet has expectations");
+    Ok(())
+}
+
+/// Our key in `KruisePodReady` answered 409: the pod is read again and the change decided
+/// again from it, pinned to the version read, once; a second 409 fails the step.
+#[tokio::test]
+async fn our_not_ready_key_is_decided_again_once_from_the_pod_read_after_a_conflict()
+-> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    use crate::plan::lifecycle_write::{LifecycleWrite, NotReadyKey};
+    use inplace_proto::LifecycleState;
+    let mut pod = pod_with(&[], &[], &[]);
+    pod.metadata.name = Some("demo-a".into());
+    pod.metadata.namespace = Some("default".into());
+    pod.metadata.resource_version = Some("7".into());
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.readiness_gates = Some(vec![PodReadinessGate {
+            condition_type: keys::KRUISE_POD_READY_CONDITION.into(),
+        }]);
+    }
+    let mut fresh = serde_json::to_value(&pod)?;
+    fresh["metadata"]["resourceVersion"] = json!("8");
+    let fresh = fresh.to_string();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let recorder = seen.clone();
+    let app = axum::Router::new().fallback(
+        move |method: axum::http::Method, uri: axum::http::Uri, body: String| {
+            let (recorder, fresh) = (recorder.clone(), fresh.clone());
+            async move {
+                let body = serde_json::from_str(&body).unwrap_or(serde_json::Value::Null);
+                let rv = body["metadata"]["resourceVersion"].clone();
+                if let Ok(mut seen) = recorder.lock() {
+                    seen.push((method.to_string(), uri.path().to_owned(), rv));
+                }
+                let (status, answer) = if method == axum::http::Method::GET {
+                    (axum::http::StatusCode::OK, fresh)
+                } else {
+                    (
+                        axum::http::StatusCode::CONFLICT,
+                        r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"injected","reason":"Conflict","code":409}"#.to_owned(),
+                    )
+                };
+                (
+                    status,
+                    [(axum::http::header::CONTENT_TYPE, "application/json")],
+                    answer,
+                )
+            }
+        },
+    );
+    let (client, server) = serve(app).await?;
+    let ctx = test_context(client);
+    let cs = inplace_testkit::pods::cloneset(json!({}));
+    let owned = Owned {
+        pods: vec![Arc::new(cached(&pod))],
+        ..Owned::default()
+    };
+    let write = LifecycleWrite {
+        pod: "demo-a".into(),
+        not_ready: Some(NotReadyKey {
+            key: keys::PRE_DELETE_HOOK_KEY,
+            add: true,
+        }),
+        labels: Default::default(),
+        finalizers: Vec::new(),
+        with_completion: false,
+    };
+    let plan = Plan {
+        steps: vec![Step {
+            action: Action::Lifecycle {
+                pod: "demo-a".into(),
+                from: Some(LifecycleState::Normal),
+                to: LifecycleState::PreparingDelete,
+                mark_not_ready: Some(true),
+            },
+            write: Ok(StepWrite::Lifecycle(write)),
+        }],
+        ..Plan::default()
+    };
+    let outcome = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        execute(&ctx, &cs, &owned, &plan),
+    )
+    .await?;
+    server.abort();
+    let status = "/api/v1/namespaces/default/pods/demo-a/status";
+    let seen = seen.lock().map_err(|_| "poisoned")?.clone();
+    assert_eq!(
+        seen,
+        vec![
+            ("PATCH".to_owned(), status.to_owned(), json!("7")),
+            (
+                "GET".to_owned(),
+                "/api/v1/namespaces/default/pods/demo-a".to_owned(),
+                serde_json::Value::Null
+            ),
+            ("PATCH".to_owned(), status.to_owned(), json!("8")),
+        ]
+    );
+    assert!(
+        matches!(outcome.failures.as_slice(), [f] if f.error.is_conflict()),
+        "{outcome:?}"
+    );
+    assert_eq!(outcome.conflicts_passed, 0);
     Ok(())
 }
