@@ -11,9 +11,14 @@ use serde_json::{Value, json};
 
 use crate::pod_conditions::has_gate;
 
-/// The `userAgent` of our entries in the `KruisePodReady` message (the reference uses this
-/// one for lifecycle keys too).
-pub const NOT_READY_USER_AGENT: &str = "ContainerRecreateRequest";
+/// The `userAgent` of a ContainerRecreateRequest's entry in the `KruisePodReady` message
+/// (its key: the request's `namespace/name`).
+pub const CRR_USER_AGENT: &str = "ContainerRecreateRequest";
+
+/// The `userAgent` of the lifecycle hooks' entries (`markPodNotReady`; keys
+/// `preDeleteHook`, `preUpdateHook`), as the reference writes them: entries match by
+/// userAgent and key, so a pod taken over from OpenKruise is released only by this one.
+pub const LIFECYCLE_USER_AGENT: &str = "Lifecycle";
 
 /// One entry of the `KruisePodReady` condition message.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -27,6 +32,16 @@ pub struct NotReadyMessage {
 /// `key` from the not-ready keys in `pod`'s; `None` when nothing changes. An unreadable
 /// message counts as no keys.
 pub fn kruise_pod_ready(pod: &Pod, key: &NotReadyMessage, add: bool) -> Option<(String, String)> {
+    kruise_pod_ready_any(pod, std::slice::from_ref(key), add)
+}
+
+/// [`kruise_pod_ready`] for a key written under any of `spellings` (the first is the one
+/// added): present when one of them is, removed in all of them.
+fn kruise_pod_ready_any(
+    pod: &Pod,
+    spellings: &[NotReadyMessage],
+    add: bool,
+) -> Option<(String, String)> {
     let current = pod
         .status
         .as_ref()
@@ -40,14 +55,14 @@ pub fn kruise_pod_ready(pod: &Pod, key: &NotReadyMessage, add: bool) -> Option<(
         .filter(|m| !m.is_empty())
         .and_then(|m| serde_json::from_str(m).ok())
         .unwrap_or_default();
-    let present = keys_now.contains(key);
+    let present = keys_now.iter().any(|k| spellings.contains(k));
     if add == present {
         return None;
     }
     if add {
-        keys_now.push(key.clone());
+        keys_now.extend(spellings.first().cloned());
     } else {
-        keys_now.retain(|k| k != key);
+        keys_now.retain(|k| !spellings.contains(k));
     }
     if keys_now.is_empty() {
         Some(("True".into(), String::new()))
@@ -81,11 +96,13 @@ pub fn not_ready_key_patch(
     if !has_gate(pod, keys::KRUISE_POD_READY_CONDITION) {
         return None;
     }
-    let ours = NotReadyMessage {
-        user_agent: NOT_READY_USER_AGENT.into(),
+    // Earlier builds wrote our lifecycle entries under the ContainerRecreateRequest
+    // userAgent: a pod they marked is released too.
+    let ours = [LIFECYCLE_USER_AGENT, CRR_USER_AGENT].map(|user_agent| NotReadyMessage {
+        user_agent: user_agent.into(),
         key: key.into(),
-    };
-    let (status, message) = kruise_pod_ready(pod, &ours, add)?;
+    });
+    let (status, message) = kruise_pod_ready_any(pod, &ours, add)?;
     Some(json!({
         "metadata": {"resourceVersion": resource_version},
         "status": {"conditions": [{
@@ -100,6 +117,53 @@ pub fn not_ready_key_patch(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::jiff::Timestamp;
+
+    fn pod(message: Option<&str>) -> Pod {
+        serde_json::from_value(json!({
+            "spec": {"containers": [], "readinessGates": [{"conditionType": keys::KRUISE_POD_READY_CONDITION}]},
+            "status": {"conditions": message.map(|m| vec![json!({
+                "type": keys::KRUISE_POD_READY_CONDITION,
+                "status": "False",
+                "message": m,
+            })]).unwrap_or_default()},
+        }))
+        .expect("a pod")
+    }
+
+    /// The (status, message) the key's patch writes; None when it writes nothing.
+    fn written(message: Option<&str>, add: bool) -> Option<(Value, Value)> {
+        let body = not_ready_key_patch(
+            &pod(message),
+            keys::PRE_DELETE_HOOK_KEY,
+            add,
+            None,
+            Time(Timestamp::UNIX_EPOCH),
+        )?;
+        let c = &body["status"]["conditions"][0];
+        Some((c["status"].clone(), c["message"].clone()))
+    }
+
+    #[test]
+    fn lifecycle_keys_are_written_and_released_as_the_reference_spells_them() {
+        let lifecycle = r#"[{"userAgent":"Lifecycle","key":"preDeleteHook"}]"#;
+        let legacy = r#"[{"userAgent":"ContainerRecreateRequest","key":"preDeleteHook"}]"#;
+        let crr = r#"[{"userAgent":"ContainerRecreateRequest","key":"ns/r"}]"#;
+        let both = r#"[{"userAgent":"ContainerRecreateRequest","key":"ns/r"},{"userAgent":"Lifecycle","key":"preDeleteHook"}]"#;
+        for (case, message, add, want) in [
+            ("added", None, true, Some(("False", lifecycle))),
+            ("added beside a CRR's", Some(crr), true, Some(("False", both))),
+            ("already there", Some(lifecycle), true, None),
+            ("already there, our earlier spelling", Some(legacy), true, None),
+            ("released, OpenKruise's entry", Some(lifecycle), false, Some(("True", ""))),
+            ("released, our earlier spelling", Some(legacy), false, Some(("True", ""))),
+            ("released, the CRR's kept", Some(both), false, Some(("False", crr))),
+            ("a CRR's alone is not ours", Some(crr), false, None),
+        ] {
+            let want = want.map(|(s, m)| (json!(s), json!(m)));
+            assert_eq!(written(message, add), want, "{case}");
+        }
+    }
 
     #[test]
     fn a_change_of_our_key_is_retried_once_after_a_conflict() {

@@ -19,7 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 pub use crate::plan::not_ready::kruise_pod_ready;
-use crate::plan::not_ready::{NOT_READY_USER_AGENT, NotReadyMessage};
+use crate::plan::not_ready::{CRR_USER_AGENT, NotReadyMessage};
 
 /// The reference's manager completes a request the node's daemon has not answered
 /// (no status at all) within this long after creation.
@@ -458,7 +458,7 @@ fn queue(
 /// The not-ready key of `crr` in a pod's `KruisePodReady` message.
 pub fn not_ready_key(crr: &ContainerRecreateRequest) -> NotReadyMessage {
     NotReadyMessage {
-        user_agent: NOT_READY_USER_AGENT.into(),
+        user_agent: CRR_USER_AGENT.into(),
         key: format!(
             "{}/{}",
             crr.metadata.namespace.as_deref().unwrap_or_default(),

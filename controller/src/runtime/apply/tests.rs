@@ -323,7 +323,7 @@ fn the_not_ready_key_write_is_pinned_to_the_version_decided_from() {
     assert_eq!(
         add["status"]["conditions"][0]["message"],
         json!(format!(
-            r#"[{{"userAgent":"ContainerRecreateRequest","key":"{}"}}]"#,
+            r#"[{{"userAgent":"Lifecycle","key":"{}"}}]"#,
             keys::PRE_DELETE_HOOK_KEY
         ))
     );
