@@ -152,13 +152,13 @@ mod tests {
         let both = r#"[{"userAgent":"ContainerRecreateRequest","key":"ns/r"},{"userAgent":"Lifecycle","key":"preDeleteHook"}]"#;
         for (case, message, add, want) in [
             ("added", None, true, Some(("False", lifecycle))),
-            ("added beside a CRR's", Some(crr), true, Some(("False", both))),
-            ("already there", Some(lifecycle), true, None),
-            ("already there, our earlier spelling", Some(legacy), true, None),
-            ("released, OpenKruise's entry", Some(lifecycle), false, Some(("True", ""))),
-            ("released, our earlier spelling", Some(legacy), false, Some(("True", ""))),
-            ("released, the CRR's kept", Some(both), false, Some(("False", crr))),
-            ("a CRR's alone is not ours", Some(crr), false, None),
+            ("beside a CRR's", Some(crr), true, Some(("False", both))),
+            ("there", Some(lifecycle), true, None),
+            ("there, old spelling", Some(legacy), true, None),
+            ("released", Some(lifecycle), false, Some(("True", ""))),
+            ("released, old", Some(legacy), false, Some(("True", ""))),
+            ("CRR's kept", Some(both), false, Some(("False", crr))),
+            ("a CRR's alone", Some(crr), false, None),
         ] {
             let want = want.map(|(s, m)| (json!(s), json!(m)));
             assert_eq!(written(message, add), want, "{case}");
