@@ -119,7 +119,7 @@ mod tests {
     use super::*;
     use k8s_openapi::jiff::Timestamp;
 
-    fn pod(message: Option<&str>) -> Pod {
+    fn pod(message: Option<&str>) -> Result<Pod, serde_json::Error> {
         serde_json::from_value(json!({
             "spec": {"containers": [], "readinessGates": [{"conditionType": keys::KRUISE_POD_READY_CONDITION}]},
             "status": {"conditions": message.map(|m| vec![json!({
@@ -128,24 +128,25 @@ mod tests {
                 "message": m,
             })]).unwrap_or_default()},
         }))
-        .expect("a pod")
     }
 
     /// The (status, message) the key's patch writes; None when it writes nothing.
-    fn written(message: Option<&str>, add: bool) -> Option<(Value, Value)> {
-        let body = not_ready_key_patch(
-            &pod(message),
-            keys::PRE_DELETE_HOOK_KEY,
-            add,
-            None,
-            Time(Timestamp::UNIX_EPOCH),
-        )?;
-        let c = &body["status"]["conditions"][0];
-        Some((c["status"].clone(), c["message"].clone()))
+    fn written(
+        message: Option<&str>,
+        add: bool,
+    ) -> Result<Option<(Value, Value)>, serde_json::Error> {
+        let now = Time(Timestamp::UNIX_EPOCH);
+        let pod = pod(message)?;
+        let body = not_ready_key_patch(&pod, keys::PRE_DELETE_HOOK_KEY, add, None, now);
+        Ok(body.map(|b| {
+            let c = &b["status"]["conditions"][0];
+            (c["status"].clone(), c["message"].clone())
+        }))
     }
 
     #[test]
-    fn lifecycle_keys_are_written_and_released_as_the_reference_spells_them() {
+    fn lifecycle_keys_are_written_and_released_as_the_reference_spells_them()
+    -> Result<(), serde_json::Error> {
         let lifecycle = r#"[{"userAgent":"Lifecycle","key":"preDeleteHook"}]"#;
         let legacy = r#"[{"userAgent":"ContainerRecreateRequest","key":"preDeleteHook"}]"#;
         let crr = r#"[{"userAgent":"ContainerRecreateRequest","key":"ns/r"}]"#;
@@ -161,8 +162,9 @@ mod tests {
             ("a CRR's alone", Some(crr), false, None),
         ] {
             let want = want.map(|(s, m)| (json!(s), json!(m)));
-            assert_eq!(written(message, add), want, "{case}");
+            assert_eq!(written(message, add)?, want, "{case}");
         }
+        Ok(())
     }
 
     #[test]
