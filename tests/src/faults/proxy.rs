@@ -768,13 +768,15 @@ mod tests {
                 tokio::spawn(http1::Builder::new().serve_connection(TokioIo::new(stream), svc));
             }
         });
-        let client = kube::Client::try_from(kube::Config::new(
-            format!("http://{addr}")
-                .parse()
-                .map_err(std::io::Error::other)?,
-        ))
-        .map_err(std::io::Error::other)?;
-        Ok((client, lists))
+        Ok((client_of(addr)?, lists))
+    }
+
+    /// A kube client of the stand-in server at `addr`.
+    fn client_of(addr: std::net::SocketAddr) -> std::io::Result<kube::Client> {
+        let url = format!("http://{addr}")
+            .parse()
+            .map_err(std::io::Error::other)?;
+        kube::Client::try_from(kube::Config::new(url)).map_err(std::io::Error::other)
     }
 
     /// One HTTP/1.1 GET of `target` on a new connection, read to its end (or to `wait`).
@@ -952,13 +954,7 @@ mod tests {
                 tokio::spawn(http1::Builder::new().serve_connection(TokioIo::new(stream), svc));
             }
         });
-        let client = kube::Client::try_from(kube::Config::new(
-            format!("http://{addr}")
-                .parse()
-                .map_err(std::io::Error::other)?,
-        ))
-        .map_err(std::io::Error::other)?;
-        Ok((client, lists))
+        Ok((client_of(addr)?, lists))
     }
 
     /// What `conn` gives within `wait`: bytes, `Some(empty)` at the end of the stream,
