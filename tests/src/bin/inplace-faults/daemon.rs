@@ -504,13 +504,7 @@ async fn wait_ended(
 ) -> std::result::Result<Vec<String>, Vec<String>> {
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
-        for p in procs.iter_mut() {
-            match p.revive() {
-                Ok(Some(crash)) => crashes.push(crash),
-                Ok(None) => {}
-                Err(e) => return Err(vec![format!("restarting a process: {e:#}")]),
-            }
-        }
+        super::revive_all(procs, crashes).map_err(|e| vec![e])?;
         let at_bound = Instant::now() > deadline;
         let read = async {
             let settled = match expected {

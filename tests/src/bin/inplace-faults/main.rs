@@ -874,6 +874,18 @@ async fn restart_apiserver() -> Result<()> {
     Ok(())
 }
 
+/// Restarts each of `procs` that died, noting its crash in `crashes`; why one could not be.
+fn revive_all(procs: &mut [&mut Process], crashes: &mut Vec<String>) -> Result<(), String> {
+    for p in procs.iter_mut() {
+        match p.revive() {
+            Ok(Some(crash)) => crashes.push(crash),
+            Ok(None) => {}
+            Err(e) => return Err(format!("restarting a process: {e:#}")),
+        }
+    }
+    Ok(())
+}
+
 async fn wait_converged(
     cs_api: &Api<CloneSet>,
     pods: &Api<Pod>,
@@ -885,13 +897,7 @@ async fn wait_converged(
 ) -> std::result::Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
-        for p in procs.iter_mut() {
-            match p.revive() {
-                Ok(Some(crash)) => crashes.push(crash),
-                Ok(None) => {}
-                Err(e) => return Err(format!("restarting a process: {e:#}")),
-            }
-        }
+        revive_all(procs, crashes)?;
         let last = match not_converged(cs_api, pods, name, want).await {
             Ok(None) => return Ok(()),
             Ok(Some(why)) => why,
