@@ -736,6 +736,28 @@ mod tests {
     /// A stand-in API server: a list answers a `PodList` whose resourceVersion counts the
     /// lists answered; a watch answers one event and then stays open.
     async fn upstream() -> std::io::Result<(kube::Client, Arc<AtomicU64>)> {
+        stand_in(
+            || {
+                let event = Bytes::from_static(b"{\"type\":\"ADDED\",\"object\":{}}\n");
+                let first =
+                    futures::stream::once(async move { Ok::<_, BoxError>(Frame::data(event)) });
+                StreamBody::new(first.chain(futures::stream::pending())).boxed_unsync()
+            },
+            |rv| {
+                full(format!(
+                    r#"{{"kind":"PodList","apiVersion":"v1","metadata":{{"resourceVersion":"{rv}"}},"items":[]}}"#
+                ))
+            },
+        )
+        .await
+    }
+
+    /// A stand-in API server answering a watch with `watch()` and the `n`th list (from 1)
+    /// with `list(n)`; the lists answered are counted in the returned counter.
+    async fn stand_in(
+        watch: fn() -> ProxyBody,
+        list: fn(u64) -> ProxyBody,
+    ) -> std::io::Result<(kube::Client, Arc<AtomicU64>)> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let lists = Arc::new(AtomicU64::new(0));
@@ -744,31 +766,24 @@ mod tests {
             while let Ok((stream, _)) = listener.accept().await {
                 let counted = counted.clone();
                 let svc = service_fn(move |req: Request<Incoming>| {
-                    let counted = counted.clone();
-                    async move {
-                        let body: ProxyBody = if RequestKind::of("GET", req.uri().query())
-                            == RequestKind::Watch
-                        {
-                            let event = Bytes::from_static(b"{\"type\":\"ADDED\",\"object\":{}}\n");
-                            let first = futures::stream::once(async move {
-                                Ok::<_, BoxError>(Frame::data(event))
-                            });
-                            StreamBody::new(first.chain(futures::stream::pending())).boxed_unsync()
-                        } else {
-                            let rv = counted.fetch_add(1, Ordering::SeqCst) + 1;
-                            Full::new(Bytes::from(format!(
-                                r#"{{"kind":"PodList","apiVersion":"v1","metadata":{{"resourceVersion":"{rv}"}},"items":[]}}"#
-                            )))
-                            .map_err(|never| match never {})
-                            .boxed_unsync()
-                        };
-                        Ok::<_, Infallible>(Response::new(body))
-                    }
+                    let body = if RequestKind::of("GET", req.uri().query()) == RequestKind::Watch {
+                        watch()
+                    } else {
+                        list(counted.fetch_add(1, Ordering::SeqCst) + 1)
+                    };
+                    async move { Ok::<_, Infallible>(Response::new(body)) }
                 });
                 tokio::spawn(http1::Builder::new().serve_connection(TokioIo::new(stream), svc));
             }
         });
         Ok((client_of(addr)?, lists))
+    }
+
+    /// A whole response body of `text`.
+    fn full(text: impl Into<Bytes>) -> ProxyBody {
+        Full::new(text.into())
+            .map_err(|never| match never {})
+            .boxed_unsync()
     }
 
     /// A kube client of the stand-in server at `addr`.
@@ -919,42 +934,20 @@ mod tests {
     /// A stand-in API server whose watch sends one event at once and then one every
     /// 100 ms (numbered), and whose lists count themselves.
     async fn ticking_upstream() -> std::io::Result<(kube::Client, Arc<AtomicU64>)> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        let lists = Arc::new(AtomicU64::new(0));
-        let counted = lists.clone();
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let counted = counted.clone();
-                let svc = service_fn(move |req: Request<Incoming>| {
-                    let counted = counted.clone();
-                    async move {
-                        let body: ProxyBody = if RequestKind::of("GET", req.uri().query())
-                            == RequestKind::Watch
-                        {
-                            let ticks = futures::stream::unfold(0u64, |n| async move {
-                                if n > 0 {
-                                    tokio::time::sleep(Duration::from_millis(100)).await;
-                                }
-                                let event = format!("{{\"type\":\"MODIFIED\",\"n\":{n}}}\n");
-                                Some((Ok::<_, BoxError>(Frame::data(Bytes::from(event))), n + 1))
-                            });
-                            StreamBody::new(ticks).boxed_unsync()
-                        } else {
-                            counted.fetch_add(1, Ordering::SeqCst);
-                            Full::new(Bytes::from_static(
-                                br#"{"kind":"PodList","apiVersion":"v1","metadata":{},"items":[]}"#,
-                            ))
-                            .map_err(|never| match never {})
-                            .boxed_unsync()
-                        };
-                        Ok::<_, Infallible>(Response::new(body))
+        stand_in(
+            || {
+                let ticks = futures::stream::unfold(0u64, |n| async move {
+                    if n > 0 {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
                     }
+                    let event = format!("{{\"type\":\"MODIFIED\",\"n\":{n}}}\n");
+                    Some((Ok::<_, BoxError>(Frame::data(Bytes::from(event))), n + 1))
                 });
-                tokio::spawn(http1::Builder::new().serve_connection(TokioIo::new(stream), svc));
-            }
-        });
-        Ok((client_of(addr)?, lists))
+                StreamBody::new(ticks).boxed_unsync()
+            },
+            |_| full(&br#"{"kind":"PodList","apiVersion":"v1","metadata":{},"items":[]}"#[..]),
+        )
+        .await
     }
 
     /// What `conn` gives within `wait`: bytes, `Some(empty)` at the end of the stream,

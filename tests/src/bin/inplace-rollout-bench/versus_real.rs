@@ -96,6 +96,9 @@ pub(super) struct Timeline {
     pub(super) app_stopped: Option<Instant>,
     /// After `new_image`: the app container running the new image.
     pub(super) app_running_new: Option<Instant>,
+    /// After `new_image`: the app container running the new image and ready (its readiness
+    /// probe passed), which the pod's Ready waits for as it waits for the gate.
+    pub(super) app_ready_new: Option<Instant>,
     /// After `new_image`: the `InPlaceUpdateReady` readiness gate False, then True again.
     pub(super) gate_false: Option<Instant>,
     pub(super) gate_true: Option<Instant>,
@@ -169,6 +172,10 @@ impl Timeline {
             &mut self.app_running_new,
             app.is_some_and(|c| c.image == new_image && app_running(c)),
         );
+        first(
+            &mut self.app_ready_new,
+            app.is_some_and(|c| c.image == new_image && app_running(c) && c.ready),
+        );
         let gate = pod_condition(p, "InPlaceUpdateReady");
         first(&mut self.gate_false, gate.as_deref() == Some("False"));
         let gate_was_false = self.gate_false.is_some();
@@ -186,6 +193,7 @@ pub(super) struct InPlaceSteps {
     pub(super) gate_false: Option<f64>,
     pub(super) stopped: Option<f64>,
     pub(super) running_new: Option<f64>,
+    pub(super) app_ready: Option<f64>,
     pub(super) gate_true: Option<f64>,
     pub(super) ready: Option<f64>,
 }
@@ -203,6 +211,7 @@ impl InPlaceSteps {
             gate_false: from_spec(|t| t.gate_false),
             stopped: from_spec(|t| t.app_stopped),
             running_new: from_spec(|t| t.app_running_new),
+            app_ready: from_spec(|t| t.app_ready_new),
             gate_true: from_spec(|t| t.gate_true),
             ready: from_spec(|t| t.new_image_ready),
         }
@@ -924,10 +933,11 @@ async fn versus_real_in(
     ));
     let steps = InPlaceSteps::of(&in_place_lines);
     report.add(format!(
-        "{tag} in-place steps: median from the new image in the spec to: readiness gate False {}, app container stopped {}, new container running {}, readiness gate True {}, pod Ready {}",
+        "{tag} in-place steps: median from the new image in the spec to: readiness gate False {}, app container stopped {}, new container running {}, new container ready {}, readiness gate True {}, pod Ready {}",
         med_line(steps.gate_false),
         med_line(steps.stopped),
         med_line(steps.running_new),
+        med_line(steps.app_ready),
         med_line(steps.gate_true),
         med_line(steps.ready),
     ));
@@ -1113,6 +1123,7 @@ mod tests {
         assert_eq!(ms(s.gate_false), Some(0.0));
         assert_eq!(ms(s.stopped), Some(500.0));
         assert_eq!(ms(s.running_new), Some(1500.0));
+        assert_eq!(ms(s.app_ready), Some(2000.0));
         assert_eq!(ms(s.gate_true), Some(1700.0));
         assert_eq!(ms(s.ready), Some(2000.0));
     }
