@@ -555,7 +555,10 @@ impl World {
                 | Action::RemoveFinalizer { .. }
                 | Action::HoldDeletion { .. }
                 | Action::AdoptPod { .. }
-                | Action::ReleasePod { .. } => {}
+                | Action::ReleasePod { .. }
+                | Action::CreateImagePullJob { .. }
+                | Action::DeleteImagePullJob { .. }
+                | Action::LabelPreDownloadRevision { .. } => {}
             }
         }
         self.cs.status = Some(plan.status.clone());
