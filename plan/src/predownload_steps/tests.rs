@@ -281,10 +281,11 @@ fn converged_revisions_delete_the_jobs_each_only_of_its_uid() {
     let mut w = World::new(json!({}));
     w.label_update(keys::PRE_PREDOWNLOAD_CREATED_LABEL);
     let update = w.update_revision();
-    w.cs.status.as_mut().unwrap().current_revision = Some(update.clone());
+    w.cs.status.as_mut().unwrap().current_revision = Some(update);
     w.jobs = vec![job("demo-x-main"), job("demo-x-side")];
     let steps = w.pre_download_steps(true);
-    let writes: Vec<_> = steps.iter().map(|s| (&s.action, &s.write)).collect();
+    let writes: Vec<(&Action, &Result<StepWrite, WriteError>)> =
+        steps.iter().map(|s| (&s.action, &s.write)).collect();
     assert_eq!(
         writes,
         vec![
