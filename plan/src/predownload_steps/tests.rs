@@ -173,8 +173,7 @@ fn a_new_update_revision_creates_its_jobs_then_labels_it_created() {
             },
         ]
     );
-    // The create holds the job's body: the decision's, with the pods' nodes in update
-    // order (the default order takes pods by name here).
+    // The create holds the job's body: the decision's, with the pods' nodes.
     let Ok(StepWrite::Object(Write::CreateImagePullJob { job })) = &steps[0].write else {
         panic!("not a create: {:?}", steps[0].write);
     };
@@ -185,11 +184,15 @@ fn a_new_update_revision_creates_its_jobs_then_labels_it_created() {
         (owner.uid.as_str(), owner.controller),
         ("cs-uid", Some(true))
     );
+    // Every old pod's node, in the planner's update order (the order itself is
+    // `predownload::update_node_order`'s, tested there).
     let order = job.metadata.annotations.as_ref().unwrap();
-    assert_eq!(
-        order[keys::PREDOWNLOAD_NODE_ORDER_ANNOTATION],
-        "n-a,n-b,n-c,n-d"
-    );
+    let mut nodes: Vec<&str> = order[keys::PREDOWNLOAD_NODE_ORDER_ANNOTATION]
+        .split(',')
+        .collect();
+    nodes.sort_unstable();
+    assert_eq!(nodes, ["n-a", "n-b", "n-c", "n-d"]);
+
     let (name, patch) = label_patch(&steps[1]);
     assert_eq!(name, update);
     assert_eq!(
