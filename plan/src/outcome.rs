@@ -93,7 +93,7 @@ impl<E> Outcome<E> {
     /// `results` of a phase with the failures of the steps `aside` picks taken out (into
     /// [`Self::set_aside`]) and counted as written, to be [tallied](Self::tally): they fail
     /// neither the phase nor the reconcile.
-    pub fn set_aside<S>(
+    pub fn set_failures_aside<S>(
         &mut self,
         results: Vec<(S, Result<(), E>)>,
         aside: impl Fn(&S) -> bool,

@@ -178,7 +178,8 @@ impl Actor<'_> {
                     break;
                 }
             }
-            let results = outcome.set_aside(results, |s| !sending::fails_reconcile(&s.action));
+            let results =
+                outcome.set_failures_aside(results, |s| !sending::fails_reconcile(&s.action));
             failed = outcome.tally(phase.len(), results, |s| FailureKind::of(&s.action));
         }
         failed
