@@ -260,6 +260,7 @@ mod tests {
             }],
             skipped: 0,
             conflicts_passed: 0,
+            set_aside: Vec::new(),
         };
         let f_act = failures(&Plan::default(), &outcome);
         let s_act = desired_status(&cs, &Plan::default(), &f_act, t);

@@ -65,6 +65,18 @@ struct Actor<'a> {
     left: LeftVersions,
 }
 
+/// Notes in `left` what a pod patch left (from its expectation); other writes note nothing.
+fn note_left(left: &LeftVersions, written: &Expectation) {
+    if let Expectation::PodUpdated {
+        name,
+        resource_version,
+        ..
+    } = written
+    {
+        left.record(name, resource_version);
+    }
+}
+
 fn now_time() -> Time {
     Time(Timestamp::now())
 }
@@ -121,16 +133,8 @@ impl Actor<'_> {
         )
     }
 
-    /// Records `e`, and what a pod patch left on the pod ([`LeftVersions`]).
     fn expect(&self, e: Expectation) {
-        if let Expectation::PodUpdated {
-            name,
-            resource_version,
-            ..
-        } = &e
-        {
-            self.left.record(name, resource_version);
-        }
+        note_left(&self.left, &e);
         self.ctx.expectations.expect(&self.key, e);
     }
 
