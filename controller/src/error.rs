@@ -78,6 +78,17 @@ impl From<InPlaceWriteError> for Error {
 
 /// A step's write the planner could not make, as the applier reports it (the same
 /// variants, retry classes and metric labels as the errors it was made from).
+impl From<crate::plan::outcome::Aggregate<Error>> for Error {
+    fn from(a: crate::plan::outcome::Aggregate<Error>) -> Self {
+        let (failed, total, first) = (a.failed, a.total, Box::new(a.first));
+        Error::Actions {
+            failed,
+            total,
+            first,
+        }
+    }
+}
+
 impl From<WriteError> for Error {
     fn from(e: WriteError) -> Self {
         match e {

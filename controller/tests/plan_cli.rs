@@ -461,3 +461,152 @@ fn the_deletion_protection_finalizer_is_a_step_of_its_own_with_its_write() {
         v["steps"].as_array().unwrap().len()
     );
 }
+
+#[test]
+fn image_pre_download_is_planned_as_steps_with_their_writes() {
+    // The partition sample with its update revision stored (named by --update-revision):
+    // with the gate, the reconcile first creates the ImagePullJob of the changed image,
+    // then labels the revision; with the job given as existing, only the label is written;
+    // without the gate, nothing of it is planned.
+    let dir = tempfile::tempdir().unwrap();
+    let update = "sample-5b9c7d6f8";
+    let revisions = dir.path().join("revisions.yaml");
+    let stored = std::fs::read_to_string(fixture("partition-revisions.yaml")).unwrap();
+    let new_revision = format!(
+        "- apiVersion: apps/v1
+  kind: ControllerRevision
+  metadata:
+    name: {update}
+    namespace: default
+    labels: {{app: sample, controller.kubernetes.io/hash: 5b9c7d6f8}}
+  revision: 2
+  data:
+    spec:
+      template:
+        $patch: replace
+        metadata:
+          labels: {{app: sample}}
+        spec:
+          containers:
+          - {{image: 'nginx:mainline', imagePullPolicy: Always, name: nginx}}
+"
+    );
+    std::fs::write(&revisions, format!("{stored}{new_revision}")).unwrap();
+    let revisions = revisions.display().to_string();
+    let (cs, pods) = (
+        fixture("partition-cloneset.yaml"),
+        fixture("partition-pods.yaml"),
+    );
+    let plan = |extra: &[&str], output: &str| {
+        let mut args = vec![
+            "plan",
+            "-f",
+            &cs,
+            "--pods",
+            &pods,
+            "--revisions",
+            &revisions,
+            "--update-revision",
+            update,
+            "--now",
+            NOW,
+            "-o",
+            output,
+        ];
+        args.extend_from_slice(extra);
+        let out = run(&args);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        out
+    };
+    let job = format!("{update}-nginx");
+
+    let v = json(&plan(&["--pre-download-image"], "json"));
+    let create = &v["steps"][0];
+    assert_eq!(
+        create["action"],
+        serde_json::json!({"createImagePullJob": {"job": job, "image": "nginx:mainline"}})
+    );
+    let body = &create["write"]["job"];
+    assert_eq!(create["write"]["kind"], "createImagePullJob");
+    assert_eq!(body["metadata"]["name"], job.as_str());
+    assert_eq!(body["spec"]["image"], "nginx:mainline");
+    assert_eq!(
+        body["metadata"]["ownerReferences"][0]["uid"],
+        "0b7c6d2e-2222-4a5b-9c3d-000000000002"
+    );
+    assert!(
+        body["metadata"]["annotations"]["inplace.kruise.io/predownload-node-order"]
+            .as_str()
+            .is_some_and(|nodes| nodes.contains("node-0") && nodes.contains("node-1")),
+        "{body}"
+    );
+    let label = &v["steps"][1];
+    assert_eq!(
+        label["action"],
+        serde_json::json!({"labelPreDownloadRevision": {"revision": update}})
+    );
+    assert_eq!(
+        label["write"],
+        serde_json::json!({"kind": "patch", "target": "controllerRevision", "name": update,
+            "patch": {"metadata": {"labels": {"apps.kruise.io/pre-predownload-created": "true"}}}})
+    );
+    // The pods' own steps follow.
+    assert!(
+        v["steps"][2]["action"].get("update").is_some(),
+        "{}",
+        v["steps"]
+    );
+    let table = stdout(&plan(&["--pre-download-image"], "table"));
+    assert!(
+        table.contains(&format!(
+            "create ImagePullJob {job} to pull nginx:mainline on the nodes of the pods still to update"
+        )) && table.contains(&format!(
+            "writes: create ImagePullJob {job} pulling nginx:mainline"
+        )) && table.contains(&format!(
+            "writes: patch ControllerRevision {update} {{\"metadata\":{{\"labels\":{{\"apps.kruise.io/pre-predownload-created\":\"true\"}}}}}} (on any version)"
+        )),
+        "{table}"
+    );
+
+    // The job exists already: nothing to write for it, the label still follows.
+    let jobs = dir.path().join("jobs.yaml");
+    std::fs::write(
+        &jobs,
+        format!(
+            "apiVersion: apps.kruise.io/v1beta1
+kind: ImagePullJob
+metadata:
+  name: {job}
+  namespace: default
+  uid: job-uid
+  ownerReferences:
+  - {{apiVersion: apps.kruise.io/v1alpha1, kind: CloneSet, name: sample, uid: 0b7c6d2e-2222-4a5b-9c3d-000000000002, controller: true}}
+spec: {{image: 'nginx:mainline'}}
+"
+        ),
+    )
+    .unwrap();
+    let jobs = jobs.display().to_string();
+    let v = json(&plan(
+        &["--pre-download-image", "--image-pull-jobs", &jobs],
+        "json",
+    ));
+    assert_eq!(
+        v["steps"][0]["write"],
+        serde_json::json!({"why": "the ImagePullJob exists already"})
+    );
+    assert!(
+        v["steps"][1]["action"]
+            .get("labelPreDownloadRevision")
+            .is_some()
+    );
+
+    // Without the gate: no pre-download step.
+    let v = json(&plan(&[], "json"));
+    let actions = v["actions"].as_array().unwrap();
+    assert!(
+        actions.iter().all(|a| a.get("createImagePullJob").is_none()
+            && a.get("labelPreDownloadRevision").is_none()),
+        "{actions:?}"
+    );
+}

@@ -385,6 +385,7 @@ impl World {
             now: ts(0),
             options: &options,
             pods_to_delete_seen: &inplace_controller::plan::pods_to_delete::NO_NAMES,
+            pre_download: None,
         })
         .unwrap();
         let old_revision = first.revisions.update_revision.clone();
@@ -444,6 +445,7 @@ impl World {
             now: ts(self.now),
             options: &self.options,
             pods_to_delete_seen: &inplace_controller::plan::pods_to_delete::NO_NAMES,
+            pre_download: None,
         })
         .unwrap()
     }
@@ -553,7 +555,10 @@ impl World {
                 | Action::RemoveFinalizer { .. }
                 | Action::HoldDeletion { .. }
                 | Action::AdoptPod { .. }
-                | Action::ReleasePod { .. } => {}
+                | Action::ReleasePod { .. }
+                | Action::CreateImagePullJob { .. }
+                | Action::DeleteImagePullJob { .. }
+                | Action::LabelPreDownloadRevision { .. } => {}
             }
         }
         self.cs.status = Some(plan.status.clone());

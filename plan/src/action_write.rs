@@ -30,6 +30,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use inplace_proto::imagepulljob::ImagePullJob;
 use inplace_proto::{CloneSet, PodTemplate, keys};
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
@@ -166,6 +167,8 @@ pub enum Target {
     Pvc,
     /// The CloneSet (merge patch).
     CloneSet,
+    /// A ControllerRevision of the CloneSet (merge patch).
+    ControllerRevision,
 }
 
 /// A patch of one object.
@@ -223,6 +226,15 @@ pub enum Write {
     },
     DeletePvc(PvcDelete),
     Patch(Patch),
+    /// An ImagePullJob of image pre-download ([`super::predownload_steps`]).
+    CreateImagePullJob {
+        job: Box<ImagePullJob>,
+    },
+    /// An ImagePullJob, only of this UID.
+    DeleteImagePullJob {
+        job: String,
+        uid: String,
+    },
     /// Nothing to write.
     Skip {
         why: &'static str,

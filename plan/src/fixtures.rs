@@ -92,6 +92,7 @@ impl Fixture {
             now: self.now,
             options: &self.options,
             pods_to_delete_seen: &crate::pods_to_delete::NO_NAMES,
+            pre_download: None,
         }
     }
 

@@ -48,6 +48,7 @@ pub mod pod_lookup;
 pub mod pod_summary;
 pub mod pods_to_delete;
 pub mod predownload;
+pub mod predownload_steps;
 pub mod protection;
 pub mod quantity;
 pub mod resend;

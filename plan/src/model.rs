@@ -7,6 +7,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use inplace_proto::imagepulljob::ImagePullJob;
 use inplace_proto::keys;
 use inplace_proto::{CloneSet, InPlaceUpdateGrace, InPlaceUpdateState, LifecycleState};
 use k8s_openapi::api::apps::v1::ControllerRevision;
@@ -67,6 +68,20 @@ pub struct Snapshot<'a> {
     /// `podsToDelete` names the controller saw matching a pod of this CloneSet in an
     /// earlier reconcile ([`super::pods_to_delete`]); empty for a fresh controller.
     pub pods_to_delete_seen: &'a BTreeSet<String>,
+    /// What image pre-download plans from ([`super::predownload_steps`]); None where it
+    /// does not run (the gate off, ImagePullJobs not served, or their cache not synced
+    /// yet): then no pre-download step is planned.
+    pub pre_download: Option<PreDownloadInput<'a>>,
+}
+
+/// The pre-download part of a [`Snapshot`].
+#[derive(Clone, Copy, Debug)]
+pub struct PreDownloadInput<'a> {
+    /// The ImagePullJobs the CloneSet controls.
+    pub jobs: &'a [ImagePullJob],
+    /// New jobs record the update order of their nodes
+    /// ([`super::predownload::with_node_order`]); false: they pull by node name.
+    pub update_order: bool,
 }
 
 /// What the planner knows about one pod, extracted once per plan.
@@ -489,6 +504,22 @@ pub enum Action {
     /// selector ([`crate::claim`]).
     #[serde(rename_all = "camelCase")]
     ReleasePod { pod: String },
+    /// Image pre-download ([`crate::predownload`]): create the ImagePullJob `job`, which
+    /// pulls `image` on the nodes of the pods not on the update revision yet.
+    #[serde(rename_all = "camelCase")]
+    CreateImagePullJob { job: String, image: String },
+    /// Delete the CloneSet's ImagePullJob `job`: its revisions have converged.
+    #[serde(rename_all = "camelCase")]
+    DeleteImagePullJob { job: String },
+    /// Label the update revision `revision` as handled by pre-download: its jobs created,
+    /// or, with `ignored`, skipped for that reason. Sent once every create of the same
+    /// plan succeeded.
+    #[serde(rename_all = "camelCase")]
+    LabelPreDownloadRevision {
+        revision: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        ignored: Option<String>,
+    },
 }
 
 /// A problem that the planner reports as a condition and an event instead of acting.

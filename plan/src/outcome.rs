@@ -27,6 +27,9 @@ pub struct Outcome<E> {
     /// version. That version's watch event normally triggers the next reconcile; the
     /// reconcile is requeued soon as well, in case no event comes.
     pub conflicts_passed: usize,
+    /// Failed writes that do not fail the reconcile ([`crate::sending::fails_reconcile`]):
+    /// the reconcile is due again soon instead.
+    pub set_aside: Vec<E>,
 }
 
 impl<E> Default for Outcome<E> {
@@ -36,6 +39,7 @@ impl<E> Default for Outcome<E> {
             failures: Vec::new(),
             skipped: 0,
             conflicts_passed: 0,
+            set_aside: Vec::new(),
         }
     }
 }
@@ -84,6 +88,27 @@ impl<E> Outcome<E> {
             }
         }
         failed
+    }
+
+    /// `results` of a phase with the failures of the steps `aside` picks taken out (into
+    /// [`Self::set_aside`]) and counted as written, to be [tallied](Self::tally): they fail
+    /// neither the phase nor the reconcile.
+    pub fn set_failures_aside<S>(
+        &mut self,
+        results: Vec<(S, Result<(), E>)>,
+        aside: impl Fn(&S) -> bool,
+    ) -> Vec<(S, Result<(), E>)> {
+        let mut kept = Vec::with_capacity(results.len());
+        for (step, result) in results {
+            match result {
+                Err(error) if aside(&step) => {
+                    self.set_aside.push(error);
+                    kept.push((step, Ok(())));
+                }
+                result => kept.push((step, result)),
+            }
+        }
+        kept
     }
 
     /// The error to hand to the retry policy, if anything failed: the one failure as it

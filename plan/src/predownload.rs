@@ -1,7 +1,7 @@
 //! Image pre-download for in-place update (docs "Pre-download image for in-place update";
 //! OpenKruise `cloneset_predownload_image.go`): which ImagePullJobs the CloneSet controller
-//! creates or deletes and how it labels the update revision, decided as data. The writer
-//! that carries a [`Decision`] out is `crate::runtime::predownload_jobs`.
+//! creates or deletes and how it labels the update revision, decided as data.
+//! [`super::predownload_steps`] makes a [`Decision`] the plan's steps.
 //!
 //! The rules, in the order [`decide`] applies them:
 //!
@@ -27,10 +27,10 @@
 //!    revision is labelled created.
 //!
 //! **Pull order** (ours; OpenKruise's ImagePullJob controller sorts the selected pods by
-//! the owning CloneSet's update order on every reconcile): the writer records on the
-//! jobs it creates the nodes of the pods still to update, in the planner's own update
-//! order ([`update_node_order`], [`with_node_order`]), and the ImagePullJob controller
-//! hands its parallelism slots out in that order, so each batch finds its image pulled.
+//! the owning CloneSet's update order on every reconcile): the jobs created record the
+//! nodes of the pods still to update, in the planner's own update order
+//! ([`update_node_order`], [`with_node_order`]), and the ImagePullJob controller hands
+//! its parallelism slots out in that order, so each batch finds its image pulled.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -47,7 +47,7 @@ use serde_json::Value;
 
 use super::diffs;
 use super::inplace::{self, InPlaceDecision};
-use super::model::{PlanContext, PlanOptions, PodFacts, Snapshot};
+use super::model::{PlanContext, PlanOptions};
 use super::revision;
 use super::{update, update_order};
 
@@ -455,23 +455,6 @@ pub fn update_node_order(ctx: &PlanContext<'_>) -> Vec<String> {
         .filter(|n| !n.is_empty() && seen.insert(*n))
         .map(str::to_owned)
         .collect()
-}
-
-/// [`update_node_order`] of `snapshot` with the plan's revisions (the facts are extracted
-/// again: this runs once per revision, when its jobs are created).
-pub fn node_order_of(
-    snapshot: Snapshot<'_>,
-    update_revision: &str,
-    current_revision: &str,
-) -> Vec<String> {
-    let ctx = PlanContext {
-        pods: PodFacts::extract_all(&snapshot),
-        snapshot,
-        update_revision: update_revision.to_owned(),
-        current_revision: current_revision.to_owned(),
-        resolved: diffs::resolve(snapshot.cloneset),
-    };
-    update_node_order(&ctx)
 }
 
 /// The annotation value for `nodes`: comma-separated, cut after the last whole name that

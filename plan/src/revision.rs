@@ -483,6 +483,7 @@ mod tests {
             now: Timestamp::UNIX_EPOCH,
             options,
             pods_to_delete_seen: &crate::pods_to_delete::NO_NAMES,
+            pre_download: None,
         };
         plan_revisions(&snapshot, pods).unwrap()
     }

@@ -8,8 +8,8 @@ use super::output::Plan;
 use super::revision::RevisionError;
 use super::selector::{Selector, SelectorError};
 use super::{
-    action_write, diffs, housekeeping, inplace_write, pod_conditions, revision, scale, status,
-    step, update,
+    action_write, diffs, housekeeping, inplace_write, pod_conditions, predownload_steps, revision,
+    scale, status, step, update,
 };
 
 /// Input the planner cannot work with. Everything else (odd percents, pods in odd states)
@@ -146,7 +146,15 @@ pub fn plan(snapshot: Snapshot<'_>) -> Result<Plan, PlanError> {
     actions.extend(housekeeping::backfill_template_hash(&ctx));
     let pod_conditions = pod_conditions::initial(&ctx.pods, &actions);
     let (in_place_inputs, action_inputs) = write_inputs(&ctx);
-    let steps = step::plan_steps(&in_place_inputs, &action_inputs, &ctx.pods, actions);
+    // Pre-download first, as OpenKruise writes its ImagePullJobs before it scales or
+    // updates; their failures end no later phase ([`crate::sending::fails_reconcile`]).
+    let mut steps = predownload_steps::steps(&ctx);
+    steps.extend(step::plan_steps(
+        &in_place_inputs,
+        &action_inputs,
+        &ctx.pods,
+        actions,
+    ));
 
     Ok(Plan {
         resolved,
@@ -203,6 +211,7 @@ mod tests {
                 now: t(1000),
                 options: &self.options,
                 pods_to_delete_seen: &crate::pods_to_delete::NO_NAMES,
+                pre_download: None,
             })
         }
     }

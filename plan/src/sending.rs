@@ -37,6 +37,9 @@ pub fn phase_of(action: &Action) -> &'static str {
         | Action::RemoveFinalizer { .. }
         | Action::HoldDeletion { .. } => "finalizer",
         Action::AdoptPod { .. } | Action::ReleasePod { .. } => "claim",
+        Action::CreateImagePullJob { .. }
+        | Action::DeleteImagePullJob { .. }
+        | Action::LabelPreDownloadRevision { .. } => "predownload",
     }
 }
 
@@ -46,7 +49,8 @@ pub enum PhaseRun {
     /// Creates: in batches of 1, 2, 4, …, stopping after the first batch with a failure.
     SlowStart,
     /// One after the other in plan order, the first failure ending the phase (the
-    /// finalizer and the claims: each written ends the reconcile).
+    /// finalizer and the claims: each written ends the reconcile; pre-download: its
+    /// revision label only once every job is created).
     Sequential,
     /// In [`chains`], with bounded parallelism.
     PerPod,
@@ -56,7 +60,7 @@ pub enum PhaseRun {
 pub fn run_of(action: &Action) -> PhaseRun {
     match phase_of(action) {
         "create" => PhaseRun::SlowStart,
-        "finalizer" | "claim" => PhaseRun::Sequential,
+        "finalizer" | "claim" | "predownload" => PhaseRun::Sequential,
         _ => PhaseRun::PerPod,
     }
 }
@@ -110,6 +114,23 @@ pub fn chains<'a>(phase: &[&'a Step]) -> Vec<Vec<&'a Step>> {
     chains
 }
 
+/// How the steps of `phase` are sent, by its [`run_of`]: batches one after the other,
+/// the chains of a batch at once (bounded), each chain's steps in order, a chain stopping
+/// at its first failure and the phase after the first batch with one. Slow start: its
+/// batches ([`slow_start`]), a chain per step; sequential: one chain; per pod: one batch
+/// of [`chains`].
+pub fn batches<'a>(phase: &[&'a Step]) -> Vec<Vec<Vec<&'a Step>>> {
+    match phase.first().map(|s| run_of(&s.action)) {
+        None => Vec::new(),
+        Some(PhaseRun::SlowStart) => slow_start(phase.len())
+            .into_iter()
+            .map(|batch| phase[batch].iter().map(|&s| vec![s]).collect())
+            .collect(),
+        Some(PhaseRun::Sequential) => vec![vec![phase.to_vec()]],
+        Some(PhaseRun::PerPod) => vec![chains(phase)],
+    }
+}
+
 /// The CloneSet condition a failed action is reported under.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FailureKind {
@@ -137,6 +158,17 @@ impl FailureKind {
         }
     }
 }
+
+/// Whether a failed write of `action` fails the reconcile. The ImagePullJob writes of
+/// image pre-download do not (OpenKruise logs them and goes on): they end no later phase,
+/// and the reconcile is due again after [`RETRY_SET_ASIDE`].
+pub fn fails_reconcile(action: &Action) -> bool {
+    phase_of(action) != "predownload"
+}
+
+/// How soon a reconcile is due again after a write whose failure was set aside
+/// ([`fails_reconcile`]).
+pub const RETRY_SET_ASIDE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Whether a 409 answering the write of `action` is let pass instead of failing: the
 /// write is pinned to the pod version judged, and the pod is judged again from its newer
@@ -411,6 +443,29 @@ pub fn report(step: &Step, sent: &Sent) -> Report {
                 ..event(cached(pod), true, reason, "UpdateInPlace", message.clone())
             });
         }
+        (Action::CreateImagePullJob { job, image }, sent) => {
+            let created = matches!(
+                &step.write,
+                Ok(StepWrite::Object(Write::CreateImagePullJob { .. }))
+            );
+            report.event = match sent.error() {
+                None if created => Some(event(
+                    None,
+                    false,
+                    ev::CREATED_IMAGE_PULL_JOB,
+                    "PreDownloadImage",
+                    format!("created ImagePullJob {job} for image: {image}"),
+                )),
+                Some(err) => Some(event(
+                    None,
+                    true,
+                    ev::FAILED_CREATE_IMAGE_PULL_JOB,
+                    "PreDownloadImage",
+                    format!("failed to create ImagePullJob {job}: {err}"),
+                )),
+                None => None,
+            };
+        }
         (Action::HoldDeletion { message }, Sent::Written) => {
             report.event = Some(event(
                 None,
@@ -435,6 +490,13 @@ fn log_line(action: &Action, write: &Result<StepWrite, crate::step::WriteError>)
         }
         (Action::AdoptPod { pod }, _) => Some(format!("adopted pod {pod}")),
         (Action::ReleasePod { pod }, _) => Some(format!("released pod {pod}")),
+        (Action::DeleteImagePullJob { job }, Ok(StepWrite::Object(_))) => {
+            Some(format!("deleted ImagePullJob {job}: revisions converged"))
+        }
+        (Action::LabelPreDownloadRevision { revision, ignored }, _) => Some(match ignored {
+            Some(reason) => format!("pre-download skipped for revision {revision}: {reason}"),
+            None => format!("pre-download jobs in place for revision {revision}"),
+        }),
         (Action::ApplyNextContainerBatch { pod }, _) => Some(format!(
             "pod {pod}: next container batch of the in-place update applied"
         )),
@@ -473,6 +535,7 @@ pub fn patch_what(action: &Action, patch: &Patch) -> String {
         }
         (Action::AdoptPod { .. }, _) => format!("adopt pod {name}"),
         (Action::ReleasePod { .. }, _) => format!("release pod {name}"),
+        (Action::LabelPreDownloadRevision { .. }, _) => format!("label ControllerRevision {name}"),
         (_, Target::PodStatus) => format!("patch status of pod {name}"),
         (_, target) => format!("patch {target:?} {name}"),
     }

@@ -51,7 +51,10 @@ pub fn pod_of(action: &Action) -> Option<&str> {
         | Action::PrunePodsToDelete { .. }
         | Action::AddFinalizer { .. }
         | Action::RemoveFinalizer { .. }
-        | Action::HoldDeletion { .. } => None,
+        | Action::HoldDeletion { .. }
+        | Action::CreateImagePullJob { .. }
+        | Action::DeleteImagePullJob { .. }
+        | Action::LabelPreDownloadRevision { .. } => None,
     }
 }
 

@@ -13,6 +13,7 @@
 use std::fmt;
 
 use inplace_proto::CloneSet;
+use inplace_proto::imagepulljob::ImagePullJob;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use serde::de::DeserializeOwned;
@@ -258,6 +259,15 @@ pub fn pvcs(source: Source<'_>) -> Result<Vec<PersistentVolumeClaim>, InputError
 /// The ControllerRevisions of `source` (`kubectl get controllerrevisions -o yaml`).
 pub fn revisions(source: Source<'_>) -> Result<Vec<ControllerRevision>, InputError> {
     objects(source, "ControllerRevision", &["apps/v1"])
+}
+
+/// The ImagePullJobs of `source` (`kubectl get imagepulljobs -o yaml`).
+pub fn image_pull_jobs(source: Source<'_>) -> Result<Vec<ImagePullJob>, InputError> {
+    objects(
+        source,
+        "ImagePullJob",
+        &["apps.kruise.io/v1beta1", "apps.kruise.io/v1alpha1"],
+    )
 }
 
 #[cfg(test)]

@@ -4,7 +4,8 @@
 //! ```text
 //! kubectl-inplace plan -f cloneset.yaml --pods pods.yaml [--revisions revisions.yaml]
 //!     [--pvcs pvcs.yaml] [--update-revision NAME] [--current-revision NAME] [--now RFC3339]
-//!     [--partition-rollback] [-o json|yaml|table]
+//!     [--partition-rollback] [--pre-download-image [--image-pull-jobs jobs.yaml]]
+//!     [-o json|yaml|table]
 //! kubectl-inplace plan CLONESET [--update-revision ...] [--now ...] [-o json|yaml|table]
 //! ```
 //!
@@ -17,6 +18,9 @@
 //!   `kubectl get controllerrevisions -o yaml` prints; without it the old revisions'
 //!   templates are unknown, which matters for in-place decisions. `--pvcs` (optional) is
 //!   what `kubectl get pvc -o yaml` prints: claims of vanished pods are reused.
+//! - `--pre-download-image` (the gate `PreDownloadImageForInPlaceUpdate`) plans the
+//!   ImagePullJobs of image pre-download; `--image-pull-jobs` (optional) is what
+//!   `kubectl get imagepulljobs -o yaml` prints (online: listed in the namespace).
 //! - The update revision is computed from the template unless `--update-revision` names
 //!   it; the current revision is `status.currentRevision` unless `--current-revision`
 //!   names it (offline there is no list of revisions to check it against).
@@ -50,13 +54,14 @@ use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use inplace_proto::CloneSet;
+use inplace_proto::imagepulljob::ImagePullJob;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::jiff::Timestamp;
 
 use self::input::{InputError, Place, Source};
 use crate::plan::selector::Selector;
-use crate::plan::{Plan, PlanError, PlanOptions, Snapshot};
+use crate::plan::{Plan, PlanError, PlanOptions, PreDownloadInput, Snapshot};
 
 /// Exit code for bad input.
 pub const EXIT_BAD_INPUT: i32 = 2;
@@ -145,7 +150,7 @@ pub struct PlanArgs {
     #[arg(
         value_name = "CLONESET",
         value_parser = online::parse_cloneset,
-        conflicts_with_all = ["cloneset", "pods", "revisions", "pvcs"]
+        conflicts_with_all = ["cloneset", "pods", "revisions", "pvcs", "image_pull_jobs"]
     )]
     pub name: Option<String>,
     /// The CloneSet (YAML or JSON).
@@ -181,6 +186,14 @@ pub struct PlanArgs {
     /// ResourcesDeletionProtection).
     #[arg(long)]
     pub deletion_protection: bool,
+    /// Plan the ImagePullJobs of image pre-download for in-place update (gate
+    /// PreDownloadImageForInPlaceUpdate).
+    #[arg(long)]
+    pub pre_download_image: bool,
+    /// The ImagePullJobs of its namespace (kubectl get imagepulljobs -o yaml), with
+    /// --pre-download-image.
+    #[arg(long, value_name = "FILE", requires = "pre_download_image")]
+    pub image_pull_jobs: Option<PathBuf>,
     /// Output form.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Table)]
     pub output: Format,
@@ -196,6 +209,8 @@ pub struct Inputs {
     /// The other pods of the namespace that carry an instance id, which the CloneSet may
     /// adopt or must release ([`crate::plan::claim`]); none from files.
     pub unowned_pods: Vec<Pod>,
+    /// The ImagePullJobs of its namespace (those it controls are planned from).
+    pub image_pull_jobs: Vec<ImagePullJob>,
 }
 
 /// Settings of one plan run.
@@ -206,6 +221,8 @@ pub struct Settings {
     pub partition_rollback: bool,
     /// The gate ResourcesDeletionProtection.
     pub deletion_protection: bool,
+    /// The gate PreDownloadImageForInPlaceUpdate.
+    pub pre_download_image: bool,
 }
 
 /// A computed plan and the warnings about the CloneSet.
@@ -255,6 +272,7 @@ pub fn load(
         revisions: revision_list,
         pvcs: pvc_list,
         unowned_pods: Vec::new(),
+        image_pull_jobs: Vec::new(),
     })
 }
 
@@ -323,6 +341,7 @@ pub fn live_inputs(
         revisions,
         pvcs,
         unowned_pods,
+        image_pull_jobs: Vec::new(),
     })
 }
 
@@ -340,6 +359,7 @@ pub fn compute(
         .and_then(|s| s.current_revision.clone());
     let options = PlanOptions {
         partition_rollback: settings.partition_rollback,
+        pre_download_image: settings.pre_download_image,
         update_revision_override: settings.update_revision.clone(),
         current_revision_override: settings.current_revision.clone().or(status_current),
         ..PlanOptions::default()
@@ -360,6 +380,10 @@ pub fn compute(
                 })
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let jobs: Vec<ImagePullJob> =
+        crate::plan::predownload::controlled_jobs(&inputs.cloneset, &inputs.image_pull_jobs)
+            .cloned()
+            .collect();
     let snapshot = Snapshot {
         cloneset: &inputs.cloneset,
         pods: &pods,
@@ -369,6 +393,12 @@ pub fn compute(
         now,
         options: &options,
         pods_to_delete_seen: &crate::plan::pods_to_delete::NO_NAMES,
+        // As the controller: the jobs the CloneSet controls, each new one recording the
+        // update order of its nodes.
+        pre_download: settings.pre_download_image.then_some(PreDownloadInput {
+            jobs: &jobs,
+            update_order: true,
+        }),
     };
     let mut plan = crate::plan::plan(snapshot).map_err(|e| plan_error(cloneset_file, &e))?;
     let mut warnings = checks::warnings(&inputs.cloneset);
@@ -478,6 +508,7 @@ fn plan_settings(args: &PlanArgs) -> Settings {
         current_revision: args.current_revision.clone(),
         partition_rollback: args.partition_rollback,
         deletion_protection: args.deletion_protection,
+        pre_download_image: args.pre_download_image,
     }
 }
 
@@ -491,13 +522,31 @@ fn live_plan_command(
 ) -> Result<(), online::OnlineError> {
     let bad = |e: InputError| online::OnlineError::BadInput(e.to_string());
     let now = parse_now(args.now.as_deref()).map_err(bad)?;
-    let (cs, pods, pvcs, revisions) = runtime()?.block_on(async {
+    let ((cs, pods, pvcs, revisions), jobs) = runtime()?.block_on(async {
         let (client, ns) = online::connect(connect).await?;
-        online::plan_objects(&client, &ns, name).await
+        let objects = online::plan_objects(&client, &ns, name).await?;
+        let jobs = if args.pre_download_image {
+            online::image_pull_jobs(&client, &ns).await?
+        } else {
+            None
+        };
+        Ok::<_, online::OnlineError>((objects, jobs))
     })?;
-    let inputs = live_inputs(cs, pods, pvcs, revisions).map_err(bad)?;
+    let mut inputs = live_inputs(cs, pods, pvcs, revisions).map_err(bad)?;
     let label = format!("cloneset/{name}");
-    let report = compute(&inputs, &plan_settings(args), now, &label).map_err(bad)?;
+    let mut settings = plan_settings(args);
+    match jobs {
+        Some(jobs) => inputs.image_pull_jobs = jobs,
+        None if settings.pre_download_image => {
+            let _ = writeln!(
+                err,
+                "warning: {label}: imagepulljobs.apps.kruise.io is not served: no image pre-download (nor in the controller)"
+            );
+            settings.pre_download_image = false;
+        }
+        None => {}
+    }
+    let report = compute(&inputs, &settings, now, &label).map_err(bad)?;
     for w in &report.warnings {
         let _ = writeln!(err, "warning: {label}: {w}");
     }
@@ -532,7 +581,7 @@ fn plan_command(
     let pods = source(&pods_name, &pods_text);
     let revs = source(&rev_name, &rev_text);
     let claims = source(&pvc_name, &pvc_text);
-    let inputs = load(
+    let mut inputs = load(
         Source {
             name: &cs_name,
             text: &cs_text,
@@ -541,6 +590,13 @@ fn plan_command(
         revs.as_ref().map(|(name, text)| Source { name, text }),
         claims.as_ref().map(|(name, text)| Source { name, text }),
     )?;
+    if let Some(path) = args.image_pull_jobs.as_deref() {
+        let (name, text) = (path.display().to_string(), read(path)?);
+        inputs.image_pull_jobs = input::image_pull_jobs(Source {
+            name: &name,
+            text: &text,
+        })?;
+    }
     let report = compute(&inputs, &plan_settings(args), now, &cs_name)?;
     for w in &report.warnings {
         let _ = writeln!(err, "warning: {cs_name}: {w}");

@@ -153,6 +153,22 @@ pub fn describe(cs: &CloneSet, action: &Action) -> String {
         Action::ReleasePod { pod } => format!(
             "release pod {pod} (it no longer matches the selector; with the other claims, a reconcile of their own, before the rest)"
         ),
+        Action::CreateImagePullJob { job, image } => format!(
+            "create ImagePullJob {job} to pull {image} on the nodes of the pods still to update (image pre-download)"
+        ),
+        Action::DeleteImagePullJob { job } => {
+            format!("delete ImagePullJob {job} (the revisions have converged)")
+        }
+        Action::LabelPreDownloadRevision {
+            revision,
+            ignored: None,
+        } => format!(
+            "label revision {revision} pre-download created (once every ImagePullJob is created)"
+        ),
+        Action::LabelPreDownloadRevision {
+            revision,
+            ignored: Some(reason),
+        } => format!("label revision {revision} pre-download ignored: {reason}"),
     }
 }
 
@@ -433,6 +449,7 @@ fn action_write_words(w: &Write) -> String {
                 Target::PodStatus => "status of pod",
                 Target::Pvc => "PVC",
                 Target::CloneSet => "CloneSet",
+                Target::ControllerRevision => "ControllerRevision",
             };
             let stamp = if p.stamp_conditions {
                 ", conditions stamped with the write time"
@@ -448,6 +465,14 @@ fn action_write_words(w: &Write) -> String {
                 "writes: patch {target} {} {} ({on}{stamp})",
                 p.name, p.patch
             )
+        }
+        Write::CreateImagePullJob { job } => format!(
+            "writes: create ImagePullJob {} pulling {} (one that exists already is fine)",
+            job.metadata.name.as_deref().unwrap_or_default(),
+            job.spec.image
+        ),
+        Write::DeleteImagePullJob { job, uid } => {
+            format!("writes: delete ImagePullJob {job} only with UID {uid}")
         }
         Write::Skip { why } => format!("writes: nothing ({why})"),
     }

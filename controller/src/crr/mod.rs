@@ -262,7 +262,7 @@ async fn reconcile(crr: Arc<ContainerRecreateRequest>, ctx: Arc<Ctx>) -> Result<
     {
         // finalizer first (so the key is always released), then the pod, then the
         // annotation the daemon waits on
-        let gated = crate::runtime::apply::has_gate(pod, keys::KRUISE_POD_READY_CONDITION);
+        let gated = crate::plan::pod_conditions::has_gate(pod, keys::KRUISE_POD_READY_CONDITION);
         if gated {
             if !crr
                 .finalizers()
@@ -324,7 +324,7 @@ async fn set_not_ready(
     key: &crate::plan::not_ready::NotReadyMessage,
     add: bool,
 ) -> Result<(), Error> {
-    if !crate::runtime::apply::has_gate(pod, keys::KRUISE_POD_READY_CONDITION) {
+    if !crate::plan::pod_conditions::has_gate(pod, keys::KRUISE_POD_READY_CONDITION) {
         return Ok(());
     }
     let Some((status, message)) = plan::kruise_pod_ready(pod, key, add) else {

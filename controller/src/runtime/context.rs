@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use inplace_proto::{CloneSet, CloneSetStatus};
+use kube::api::{PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 
 use crate::discovery::ServerCapabilities;
@@ -21,7 +22,7 @@ use crate::turns::Turns;
 use crate::watch::{Scope, Stores};
 
 use super::last_write::LastWrites;
-use super::predownload_jobs::{JobWriter, PreDownloader};
+use super::predownload_jobs::PreDownloader;
 
 /// [`Settings::api_parallelism`] unless told otherwise (`--api-parallelism`).
 pub const DEFAULT_API_PARALLELISM: usize = 64;
@@ -73,6 +74,24 @@ impl Default for Settings {
     }
 }
 
+impl Settings {
+    /// The parameters of every patch: our field manager.
+    pub fn patch_params(&self) -> PatchParams {
+        PatchParams {
+            field_manager: Some(self.field_manager.clone()),
+            ..PatchParams::default()
+        }
+    }
+
+    /// The parameters of every create: our field manager.
+    pub fn post_params(&self) -> PostParams {
+        PostParams {
+            field_manager: Some(self.field_manager.clone()),
+            ..PostParams::default()
+        }
+    }
+}
+
 /// Everything a reconcile needs.
 pub struct Context {
     pub client: Client,
@@ -83,7 +102,8 @@ pub struct Context {
     pub health: Arc<Health>,
     pub caps: ServerCapabilities,
     pub settings: Settings,
-    /// Image pre-download (gate `PreDownloadImageForInPlaceUpdate`); `None` when off.
+    /// The ImagePullJob cache of image pre-download (gate
+    /// `PreDownloadImageForInPlaceUpdate`); `None` when off or not served.
     pub predownload: Option<PreDownloader>,
     pub(super) failures: Mutex<HashMap<String, u32>>,
     /// Per CloneSet UID: the status and resourceVersion our last status write left.
@@ -110,17 +130,6 @@ impl std::fmt::Debug for Context {
 }
 
 impl Context {
-    /// What the ImagePullJob writer needs of the context.
-    pub fn job_writer(&self) -> JobWriter<'_> {
-        JobWriter {
-            client: &self.client,
-            events: &self.events,
-            field_manager: &self.settings.field_manager,
-            options: &self.settings.plan_options,
-            update_order: self.settings.predownload_update_order,
-        }
-    }
-
     pub(super) fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
         self.failures
             .lock()

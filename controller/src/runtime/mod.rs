@@ -5,12 +5,11 @@
 //! 1. waits for the caches to be synced;
 //! 2. skips planning while earlier writes are not observed yet ([`crate::expectations`]);
 //! 3. builds the [`Snapshot`](crate::plan::Snapshot) from the stores and asks the planner;
-//! 4. carries the plan out ([`apply`]), writes the status ([`status_writer`]) and the
-//!    pre-download ImagePullJobs ([`predownload_jobs`]).
+//! 4. carries the plan out ([`apply`]) and writes the status ([`status_writer`]).
 //!
 //! The modules import downwards only: this loop imports the writers, the writers import
 //! [`context`] (what they share), and `context` imports none of them but the ImagePullJob
-//! cache it holds.
+//! cache it holds ([`predownload_jobs`], read into the snapshot).
 
 pub mod apply;
 pub mod context;
@@ -38,6 +37,7 @@ use crate::error::Error;
 use crate::events::EventSink;
 use crate::expectations::Expectations;
 use crate::metrics::{CloneSetLabels, ErrorLabels, ExpectationLabels, Metrics};
+use crate::plan::sending::RETRY_SET_ASIDE;
 use crate::server::Health;
 use crate::watch::Stores;
 
@@ -233,6 +233,7 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context, key: &str) -> Result<Acti
         return Ok(Action::requeue(Duration::from_millis(200)));
     }
     let seen = seen_pods_to_delete(ctx, cs).update(&owned.pods);
+    let jobs = ctx.predownload.as_ref().and_then(|pd| pd.jobs_of(cs));
     let snapshot = crate::plan::Snapshot {
         cloneset: cs,
         pods: &owned.pods,
@@ -242,6 +243,10 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context, key: &str) -> Result<Acti
         now: k8s_openapi::jiff::Timestamp::now(),
         options: &ctx.settings.plan_options,
         pods_to_delete_seen: &seen,
+        pre_download: jobs.as_deref().map(|jobs| crate::plan::PreDownloadInput {
+            jobs,
+            update_order: ctx.settings.predownload_update_order,
+        }),
     };
     let plan = match run_planner(snapshot) {
         Ok(plan) => plan,
@@ -261,18 +266,16 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context, key: &str) -> Result<Acti
 
     let outcome = apply::execute(ctx, cs, &owned, &plan).await;
     status_writer::write(ctx, cs, &plan, &outcome).await?;
-    let predownload_retry = match &ctx.predownload {
-        Some(pd) => {
-            pd.reconcile(&ctx.job_writer(), &ctx.stores, snapshot, &plan.revisions)
-                .await
-        }
-        None => None,
-    };
+    for error in &outcome.set_aside {
+        // As OpenKruise, a failed pre-download write does not fail the reconcile.
+        warn!(%error, "image pre-download write failed; trying again soon");
+    }
+    let set_aside_retry = (!outcome.set_aside.is_empty()).then_some(RETRY_SET_ASIDE);
     let conflicts_passed = outcome.conflicts_passed;
     if let Some(err) = outcome.into_error() {
         return Err(err);
     }
-    let requeue = match (plan.requeue_after, predownload_retry) {
+    let requeue = match (plan.requeue_after, set_aside_retry) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };

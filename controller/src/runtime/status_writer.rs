@@ -26,7 +26,7 @@ use std::borrow::Cow;
 
 use inplace_proto::{CloneSet, CloneSetStatus, keys};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Patch, PatchParams};
+use kube::api::Patch;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::{Map, Value, json};
 use tracing::debug;
@@ -174,12 +174,12 @@ pub async fn write(
     let body = merge_patch(cs.status.as_ref(), &status, rv.as_deref())?;
     let api: Api<CloneSet> =
         Api::namespaced(ctx.client.clone(), &cs.namespace().unwrap_or_default());
-    let pp = PatchParams {
-        field_manager: Some(ctx.settings.field_manager.clone()),
-        ..PatchParams::default()
-    };
     let written = api
-        .patch_status(&cs.name_any(), &pp, &Patch::Merge(&body))
+        .patch_status(
+            &cs.name_any(),
+            &ctx.settings.patch_params(),
+            &Patch::Merge(&body),
+        )
         .await
         .map_err(|e| Error::kube("write CloneSet status", e))?;
     if let (Some(uid), Some(left)) = (cs.uid(), written.resource_version()) {
@@ -260,6 +260,7 @@ mod tests {
             }],
             skipped: 0,
             conflicts_passed: 0,
+            set_aside: Vec::new(),
         };
         let f_act = failures(&Plan::default(), &outcome);
         let s_act = desired_status(&cs, &Plan::default(), &f_act, t);

@@ -78,6 +78,7 @@ pub fn snapshot(input: &Input) -> Snapshot<'_> {
         now: Timestamp::from_second(EPOCH + 1000).unwrap(),
         options: &input.options,
         pods_to_delete_seen: &inplace_plan::pods_to_delete::NO_NAMES,
+        pre_download: None,
     }
 }
 
@@ -95,6 +96,7 @@ pub fn input(n: usize) -> Input {
             now: Timestamp::from_second(EPOCH).unwrap(),
             options: &options,
             pods_to_delete_seen: &inplace_plan::pods_to_delete::NO_NAMES,
+            pre_download: None,
         })
         .unwrap();
         (

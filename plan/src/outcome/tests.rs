@@ -108,3 +108,24 @@ fn a_failed_revision_write_skips_every_step() {
     assert_eq!(kinds, [FailureKind::Update]);
     assert_eq!(outcome.into_error(), Some(E::One("create revision")));
 }
+
+#[test]
+fn failures_set_aside_fail_neither_the_phase_nor_the_reconcile() {
+    // A pre-download phase of three steps whose second failed (its chain stopped there).
+    let mut outcome = Outcome::default();
+    let results = vec![("job a", Ok(())), ("job b", Err(E::One("quota")))];
+    let results = outcome.set_failures_aside(results, |s| s.starts_with("job"));
+    assert!(!outcome.tally(3, results, kind));
+    assert_eq!((outcome.attempted, outcome.skipped), (2, 1));
+    assert_eq!(outcome.set_aside, vec![E::One("quota")]);
+    assert!(outcome.failures.is_empty());
+    assert_eq!(outcome.into_error(), None);
+
+    // Other failures stay failures.
+    let mut outcome = Outcome::default();
+    let results = vec![("update a", Err(E::One("x")))];
+    let results = outcome.set_failures_aside(results, |s| s.starts_with("job"));
+    assert!(outcome.tally(1, results, kind));
+    assert!(outcome.set_aside.is_empty());
+    assert_eq!(outcome.into_error(), Some(E::One("x")));
+}

@@ -58,6 +58,7 @@ fn run(w: &World) -> Plan {
         now: crate::fixtures::t(1000),
         options: &w.options,
         pods_to_delete_seen: &w.seen,
+        pre_download: None,
     });
     p.unwrap_or_else(|e| panic!("plan: {e}"))
 }

@@ -587,3 +587,49 @@ fn the_pvcs_of_a_deleted_pod_follow_its_report() {
     };
     assert!(follow_ups(&pvc_alone).is_empty());
 }
+
+#[test]
+fn each_phase_is_sent_in_batches_of_chains_by_how_it_runs() {
+    fn shape(phase: &[&Step]) -> Vec<Vec<usize>> {
+        batches(phase)
+            .iter()
+            .map(|b| b.iter().map(Vec::len).collect())
+            .collect()
+    }
+    let create = |id: &str| {
+        step(Action::Create {
+            revision: "r".into(),
+            instance_id: id.into(),
+        })
+    };
+    let creates: Vec<Step> = ["a", "b", "c", "d"].into_iter().map(create).collect();
+    // Slow start: batches of 1, 2, 1 creates, each create a chain of its own.
+    assert_eq!(
+        shape(&creates.iter().collect::<Vec<_>>()),
+        vec![vec![1], vec![1, 1], vec![1]]
+    );
+    // Sequential: one batch of one chain, in plan order.
+    let jobs: Vec<Step> = [
+        Action::CreateImagePullJob {
+            job: "j".into(),
+            image: "i".into(),
+        },
+        Action::LabelPreDownloadRevision {
+            revision: "r".into(),
+            ignored: None,
+        },
+    ]
+    .into_iter()
+    .map(step)
+    .collect();
+    let phase: Vec<&Step> = jobs.iter().collect();
+    assert_eq!(shape(&phase), vec![vec![2]]);
+    assert_eq!(batches(&phase)[0][0][1].action, jobs[1].action);
+    // Per pod: one batch of the pods' chains.
+    let refresh: Vec<Step> = ["a", "a", "b"]
+        .into_iter()
+        .map(|p| step(Action::CompleteInPlaceUpdate { pod: p.into() }))
+        .collect();
+    assert_eq!(shape(&refresh.iter().collect::<Vec<_>>()), vec![vec![2, 1]]);
+    assert!(batches(&[]).is_empty());
+}

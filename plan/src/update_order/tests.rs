@@ -553,6 +553,7 @@ mod equals_reference {
                 now: t(1000),
                 options: &options,
                 pods_to_delete_seen: &crate::pods_to_delete::NO_NAMES,
+                pre_download: None,
             };
             let strategy = cs.spec.update_strategy.as_ref();
             let precomputed = PodFacts::extract_all(&snapshot);

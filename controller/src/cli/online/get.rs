@@ -48,6 +48,20 @@ pub async fn plan_objects(
     Ok((cs, pods, pvcs, revisions))
 }
 
+/// The ImagePullJobs of namespace `ns` (`plan NAME --pre-download-image`); None when the
+/// server does not serve them (the controller does not pre-download there).
+pub async fn image_pull_jobs(
+    client: &Client,
+    ns: &str,
+) -> Result<Option<Vec<inplace_proto::imagepulljob::ImagePullJob>>, OnlineError> {
+    let api = Api::<inplace_proto::imagepulljob::ImagePullJob>::namespaced(client.clone(), ns);
+    match api.list(&ListParams::default()).await {
+        Ok(list) => Ok(Some(list.items)),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// The view of `name` ([`crate::cli::view::build`]) from the objects now, with why its
 /// rollout waits. NodeImages are cluster-scoped: when they cannot be listed (no
 /// permission), pulls show as unknown.

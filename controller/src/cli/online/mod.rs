@@ -41,7 +41,7 @@ mod tests;
 mod warm_up;
 
 pub use edit::{scale_down, set_image};
-pub use get::{Scope, get, named, plan_objects, read_view, scope};
+pub use get::{Scope, get, image_pull_jobs, named, plan_objects, read_view, scope};
 pub use rollout::{
     Progress, Verdict, pause_patch, progress, rollout_history, rollout_restart, rollout_status,
     rollout_undo, set_paused, status_block,

@@ -37,7 +37,7 @@ impl Actor<'_> {
     }
 
     /// One write of [`Actor::init_pod_conditions`]: its body is built and its request
-    /// state allocated only when [`bounded`] starts it (see [`Actor::act_boxed`]).
+    /// state allocated only when [`bounded`] starts it (see [`Actor::act_chain`]).
     pub(super) async fn init_pod_condition(
         &self,
         write: &InitialConditions,

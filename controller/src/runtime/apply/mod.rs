@@ -17,7 +17,6 @@ mod send;
 #[cfg(test)]
 mod tests;
 
-pub use crate::plan::pod_conditions::has_gate;
 pub use crate::plan::sending::FailureKind;
 
 use std::collections::BTreeMap;
@@ -29,7 +28,7 @@ use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
+use kube::api::{ApiResource, DynamicObject, Patch};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::Value;
 use tracing::{debug, info, warn};
@@ -39,7 +38,7 @@ use crate::events::Note;
 use crate::expectations::Expectation;
 use crate::metrics::CloneSetLabels;
 use crate::plan::outcome::{self, LeftVersions};
-use crate::plan::sending::{self, PhaseRun, Report, Sent};
+use crate::plan::sending::{self, Report, Sent};
 use crate::plan::{Plan, Step};
 use crate::runtime::context::{Context, key_of};
 use crate::watch::{CachedPod, Owned};
@@ -48,17 +47,6 @@ use crate::watch::{CachedPod, Owned};
 pub type Outcome = outcome::Outcome<Error>;
 /// One failed write.
 pub type Failure = outcome::Failure<Error>;
-
-impl From<outcome::Aggregate<Error>> for Error {
-    fn from(a: outcome::Aggregate<Error>) -> Self {
-        let (failed, total, first) = (a.failed, a.total, Box::new(a.first));
-        Error::Actions {
-            failed,
-            total,
-            first,
-        }
-    }
-}
 
 /// Everything one execution needs.
 struct Actor<'a> {
@@ -145,13 +133,6 @@ impl Actor<'_> {
         )
     }
 
-    fn pp(&self) -> PatchParams {
-        PatchParams {
-            field_manager: Some(self.ctx.settings.field_manager.clone()),
-            ..PatchParams::default()
-        }
-    }
-
     fn expect(&self, e: Expectation) {
         note_left(&self.left, &e);
         self.ctx.expectations.expect(&self.key, e);
@@ -180,7 +161,9 @@ impl Actor<'_> {
         outcome
     }
 
-    /// Runs the plan's steps phase by phase ([`sending::phases`]); whether one failed.
+    /// Runs the plan's steps phase by phase ([`sending::phases`]), each in its batches of
+    /// chains ([`sending::batches`]); whether one failed (a failure set aside does not,
+    /// [`sending::fails_reconcile`]).
     async fn run_steps(&self, outcome: &mut Outcome) -> bool {
         let mut failed = false;
         for phase in sending::phases(&self.plan.steps) {
@@ -188,16 +171,19 @@ impl Actor<'_> {
                 outcome.skipped += phase.len();
                 continue;
             }
-            let results = match phase.first().map(|s| sending::run_of(&s.action)) {
-                Some(PhaseRun::SlowStart) => self.run_slow_start(&phase).await,
-                Some(PhaseRun::Sequential) => self.act_chain(phase.clone()).await,
-                _ => {
-                    let chains = sending::chains(&phase).into_iter();
-                    let futs: Vec<_> = chains.map(|chain| self.act_chain(chain)).collect();
-                    let results = bounded(futs, self.ctx.settings.api_parallelism).await;
-                    results.into_iter().flatten().collect()
+            let mut results = Vec::new();
+            for batch in sending::batches(&phase) {
+                let futs: Vec<_> = batch.into_iter().map(|c| self.act_chain(c)).collect();
+                let sent = bounded(futs, self.ctx.settings.api_parallelism).await;
+                let sent: Vec<_> = sent.into_iter().flatten().collect();
+                let batch_failed = sent.iter().any(|(_, r)| r.is_err());
+                results.extend(sent);
+                if batch_failed {
+                    break;
                 }
-            };
+            }
+            let results =
+                outcome.set_failures_aside(results, |s| !sending::fails_reconcile(&s.action));
             failed = outcome.tally(phase.len(), results, |s| FailureKind::of(&s.action));
         }
         failed
@@ -220,42 +206,17 @@ impl Actor<'_> {
         read.map_err(|e| Error::kube(format!("read pod {name} after a conflict"), e))
     }
 
-    /// Creates in batches of 1, 2, 4, … ([`sending::slow_start`]) and stops after the
-    /// first batch with a failure.
-    async fn run_slow_start<'b>(&self, phase: &[&'b Step]) -> Vec<(&'b Step, Result<(), Error>)> {
-        let mut results = Vec::new();
-        for batch in sending::slow_start(phase.len()) {
-            let futs: Vec<_> = phase[batch].iter().map(|s| self.act_tagged(s)).collect();
-            let part = bounded(futs, self.ctx.settings.api_parallelism).await;
-            let failed = part.iter().any(|(_, r)| r.is_err());
-            results.extend(part);
-            if failed {
-                break;
-            }
-        }
-        results
-    }
-
-    async fn act_tagged<'b>(&self, step: &'b Step) -> (&'b Step, Result<(), Error>) {
-        (step, self.act_boxed(step).await)
-    }
-
-    /// [`Actor::act`] on the heap. The future of `act` holds the state of every API call
-    /// an action may make (several KiB); a phase builds the futures of all its actions
-    /// before [`bounded`] starts the first 16, so inlined, a 1,000-pod phase held ~4 MiB
-    /// per reconcile of futures not yet started (the largest transient allocation while
-    /// creating 10,000 pods, found with heaptrack). Boxed, a future not yet started holds
-    /// its arguments only, and the action's state is allocated when it runs.
-    async fn act_boxed(&self, step: &Step) -> Result<(), Error> {
-        Box::pin(self.act(step)).await
-    }
-
     /// Runs the steps of one chain in order; after a failure the rest are not attempted
-    /// (not returned).
+    /// (not returned). Each [`Actor::act`] runs on the heap: its future holds the state
+    /// of every API call a step may make (several KiB), and a phase builds the futures of
+    /// all its chains before [`bounded`] starts the first 16, so inlined, a 1,000-pod
+    /// phase held ~4 MiB per reconcile of futures not yet started (the largest transient
+    /// allocation while creating 10,000 pods, found with heaptrack). Boxed, a future not
+    /// yet started holds its arguments only.
     async fn act_chain<'b>(&self, chain: Vec<&'b Step>) -> Vec<(&'b Step, Result<(), Error>)> {
         let mut out = Vec::with_capacity(chain.len());
         for step in chain {
-            let result = self.act_boxed(step).await;
+            let result = Box::pin(self.act(step)).await;
             let failed = result.is_err();
             out.push((step, result));
             if failed {
@@ -340,7 +301,8 @@ impl Actor<'_> {
         body: Value,
         what: impl FnOnce() -> String,
     ) -> Result<Pod, Error> {
-        let (api, pp, patch) = (self.api::<Pod>(), self.pp(), Patch::Strategic(body));
+        let (api, pp) = (self.api::<Pod>(), self.ctx.settings.patch_params());
+        let patch = Patch::Strategic(body);
         let sent = match sub {
             Some(sub) => api.patch_subresource(sub, name, &pp, &patch).await,
             None => api.patch(name, &pp, &patch).await,

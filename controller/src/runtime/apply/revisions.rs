@@ -3,10 +3,10 @@
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use kube::ResourceExt;
-use kube::api::{DeleteParams, Patch, PostParams};
+use kube::api::{DeleteParams, Patch};
 use tracing::{debug, info};
 
-use crate::error::{Error, is_already_exists, is_not_found};
+use crate::error::{Error, is_not_found};
 use crate::expectations::Expectation;
 use crate::plan::revision::bump_patch;
 
@@ -17,20 +17,17 @@ impl Actor<'_> {
         let api = self.api::<ControllerRevision>();
         if let Some(rev) = &self.plan.revisions.create {
             let name = rev.name_any();
-            match api.create(&PostParams::default(), rev).await {
-                Ok(_) => info!(revision = %name, "created ControllerRevision"),
-                Err(e) if is_already_exists(&e) => {
-                    debug!(revision = %name, "ControllerRevision already exists")
-                }
-                Err(e) => return Err(Error::kube(format!("create revision {name}"), e)),
+            let what = format!("revision {name}");
+            if self.create_kept(api.clone(), rev, &what).await? {
+                info!(revision = %name, "created ControllerRevision");
             }
             self.expect(Expectation::RevisionCreated { name });
         }
         if let Some(rev) = &self.plan.revisions.bump {
             let name = rev.name_any();
-            let patch = bump_patch(rev);
+            let patch = Patch::Merge(bump_patch(rev));
             let written = api
-                .patch(&name, &self.pp(), &Patch::Merge(&patch))
+                .patch(&name, &self.ctx.settings.patch_params(), &patch)
                 .await
                 .map_err(|e| Error::kube(format!("bump revision {name}"), e))?;
             self.expect(Expectation::RevisionUpdated {

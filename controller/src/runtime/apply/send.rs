@@ -1,12 +1,15 @@
-//! One send for every write a step holds: the pod and PVC creates of a recipe, deletes
-//! with their UID precondition (gone or replaced is no failure), and planned patches of
-//! pods, PVCs and the CloneSet; each write is recorded as the expectation of what it left.
+//! One send for every write a step holds: the pod and PVC creates of a recipe, the
+//! ImagePullJobs of pre-download, deletes with their UID precondition (gone or replaced is
+//! no failure), and planned patches of pods, PVCs, the CloneSet and its revisions; each
+//! write the CloneSet's plans wait for is recorded as the expectation of what it left.
 
 use inplace_proto::CloneSet;
+use inplace_proto::imagepulljob::ImagePullJob;
+use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DynamicObject, Patch as KubePatch, PostParams};
-use kube::{Resource, ResourceExt};
+use kube::api::{DynamicObject, Patch as KubePatch};
+use kube::{Api, Resource, ResourceExt};
 use serde_json::Value;
 use tracing::debug;
 
@@ -40,9 +43,20 @@ impl Actor<'_> {
             StepWrite::Object(Write::Create(recipe)) => self.create_pod(recipe).await,
             StepWrite::Object(Write::DeletePod { pod, uid, .. }) => {
                 let expected = |name, uid| Expectation::PodDeleted { name, uid };
-                self.delete_uid::<Pod>("pod", (pod, uid), expected).await
+                self.delete_uid::<Pod>("pod", (pod, uid), Some(expected))
+                    .await
             }
             StepWrite::Object(Write::DeletePvc(delete)) => self.delete_pvc(delete).await,
+            StepWrite::Object(Write::CreateImagePullJob { job }) => {
+                let what = format!("ImagePullJob {}", job.name_any());
+                let created = self.create_kept(self.api::<ImagePullJob>(), job, &what);
+                created.await.map(drop)
+            }
+            StepWrite::Object(Write::DeleteImagePullJob { job, uid }) => {
+                let target = (job.as_str(), uid.as_str());
+                self.delete_uid::<ImagePullJob>("ImagePullJob", target, None)
+                    .await
+            }
             StepWrite::Object(Write::Patch(patch)) => {
                 self.send_patch(patch, &patch_what(action, patch)).await
             }
@@ -56,27 +70,19 @@ impl Actor<'_> {
         let template = template_of_recipe(recipe, self.cs, revisions, update)?;
         // Raw JSON all the way to the server: template fields unknown to k8s-openapi survive.
         let rendered = recipe.render(self.cs, &template, Timestamp::now());
-        let pp = PostParams {
-            field_manager: Some(self.ctx.settings.field_manager.clone()),
-            ..PostParams::default()
-        };
         for pvc in rendered.pvcs {
             let pvc = dynamic(pvc, "PVC")?;
             let name = pvc.name_any();
-            match self
-                .dyn_api::<PersistentVolumeClaim>()
-                .create(&pp, &pvc)
-                .await
-            {
-                Ok(_) => debug!(pvc = %name, "created PVC"),
-                Err(e) if is_already_exists(&e) => {}
-                Err(e) => return Err(Error::kube(format!("create PVC {name}"), e)),
-            }
+            let api = self.dyn_api::<PersistentVolumeClaim>();
+            self.create_kept(api, &pvc, &format!("PVC {name}")).await?;
             self.expect(Expectation::PvcCreated { name });
         }
         let created = self
             .dyn_api::<Pod>()
-            .create(&pp, &dynamic(rendered.pod, "pod")?)
+            .create(
+                &self.ctx.settings.post_params(),
+                &dynamic(rendered.pod, "pod")?,
+            )
             .await;
         let (expect, result) = match created {
             Ok(_) => (true, Ok(())),
@@ -93,14 +99,37 @@ impl Actor<'_> {
         result
     }
 
+    /// Creates `obj` (`what`, for logs and the error); one that exists already is kept
+    /// (a PVC of the instance, a revision, a pre-download job: each name is fixed by what
+    /// it is made from). Whether it was created.
+    pub(super) async fn create_kept<K>(
+        &self,
+        api: Api<K>,
+        obj: &K,
+        what: &str,
+    ) -> Result<bool, Error>
+    where
+        K: Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+    {
+        match api.create(&self.ctx.settings.post_params(), obj).await {
+            Ok(_) => Ok(true),
+            Err(e) if is_already_exists(&e) => {
+                debug!(what, "exists already");
+                Ok(false)
+            }
+            Err(e) => Err(Error::kube(format!("create {what}"), e)),
+        }
+    }
+
     /// Deletes the `what` `name` only of `uid` (a replacement of the same name, e.g. a new
     /// pod reusing the instance id, is never deleted by a stale decision); gone or replaced
-    /// is no failure. Expects the deletion `expected` names.
+    /// is no failure. Expects the deletion `expected` names, if any (no plan waits for a
+    /// pre-download job).
     async fn delete_uid<K: Resource<DynamicType = ()>>(
         &self,
         what: &str,
         (name, uid): (&str, &str),
-        expected: fn(String, String) -> Expectation,
+        expected: Option<fn(String, String) -> Expectation>,
     ) -> Result<(), Error> {
         match self
             .dyn_api::<K>()
@@ -113,7 +142,9 @@ impl Actor<'_> {
             }
             Err(e) => return Err(Error::kube(format!("delete {what} {name}"), e)),
         }
-        self.expect(expected(name.to_owned(), uid.to_owned()));
+        if let Some(expected) = expected {
+            self.expect(expected(name.to_owned(), uid.to_owned()));
+        }
         Ok(())
     }
 
@@ -121,7 +152,7 @@ impl Actor<'_> {
     pub(super) async fn delete_pvc(&self, delete: &PvcDelete) -> Result<(), Error> {
         let expected = |name, uid| Expectation::PvcDeleted { name, uid };
         let target = (delete.pvc.as_str(), delete.uid.as_str());
-        self.delete_uid::<PersistentVolumeClaim>("PVC", target, expected)
+        self.delete_uid::<PersistentVolumeClaim>("PVC", target, Some(expected))
             .await
     }
 
@@ -137,8 +168,10 @@ impl Actor<'_> {
             }
             Target::Pvc => self.dyn_api::<PersistentVolumeClaim>(),
             Target::CloneSet => self.dyn_api::<CloneSet>(),
+            Target::ControllerRevision => self.dyn_api::<ControllerRevision>(),
         };
-        let sent = api.patch(name, &self.pp(), &KubePatch::Merge(&body)).await;
+        let (pp, body) = (self.ctx.settings.patch_params(), KubePatch::Merge(&body));
+        let sent = api.patch(name, &pp, &body).await;
         sent.map(drop).map_err(|e| Error::kube(what, e))
     }
 }

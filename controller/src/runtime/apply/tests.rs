@@ -719,7 +719,6 @@ async fn an_action_not_yet_started_is_small() -> Result<(), Box<dyn std::error::
     assert!(inlined > 4 * small, "act's own future is {inlined} bytes");
     for (what, size) in [
         ("act_chain", size_of_val(&actor.act_chain(vec![action]))),
-        ("act_tagged", size_of_val(&actor.act_tagged(action))),
         (
             "init_pod_condition",
             size_of_val(&actor.init_pod_condition(&conditions, &now)),
@@ -1040,5 +1039,69 @@ async fn our_not_ready_key_is_decided_again_once_from_the_pod_read_after_a_confl
         "{outcome:?}"
     );
     assert_eq!(outcome.conflicts_passed, 0);
+    Ok(())
+}
+
+/// Pre-download's steps as the plan holds them: the ImagePullJob created, then the
+/// revision labelled; a failed create ends them before the label and is set aside, so
+/// the reconcile does not fail.
+#[tokio::test]
+async fn pre_download_steps_are_sent_in_order_and_a_failure_is_set_aside()
+-> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    use crate::plan::predownload::Decision;
+    use inplace_proto::imagepulljob::ImagePullJob;
+    let job: ImagePullJob = serde_json::from_value(json!({
+        "apiVersion": "apps.kruise.io/v1beta1", "kind": "ImagePullJob",
+        "metadata": {"name": "demo-2-main", "namespace": "default"},
+        "spec": {"image": "nginx:2"},
+    }))?;
+    let decision = Decision::Create {
+        revision: "demo-2".into(),
+        jobs: vec![job],
+    };
+    let plan = Plan {
+        steps: crate::plan::predownload_steps::of_decision(decision, &[]),
+        ..Plan::default()
+    };
+    let cs = inplace_testkit::pods::cloneset(json!({}));
+    let answer = r#"{"apiVersion":"apps.kruise.io/v1beta1","kind":"ImagePullJob","metadata":{"name":"demo-2-main"},"spec":{"image":"nginx:2"}}"#;
+    let (client, seen, server) = recording_server(answer).await?;
+    let outcome = execute(&test_context(client), &cs, &Owned::default(), &plan).await;
+    server.abort();
+    assert!(outcome.failures.is_empty(), "{:?}", outcome.failures);
+    assert!(outcome.set_aside.is_empty(), "{:?}", outcome.set_aside);
+    let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
+    let sent: Vec<(&str, &str)> = seen
+        .iter()
+        .map(|(m, p, _)| (m.as_str(), p.as_str()))
+        .collect();
+    assert_eq!(
+        sent,
+        vec![
+            (
+                "POST",
+                "/apis/apps.kruise.io/v1beta1/namespaces/default/imagepulljobs"
+            ),
+            (
+                "PATCH",
+                "/apis/apps/v1/namespaces/default/controllerrevisions/demo-2"
+            ),
+        ]
+    );
+    assert_eq!(seen[0].2["spec"]["image"], "nginx:2");
+    assert_eq!(
+        seen[1].2,
+        json!({"metadata": {"labels": {keys::PRE_PREDOWNLOAD_CREATED_LABEL: "true"}}})
+    );
+
+    // Refused: the label is not sent, the reconcile does not fail.
+    let (ctx, cs, seen, server) = against_conflicting_server().await?;
+    let outcome = execute(&ctx, &cs, &Owned::default(), &plan).await;
+    server.abort();
+    assert_eq!(seen.load(Ordering::SeqCst), 1);
+    assert!(outcome.failures.is_empty(), "{:?}", outcome.failures);
+    assert_eq!(outcome.set_aside.len(), 1);
+    assert_eq!((outcome.attempted, outcome.skipped), (1, 1));
+    assert!(outcome.into_error().is_none());
     Ok(())
 }
