@@ -259,8 +259,17 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context, key: &str) -> Result<Acti
         "planned"
     );
 
+    let sending = Instant::now();
     let outcome = apply::execute(ctx, cs, &owned, &plan).await;
+    let sent_in = sending.elapsed();
     status_writer::write(ctx, cs, &plan, &outcome).await?;
+    // The pace of a rollout is read from these (`inplace-rollout-bench`'s pace line).
+    debug!(
+        steps = plan.steps.len(),
+        sent_ms = sent_in.as_millis(),
+        status_ms = (sending.elapsed() - sent_in).as_millis(),
+        "sent"
+    );
     let predownload_retry = match &ctx.predownload {
         Some(pd) => {
             pd.reconcile(&ctx.job_writer(), &ctx.stores, snapshot, &plan.revisions)
