@@ -360,3 +360,171 @@ fn priority_and_scatter_decide_which_pods_go_first() {
         vec![update("demo-2", UpdateMethod::Recreate, "demo-new")]
     );
 }
+
+/// A pod whose in-place update to `demo-new` has finished on the node but is not
+/// completed by us yet (`InPlaceUpdateReady` False, lifecycle Updating).
+fn finished_on_the_node(name: &str) -> PodBuilder {
+    pod(name, "demo-new")
+        .lifecycle("Updating")
+        .spec_image("nginx:2")
+        .status_image("nginx:2", "sha-2")
+        .in_place_ready(false)
+        .in_place_state(&json!({
+            "revision": "demo-new",
+            "updateTimestamp": t(900).to_string(),
+            "lastContainerStatuses": {"main": {"imageID": "sha-1"}},
+            "updateImages": true,
+        }))
+        .not_ready()
+}
+
+fn completion(pod: &str) -> [Action; 2] {
+    [
+        Action::CompleteInPlaceUpdate { pod: pod.into() },
+        Action::Lifecycle {
+            pod: pod.into(),
+            from: Some(LifecycleState::Updating),
+            to: LifecycleState::Normal,
+            mark_not_ready: None,
+        },
+    ]
+}
+
+#[test]
+fn completions_and_the_moves_of_the_slots_left_go_in_one_step() {
+    // maxUnavailable 2: demo-0 finished on the node (still unavailable: Updating, not
+    // Ready), so one slot is left, and it is taken in the same step as the completion.
+    let mut pods = vec![finished_on_the_node("demo-0")];
+    pods.extend((1..4).map(|i| pod(&format!("demo-{i}"), "demo-old")));
+    let f = fixture(json!({"replicas": 4}), pods);
+    let step = plan_update(&f.ctx(), &diffs(3, 2));
+    let mut want = completion("demo-0").to_vec();
+    want.push(update("demo-1", UpdateMethod::Recreate, "demo-new"));
+    assert_eq!(step.actions, want);
+}
+
+#[test]
+fn the_completing_pods_still_use_up_the_budget() {
+    // Both slots are held by pods being completed: the step completes them, moves none.
+    let mut pods = vec![
+        finished_on_the_node("demo-0"),
+        finished_on_the_node("demo-1"),
+    ];
+    pods.extend((2..4).map(|i| pod(&format!("demo-{i}"), "demo-old")));
+    let f = fixture(json!({"replicas": 4}), pods);
+    let step = plan_update(&f.ctx(), &diffs(2, 2));
+    let want: Vec<Action> = completion("demo-0")
+        .into_iter()
+        .chain(completion("demo-1"))
+        .collect();
+    assert_eq!(step.actions, want);
+}
+
+#[test]
+fn any_other_refresh_still_ends_the_step() {
+    // A lifecycle change that completes nothing: the reference's way, the refresh alone.
+    let f = fixture(
+        json!({"replicas": 3}),
+        vec![
+            pod("demo-0", "demo-old"),
+            pod("demo-1", "demo-old"),
+            pod("demo-2", "demo-new").lifecycle("PreparingNormal"),
+        ],
+    );
+    let step = plan_update(&f.ctx(), &diffs(2, 2));
+    assert_eq!(
+        step.actions,
+        vec![Action::Lifecycle {
+            pod: "demo-2".into(),
+            from: Some(LifecycleState::PreparingNormal),
+            to: LifecycleState::Normal,
+            mark_not_ready: None,
+        }]
+    );
+}
+
+#[test]
+fn what_a_refresh_may_be_followed_by() {
+    let lifecycle = |pod: &str, mark_not_ready| Action::Lifecycle {
+        pod: pod.into(),
+        from: Some(LifecycleState::Updating),
+        to: LifecycleState::Normal,
+        mark_not_ready,
+    };
+    let complete = |pod: &str| Action::CompleteInPlaceUpdate { pod: pod.into() };
+    let table: Vec<(Vec<Action>, bool)> = vec![
+        (vec![complete("a")], true),
+        (vec![complete("a"), lifecycle("a", None)], true),
+        (vec![complete("a"), lifecycle("a", Some(false))], true),
+        // Marking a pod not ready takes it out of service.
+        (vec![complete("a"), lifecycle("a", Some(true))], false),
+        // A lifecycle change of a pod not completed now.
+        (vec![complete("a"), lifecycle("b", None)], false),
+        (vec![lifecycle("a", None)], false),
+        (vec![Action::ApplyGracedUpdate { pod: "a".into() }], false),
+        (
+            vec![Action::ReportInPlaceStall {
+                pod: "a".into(),
+                reason: "r".into(),
+                message: "m".into(),
+            }],
+            false,
+        ),
+        (
+            vec![Action::ApplyNextContainerBatch { pod: "a".into() }],
+            false,
+        ),
+    ];
+    for (refresh, want) in table {
+        assert_eq!(completions_only(&refresh), want, "{refresh:?}");
+    }
+}
+
+#[test]
+fn a_pod_is_never_both_completed_and_moved_in_one_step() {
+    let complete = |pod: &str| Action::CompleteInPlaceUpdate { pod: pod.into() };
+    let start = |pod: &str| update(pod, UpdateMethod::InPlace, "demo-new");
+    assert_eq!(
+        with_completions(vec![complete("a")], vec![start("b"), start("c")]),
+        Ok(vec![complete("a"), start("b"), start("c")])
+    );
+    assert_eq!(
+        with_completions(vec![complete("a")], vec![start("b"), start("a")]),
+        Err(vec![complete("a")])
+    );
+    assert_eq!(
+        with_completions(vec![complete("a")], vec![]),
+        Ok(vec![complete("a")])
+    );
+}
+
+proptest::proptest! {
+    /// Whatever the refresh and the moves, the step writes each pod in one of them only,
+    /// keeps the refresh first and whole, and adds the moves whole or not at all.
+    #[test]
+    fn with_completions_keeps_one_writer_per_pod(
+        refreshed in proptest::collection::btree_set(0u8..20, 0..8),
+        moved in proptest::collection::btree_set(0u8..20, 0..8),
+    ) {
+        let refresh: Vec<Action> = refreshed
+            .iter()
+            .map(|i| Action::CompleteInPlaceUpdate { pod: format!("p{i}") })
+            .collect();
+        let moves: Vec<Action> = moved
+            .iter()
+            .map(|i| update(&format!("p{i}"), UpdateMethod::InPlace, "demo-new"))
+            .collect();
+        let disjoint = refreshed.is_disjoint(&moved);
+        match with_completions(refresh.clone(), moves.clone()) {
+            Ok(actions) => {
+                proptest::prop_assert!(disjoint);
+                proptest::prop_assert_eq!(&actions[..refresh.len()], &refresh[..]);
+                proptest::prop_assert_eq!(&actions[refresh.len()..], &moves[..]);
+            }
+            Err(actions) => {
+                proptest::prop_assert!(!disjoint);
+                proptest::prop_assert_eq!(actions, refresh);
+            }
+        }
+    }
+}
