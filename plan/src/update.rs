@@ -1,9 +1,7 @@
 //! The update step (docs "Update features"; OpenKruise `sync/cloneset_update.go`):
 //!
 //! 1. refresh every pod ([`lifecycle::refresh`]); when that has anything to do, the step
-//!    does only that (the reference ends its update step after any refresh change),
-//!    unless the refresh only completes in-place updates and no pod it completes is
-//!    moved too: then the moves follow in the same reconcile ([`with_completions`]);
+//!    does only that (the reference ends its update step after any refresh change);
 //! 2. nothing more while `paused` or for `OnDelete`, or when no pod needs to move
 //!    (`diffs.update == 0`);
 //! 3. candidates: with `diffs.update > 0` the active pods not on the update revision,
@@ -68,78 +66,10 @@ pub fn plan_update(ctx: &PlanContext, diffs: &Diffs) -> UpdateStep {
         problems: refresh.problems,
         requeue_after: refresh.requeue_after,
     };
-    // No refresh at all is the simplest case of a refresh of completions only.
-    if !completions_only(&refresh.actions) {
+    if !refresh.actions.is_empty() {
         step.actions = refresh.actions;
         return step;
     }
-    let moves = plan_moves(ctx, diffs);
-    match with_completions(refresh.actions, moves.actions) {
-        Ok(actions) => {
-            step.actions = actions;
-            step.problems.extend(moves.problems);
-            if let Some(after) = moves.requeue_after {
-                earliest(&mut step.requeue_after, after);
-            }
-        }
-        Err(refresh) => step.actions = refresh,
-    }
-    step
-}
-
-/// Whether a refresh only completes in-place updates: `InPlaceUpdateReady` True, and the
-/// lifecycle label of a pod it completes (which goes with that write), none of them
-/// marking a pod not ready. Such a refresh takes no pod out of service: the pods it
-/// completes are still unavailable in this snapshot (their lifecycle is Updating), so the
-/// budget the moves are limited by is what it will be after the refresh, or less.
-pub fn completions_only(refresh: &[Action]) -> bool {
-    let completed = |pod: &str| {
-        refresh
-            .iter()
-            .any(|a| matches!(a, Action::CompleteInPlaceUpdate { pod: p } if p == pod))
-    };
-    refresh.iter().all(|a| match a {
-        Action::CompleteInPlaceUpdate { .. } => true,
-        Action::Lifecycle {
-            pod,
-            mark_not_ready,
-            ..
-        } => *mark_not_ready != Some(true) && completed(pod),
-        _ => false,
-    })
-}
-
-/// The completions of a refresh ([`completions_only`]) followed by the moves of the same
-/// reconcile, when no pod has both (a pod written twice in one reconcile would have its
-/// second write pinned to a version the first one replaced); otherwise `Err` with the
-/// refresh alone, the reference's way (its update step ends after any refresh change).
-///
-/// The reference ends there after every refresh; when the refresh only completes updates,
-/// going on spares a round trip per slot: without it, a rollout starts no pod while any
-/// pod of the batch before waits for its completion, so each batch waits for the last
-/// pod of the one before.
-pub fn with_completions(
-    refresh: Vec<Action>,
-    moves: Vec<Action>,
-) -> Result<Vec<Action>, Vec<Action>> {
-    let refreshed: std::collections::BTreeSet<&str> =
-        refresh.iter().filter_map(super::step::pod_of).collect();
-    if moves
-        .iter()
-        .filter_map(super::step::pod_of)
-        .any(|p| refreshed.contains(p))
-    {
-        return Err(refresh);
-    }
-    let mut actions = refresh;
-    actions.extend(moves);
-    Ok(actions)
-}
-
-/// Steps 2 to 6 of the update step (see the module docs): the pods moved to the target
-/// revision now.
-fn plan_moves(ctx: &PlanContext, diffs: &Diffs) -> UpdateStep {
-    let mut step = UpdateStep::default();
     let cs = ctx.cloneset();
     let strategy = cs.spec.update_strategy.as_ref();
     if strategy.is_some_and(|s| s.paused)
