@@ -118,10 +118,7 @@ fn serving(pod: &Pod) -> bool {
         .as_ref()
         .and_then(|s| s.container_statuses.as_ref());
     let running = statuses.is_some_and(|st| {
-        st.len() == specs.len()
-            && st
-                .iter()
-                .all(|c| c.ready && specs.iter().any(|i| *i == c.image))
+        st.len() == specs.len() && st.iter().all(|c| c.ready && specs.contains(&c.image))
     });
     pod.metadata.deletion_timestamp.is_none()
         && condition(pod, "Ready") == Some(true)
