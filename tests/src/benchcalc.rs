@@ -2,6 +2,8 @@
 //! minimum of a rollout, percentiles, rollout milestones, /proc figures of a child
 //! process and the target verdicts. No I/O here; unit tested.
 
+pub mod pace;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 

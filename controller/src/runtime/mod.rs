@@ -264,8 +264,17 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context, key: &str) -> Result<Acti
         "planned"
     );
 
+    let sending = Instant::now();
     let outcome = apply::execute(ctx, cs, &owned, &plan).await;
+    let sent_in = sending.elapsed();
     status_writer::write(ctx, cs, &plan, &outcome).await?;
+    // The pace of a rollout is read from these (`inplace-rollout-bench`'s pace line).
+    debug!(
+        steps = plan.steps.len(),
+        sent_ms = sent_in.as_millis(),
+        status_ms = (sending.elapsed() - sent_in).as_millis(),
+        "sent"
+    );
     for error in &outcome.set_aside {
         // As OpenKruise, a failed pre-download write does not fail the reconcile.
         warn!(%error, "image pre-download write failed; trying again soon");

@@ -31,6 +31,10 @@ pub(super) struct WriteWatch {
     /// Counted events that changed a pod's status ([`benchcalc::status_changed`]).
     pub(super) status_changes: u64,
     pub(super) last_event: Option<Instant>,
+    /// When counting started (the rollout's start), and each pod's way out of service
+    /// and back ([`benchcalc::pace`]).
+    pub(super) started: Option<Instant>,
+    pub(super) pace: benchcalc::pace::PodPace,
 }
 
 impl WriteWatch {
@@ -40,6 +44,12 @@ impl WriteWatch {
         };
         let new = benchcalc::PodFacts::of(pod);
         let old = self.facts.insert(uid, new.clone());
+        match self.started {
+            Some(t0) if !init => self
+                .pace
+                .during(pod, secs(now.saturating_duration_since(t0))),
+            _ => self.pace.before(pod),
+        }
         if !init && self.counting {
             self.writes
                 .add(benchcalc::pod_writer(old.as_ref(), Some(&new)));
@@ -185,6 +195,7 @@ pub(super) struct Leg {
     pub(super) requests: std::collections::BTreeMap<benchcalc::RequestKey, u64>,
     pub(super) writes: benchcalc::PodWrites,
     pub(super) waste: benchcalc::WriteWaste,
+    pub(super) pace: benchcalc::pace::Timeline,
 }
 
 pub(super) async fn versus(args: &Args, client: &Client, report: &mut Report) -> Result<()> {
@@ -266,10 +277,11 @@ pub(super) async fn run_leg(
     let task = spawn_write_watch(pods.clone(), app, ww.clone());
     wait_quiet(&ww, quiet, Duration::from_secs(120)).await?;
     let before = write_counters(client).await?;
+    let t0 = Instant::now();
     if let Ok(mut w) = ww.lock() {
         w.counting = true;
+        w.started = Some(t0);
     }
-    let t0 = Instant::now();
     start().await?;
     let mut last_print = Instant::now();
     let took = loop {
@@ -291,9 +303,9 @@ pub(super) async fn run_leg(
     wait_quiet(&ww, quiet, Duration::from_secs(120)).await?;
     let after = write_counters(client).await?;
     task.abort();
-    let (writes, status_changes) = ww
+    let (writes, status_changes, pace) = ww
         .lock()
-        .map(|w| (w.writes.clone(), w.status_changes))
+        .map(|w| (w.writes.clone(), w.status_changes, w.pace.timeline.clone()))
         .unwrap_or_default();
     let [all, refused, conflicts] =
         [0, 1, 2].map(|i| benchcalc::request_delta(&before[i], &after[i]));
@@ -302,6 +314,7 @@ pub(super) async fn run_leg(
         waste: benchcalc::WriteWaste::of(&all, &refused, &conflicts, status_changes),
         requests: all,
         writes,
+        pace,
     })
 }
 
@@ -508,6 +521,11 @@ pub(super) async fn versus_in(
             benchcalc::delta_line(&leg.requests)
         ));
         report.add(format!("{tag}: {name} {}", leg.waste.line()));
+        let budget = usize::try_from(mu).unwrap_or(usize::MAX);
+        report.add(format!(
+            "{tag}: {name} {}",
+            leg.pace.line(budget, secs(leg.took))
+        ));
     }
     Ok(())
 }
