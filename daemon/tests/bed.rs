@@ -346,6 +346,16 @@ fn restart_count(p: &Pod, name: &str) -> i32 {
         .unwrap_or(-1)
 }
 
+/// Fails when `p` is Ready while its status still names the container `old_id` that ran
+/// before the update.
+fn assert_not_ready_on(p: &Pod, old_id: &str) {
+    assert!(
+        condition(p, "Ready").as_deref() != Some("True") || container_id(p, "main") != old_id,
+        "Ready on the old container {old_id}'s status: {:#?}",
+        p.status
+    );
+}
+
 async fn set_not_ready(api: &Api<Pod>, name: &str) {
     api.patch_status(
         name,
@@ -433,6 +443,12 @@ async fn image_update_is_ready_only_after_the_new_container_runs() {
         "daemon must not touch a pod without update state"
     );
 
+    // The kubelet has taken the False condition in (the samples below fail on Ready with
+    // the old container).
+    wait_pod(&pods, "ip", "not Ready", Duration::from_secs(30), |p| {
+        condition(p, "Ready").as_deref() == Some("False")
+    })
+    .await;
     let t_patch = Instant::now();
     start_image_update(&pods, "ip", &old_image_id, &v2).await;
 
@@ -445,6 +461,7 @@ async fn image_update_is_ready_only_after_the_new_container_runs() {
             d.logs()
         );
         let p = pods.get("ip").await.unwrap();
+        assert_not_ready_on(&p, &old_id);
         let rc = runtime_containers(&cri, &uid).await.unwrap();
         let newest = rc
             .iter()
@@ -485,11 +502,30 @@ async fn image_update_is_ready_only_after_the_new_container_runs() {
         format!("containerd://{}", newest.id)
     );
     assert_eq!(st["revision"], "rev-2", "controller's keys kept");
-    // the kubelet keeps the other conditions; Ready follows
-    wait_pod(&pods, "ip", "Ready", Duration::from_secs(30), |p| {
-        condition(p, "Ready").as_deref() == Some("True")
-    })
-    .await;
+    // the kubelet keeps the other conditions; Ready follows, never on the old container's
+    // status (the daemon may complete before the kubelet reports the new container)
+    let t_ready = Instant::now();
+    loop {
+        let p = pods.get("ip").await.unwrap();
+        assert_not_ready_on(&p, &old_id);
+        if condition(&p, "Ready").as_deref() == Some("True") {
+            assert_eq!(
+                container_id(&p, "main"),
+                format!("containerd://{}", newest.id)
+            );
+            println!(
+                "Ready {:.2}s after the image patch",
+                t_patch.elapsed().as_secs_f64()
+            );
+            break;
+        }
+        assert!(
+            t_ready.elapsed() < Duration::from_secs(30),
+            "Ready: not within 30 s: {:#?}",
+            p.status
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let (n, m) = d
         .increase("inplace_daemon_inplace_updates_completed_total")
         .await;

@@ -232,6 +232,24 @@ bed_leftovers() {
   printf '%s' "$out"
 }
 
+# The daemon's default CRI socket path, where tests/docs/readme-install binds the bed's
+# containerd socket for the README's manifests (they do not name a socket).
+DEFAULT_CRI_SOCK=/run/containerd/containerd.sock
+# unbind_bed_cri_sock: removes that bind when it is the bed's socket. A run killed before its
+# cleanup leaves it, and a mount there makes down's removal of /run/containerd fail and the
+# next README check refuse to start. A real containerd's socket there is left alone.
+unbind_bed_cri_sock() {
+  local src
+  findmnt -rn --mountpoint "$DEFAULT_CRI_SOCK" >/dev/null 2>&1 || return 0
+  src=$(findmnt -rn -o SOURCE --mountpoint "$DEFAULT_CRI_SOCK")
+  # The same inode while containerd runs; the path in findmnt's source once its socket is gone.
+  if [ "$(stat -Lc %d:%i "$DEFAULT_CRI_SOCK" 2>/dev/null)" = "$(stat -Lc %d:%i "$BED/containerd/containerd.sock" 2>/dev/null)" ] ||
+     [[ $src == *"[$BED/containerd/containerd.sock"* ]]; then
+    log "unmounting the bed's containerd socket left bound at $DEFAULT_CRI_SOCK"
+    umount "$DEFAULT_CRI_SOCK" && rm -f "$DEFAULT_CRI_SOCK"
+  fi
+}
+
 # ---------- the "kubernetes" Service for pods (used by tests/testbed/install) ----------
 # The bed runs no kube-proxy and its apiserver listens on 127.0.0.1 only. Pods that use the
 # in-cluster config (KUBERNETES_SERVICE_HOST=$SERVICE_IP, port 443), i.e. the installed

@@ -484,11 +484,16 @@ pub fn decide_with_state(
             done.insert(c.name.clone(), rc.id.clone());
         }
     }
-    // Only once the kubelet reports the containers judged here: until its pod status
-    // names them, it still reports the old containers (running and ready), and a True
-    // condition would make the pod Ready on that stale status before the new container
-    // has passed its readiness probe.
-    if let Some(reason) = unreported(pod, &done) {
+    // When the daemon stopped a container itself (env from metadata, a restart), only once
+    // the kubelet reports the containers judged here: the kubelet's last sync may have
+    // ended before that stop, so the sync a True condition starts may run on a relist from
+    // before it, with the old container running and ready, and make the pod Ready on that
+    // stale status. A container the kubelet restarted for a new image was stopped and
+    // started within one of its syncs, and its next sync waits for a relist newer than
+    // that sync's end (`podCache.GetNewerThan`), which shows the new container: completing
+    // from the runtime's view then saves the relist period the kubelet's report waits for.
+    let daemon_stopped = state.update_env_from_metadata || !state.restart_containers.is_empty();
+    if daemon_stopped && let Some(reason) = unreported(pod, &done) {
         return Decision::Wait(reason);
     }
     if later_batches {

@@ -214,30 +214,60 @@ fn env_from_metadata_is_judged_by_the_running_containers_values() {
     ));
 }
 
-/// The runtime runs the new container before the kubelet reports it: until the pod
-/// status names it, the kubelet still reports the old container as running and ready,
-/// and a True condition would make the pod Ready on that stale status (seen on the bed:
-/// the CloneSet counted the pod updated and ready with `restartCount` 0). The daemon
-/// waits for the kubelet; then it completes, and the same for an env-checked batch.
+/// The daemon stopped an env reader itself: until the kubelet's pod status names the new
+/// container, the kubelet may still report the old one as running and ready (its last
+/// sync can predate the stop), and a True condition would make the pod Ready on that
+/// stale status (seen on the bed: the CloneSet counted the pod updated and ready with
+/// `restartCount` 0). The daemon waits for the kubelet; then it completes.
 #[test]
-fn completion_waits_until_the_kubelet_reports_the_new_containers() {
-    let p = pod(json!({}));
-    let new = rc("a1", "main", 1, true, T10 + 5, "sha256:new");
-    let stale = reported(&p, &[rc("a0", "main", 0, true, T10 - 5, "sha256:old")]);
-    let d = super::decide(&stale, std::slice::from_ref(&new), &resolved());
-    assert_eq!(
-        d,
-        Decision::Wait("the kubelet does not report main's new container a1 yet".into())
+fn completion_after_a_daemon_stop_waits_until_the_kubelet_reports_the_new_container() {
+    let env_state = r#"{"revision":"cs-2","updateTimestamp":"2026-01-01T00:00:10Z","updateEnvFromMetadata":true}"#;
+    let p = pod(json!({"metadata": {
+            "labels": {"x": "new"},
+            "annotations": {"apps.kruise.io/inplace-update-state": env_state}}}));
+    let new = with_env(
+        rc("s1", "side", 1, true, T10 + 5, "sha256:side"),
+        &[("X", "new")],
     );
-    let unreported = pod(json!({}));
+    let stale = reported(&p, &[rc("s0", "side", 0, true, T10 - 5, "sha256:side")]);
+    assert_eq!(
+        super::decide(&stale, std::slice::from_ref(&new), &resolved()),
+        Decision::Wait("the kubelet does not report side's new container s1 yet".into())
+    );
     assert!(matches!(
-        super::decide(&unreported, std::slice::from_ref(&new), &resolved()),
+        super::decide(&p, std::slice::from_ref(&new), &resolved()),
         Decision::Wait(_)
     ));
     let synced = reported(&p, std::slice::from_ref(&new));
     assert_eq!(
         super::decide(&synced, &[new], &resolved()),
-        Decision::Complete(BTreeMap::from([("main".into(), "a1".into())]))
+        Decision::Complete(BTreeMap::from([("side".into(), "s1".into())]))
+    );
+}
+
+/// A container the kubelet restarted for a new image completes from the runtime's view,
+/// before the kubelet's pod status names it: the kubelet stopped and started it within
+/// one sync, and its next sync waits for a relist newer than that sync's end, which shows
+/// the new container (so the True condition cannot meet the old container's status).
+#[test]
+fn an_image_change_completes_from_the_runtime_before_the_kubelet_reports_it() {
+    let p = pod(json!({}));
+    let new = rc("a1", "main", 1, true, T10 + 5, "sha256:new");
+    let complete = Decision::Complete(BTreeMap::from([("main".into(), "a1".into())]));
+    let stale = reported(&p, &[rc("a0", "main", 0, true, T10 - 5, "sha256:old")]);
+    assert_eq!(
+        super::decide(&stale, std::slice::from_ref(&new), &resolved()),
+        complete
+    );
+    assert_eq!(
+        super::decide(&p, std::slice::from_ref(&new), &resolved()),
+        complete
+    );
+    // Not before the new container runs.
+    let starting = rc("a1", "main", 1, false, T10 + 5, "sha256:new");
+    assert_eq!(
+        super::decide(&stale, &[starting], &resolved()),
+        Decision::Wait("main not running yet".into())
     );
 }
 
