@@ -21,9 +21,6 @@ impl Actor<'_> {
     /// ([`crate::plan::pod_conditions`]), each pinned to the pod version decided from; a
     /// conflict is no failure (the pod is judged again from the newer version).
     pub(super) async fn init_pod_conditions(&self, outcome: &mut Outcome) {
-        if self.plan.pod_conditions.is_empty() {
-            return;
-        }
         let now = now_time();
         let futs: Vec<_> = self
             .plan

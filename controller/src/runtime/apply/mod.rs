@@ -113,9 +113,7 @@ impl<'a> Actor<'a> {
             left: LeftVersions::default(),
         }
     }
-}
 
-impl Actor<'_> {
     /// The API of kind `K` in the CloneSet's namespace.
     fn api<K>(&self) -> Api<K>
     where
