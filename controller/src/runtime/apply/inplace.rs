@@ -1,6 +1,6 @@
 //! The in-place writes as the plan holds them ([`crate::plan::inplace_write`]): a start
-//! (`InPlaceUpdateReady` False first for gated pods, then one pinned patch), a held
-//! update, the next container batch; then what follows the patch ([`AfterPatch`]). A
+//! (`InPlaceUpdateReady` False first for gated pods), a held update, the next container
+//! batch, each one pinned patch; then what follows the patch ([`AfterPatch`]). Every
 //! write answered 409 is re-read and re-planned as [`crate::plan::resend`] decides.
 
 use k8s_openapi::api::core::v1::Pod;
@@ -8,7 +8,7 @@ use k8s_openapi::jiff::Timestamp;
 use tracing::{debug, warn};
 
 use crate::error::Error;
-use crate::plan::inplace_write::{AfterPatch, InPlaceWrite, InPlaceWriteKind, WriteInputs};
+use crate::plan::inplace_write::{AfterPatch, InPlaceWrite, WriteInputs};
 use crate::plan::resend::{self, Pin};
 use crate::plan::sending::in_place_what;
 
@@ -17,29 +17,6 @@ use super::{Actor, now_time};
 impl Actor<'_> {
     /// Sends the in-place write `write`, then what follows it.
     pub(super) async fn in_place(&self, write: &InPlaceWrite) -> Result<(), Error> {
-        let name = &write.pod;
-        if write.kind == InPlaceWriteKind::Start {
-            self.start_in_place(write).await?;
-        } else {
-            let body = write.pinned_patch(&write.resource_version);
-            let what = || in_place_what(write, false);
-            self.send_pod_patch(name, None, body, what).await?;
-        }
-        match write.after_patch() {
-            AfterPatch::Nothing => Ok(()),
-            AfterPatch::ResizeUnsupported => {
-                warn!(pod = %name, "server has no pods/resize: resources not changed in place");
-                Ok(())
-            }
-            AfterPatch::Resize(body) => {
-                let what = || format!("resize pod {name}");
-                let sent = self.send_pod_patch(name, Some("resize"), body, what);
-                sent.await.map(drop)
-            }
-        }
-    }
-
-    async fn start_in_place(&self, write: &InPlaceWrite) -> Result<(), Error> {
         let (name, gated) = (&write.pod, write.not_ready_first);
         let again = |fresh| resend::retry_at(write, fresh, gated);
         // 1. Not ready first, so endpoints drop the pod before its containers restart.
@@ -53,8 +30,9 @@ impl Actor<'_> {
                 .await?;
             pin = used.after(written);
         }
-        // 2. One patch: revision labels, lifecycle Updating, state, and the spec itself
-        //    (or, during a grace period, the held spec), planned again from a pod re-read.
+        // 2. One patch: a start's revision labels, lifecycle Updating, state and spec (or,
+        //    during a grace period, the held spec); the held spec; the next batch. Planned
+        //    again from a pod re-read.
         let sent = self.resend_on_conflict(name, pin, (resend::retries, &again), |p| {
             let inputs = WriteInputs {
                 cloneset: self.cs,
@@ -69,7 +47,19 @@ impl Actor<'_> {
                 self.send_pod_patch(name, None, body?, what).await
             }
         });
-        sent.await.map(drop)
+        sent.await?;
+        match write.after_patch() {
+            AfterPatch::Nothing => Ok(()),
+            AfterPatch::ResizeUnsupported => {
+                warn!(pod = %name, "server has no pods/resize: resources not changed in place");
+                Ok(())
+            }
+            AfterPatch::Resize(body) => {
+                let what = || format!("resize pod {name}");
+                let sent = self.send_pod_patch(name, Some("resize"), body, what);
+                sent.await.map(drop)
+            }
+        }
     }
 
     /// Runs `write_at` pinned to `pin`; on a 409, while `retries` allows (given the
