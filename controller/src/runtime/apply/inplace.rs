@@ -66,27 +66,28 @@ impl Actor<'_> {
     /// attempt, from 1), pod `name` is read again and the write retried at once at the pin
     /// `again` decides from it, if it does; otherwise the conflict fails the step (the
     /// reconcile re-plans). Returns the pin the successful write used, and its result.
-    pub(super) async fn resend_on_conflict<P, T, F, Fut>(
+    pub(super) async fn resend_on_conflict<P, T, Fut>(
         &self,
         name: &str,
         mut pin: P,
         (retries, again): (fn(u32) -> bool, &impl Fn(Pod) -> Result<P, String>),
-        mut write_at: F,
+        mut write_at: impl FnMut(&P) -> Fut,
     ) -> Result<(P, T), Error>
     where
-        P: Clone,
-        F: FnMut(P) -> Fut,
         Fut: std::future::Future<Output = Result<T, Error>>,
     {
         let mut attempt = 0;
         loop {
-            let err = match write_at(pin.clone()).await {
+            let err = match write_at(&pin).await {
                 Ok(out) => return Ok((pin, out)),
                 Err(err) if err.is_conflict() && retries(attempt + 1) => err,
                 Err(err) => return Err(err),
             };
             attempt += 1;
-            pin = match again(self.read_pod(name).await?) {
+            let read = self.api::<Pod>().get(name).await;
+            let fresh =
+                read.map_err(|e| Error::kube(format!("read pod {name} after a conflict"), e))?;
+            pin = match again(fresh) {
                 Ok(pin) => pin,
                 Err(why) => {
                     debug!(pod = %name, %why, "conflict: not retrying");
