@@ -244,22 +244,26 @@ pub fn decide(input: &Input<'_>) -> Decision {
     }
 }
 
-/// The jobs of `jobs` whose controller is `cs` (same namespace, controller reference uid).
+/// The jobs of `jobs` whose controller is `cs` ([`controls_job`]).
 pub fn controlled_jobs<'a>(
     cs: &'a CloneSet,
     jobs: &'a [ImagePullJob],
 ) -> impl Iterator<Item = &'a ImagePullJob> + 'a {
+    jobs.iter().filter(move |j| controls_job(cs, j))
+}
+
+/// Whether `cs` is the controller of `job`: same namespace, and a controller reference
+/// with the CloneSet's uid (a CloneSet without a uid controls nothing).
+pub fn controls_job(cs: &CloneSet, job: &ImagePullJob) -> bool {
     let uid = cs.metadata.uid.as_deref().unwrap_or_default();
-    let ns = cs.metadata.namespace.as_deref();
-    jobs.iter().filter(move |j| {
-        !uid.is_empty()
-            && j.metadata.namespace.as_deref() == ns
-            && j.metadata
-                .owner_references
-                .iter()
-                .flatten()
-                .any(|o| o.controller == Some(true) && o.uid == uid)
-    })
+    !uid.is_empty()
+        && job.metadata.namespace == cs.metadata.namespace
+        && job
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.controller == Some(true) && o.uid == uid)
 }
 
 fn annotation<'a>(cs: &'a CloneSet, key: &str) -> Option<&'a str> {

@@ -10,7 +10,7 @@ use inplace_proto::CloneSet;
 use inplace_proto::imagepulljob::ImagePullJob;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, Resource, ResourceExt};
+use kube::{Client, Resource};
 use tracing::{debug, info, warn};
 
 use crate::plan::predownload;
@@ -99,11 +99,7 @@ impl PreDownloader {
             debug!("ImagePullJob cache not synced yet; pre-download waits");
             return None;
         }
-        let ns = cs.namespace().unwrap_or_default();
-        let in_ns = self
-            .jobs
-            .state_filter(|j| j.metadata.namespace.as_deref() == Some(ns.as_str()));
-        let in_ns: Vec<ImagePullJob> = in_ns.iter().map(|j| ImagePullJob::clone(j)).collect();
-        Some(predownload::controlled_jobs(cs, &in_ns).cloned().collect())
+        let controlled = self.jobs.state_filter(|j| predownload::controls_job(cs, j));
+        Some(controlled.iter().map(|j| ImagePullJob::clone(j)).collect())
     }
 }

@@ -497,6 +497,43 @@ fn cleanup_when_revisions_converge_deletes_controlled_jobs() {
 }
 
 #[test]
+fn controls_job_needs_the_namespace_and_a_controller_reference_with_the_uid() {
+    let cs = cs_with(json!({}));
+    let mut other_ns = owned_job("elsewhere", "cs-uid", false);
+    other_ns.metadata.namespace = Some("other".into());
+    let mut not_controller = owned_job("owner-only", "cs-uid", false);
+    for o in not_controller
+        .metadata
+        .owner_references
+        .iter_mut()
+        .flatten()
+    {
+        o.controller = None;
+    }
+    let mut no_owner = owned_job("orphan", "cs-uid", false);
+    no_owner.metadata.owner_references = None;
+    let cases = [
+        (owned_job("mine", "cs-uid", false), true),
+        (owned_job("mine-terminating", "cs-uid", true), true),
+        (owned_job("foreign", "another-uid", false), false),
+        (other_ns, false),
+        (not_controller, false),
+        (no_owner, false),
+    ];
+    for (job, controlled) in &cases {
+        assert_eq!(
+            controls_job(&cs, job),
+            *controlled,
+            "{:?}",
+            job.metadata.name
+        );
+    }
+    let mut no_uid = cs.clone();
+    no_uid.metadata.uid = None;
+    assert!(!controls_job(&no_uid, &cases[0].0));
+}
+
+#[test]
 fn short_hash_revision_label_is_in_the_not_in_values_once() {
     // a revision without the hash label: the name's last segment stands in
     let cs = cs_with(json!({}));

@@ -1,8 +1,6 @@
 //! Pod readiness-gate conditions on `pods/status`: the plan's initial conditions, and our
 //! key in `KruisePodReady`'s message list with the lifecycle transition that sets it.
 
-use std::sync::Arc;
-
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
@@ -21,9 +19,6 @@ impl Actor<'_> {
     /// ([`crate::plan::pod_conditions`]), each pinned to the pod version decided from; a
     /// conflict is no failure (the pod is judged again from the newer version).
     pub(super) async fn init_pod_conditions(&self, outcome: &mut Outcome) {
-        if self.plan.pod_conditions.is_empty() {
-            return;
-        }
         let now = now_time();
         let futs: Vec<_> = self
             .plan
@@ -53,8 +48,8 @@ impl Actor<'_> {
     pub(super) async fn lifecycle(&self, write: &LifecycleWrite) -> Result<(), Error> {
         let name = &write.pod;
         if let Some(nr) = write.not_ready {
-            self.set_not_ready_key(self.pod(name)?, nr.key, nr.add)
-                .await?;
+            let pod = self.cached(name)?.to_pod();
+            self.set_not_ready_key(pod, nr.key, nr.add).await?;
         }
         // Nothing to patch, or the completion's `pods/status` patch (earlier in this pod's
         // chain) carried the labels (`with_completion`).
@@ -79,14 +74,11 @@ impl Actor<'_> {
         add: bool,
     ) -> Result<(), Error> {
         let name = &pod.name_any();
-        let first = (
-            self.left.pin_for(name, pod.resource_version()),
-            Arc::new(pod),
-        );
-        let again = |fresh: Pod| Ok((fresh.resource_version(), Arc::new(fresh)));
+        let first = (self.left.pin_for(name, pod.resource_version()), pod);
+        let again = |fresh: Pod| Ok((fresh.resource_version(), fresh));
         let retries = (not_ready::key_retries as fn(u32) -> bool, &again);
         let sent = self.resend_on_conflict(name, first, retries, |(rv, pod)| {
-            let body = not_ready_key_patch(&pod, key, add, rv.as_deref(), now_time());
+            let body = not_ready_key_patch(pod, key, add, rv.as_deref(), now_time());
             async move {
                 match body {
                     Some(body) => self.patch_pod_status_body(name, body).await,

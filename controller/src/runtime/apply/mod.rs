@@ -113,9 +113,7 @@ impl<'a> Actor<'a> {
             left: LeftVersions::default(),
         }
     }
-}
 
-impl Actor<'_> {
     /// The API of kind `K` in the CloneSet's namespace.
     fn api<K>(&self) -> Api<K>
     where
@@ -138,12 +136,10 @@ impl Actor<'_> {
         self.ctx.expectations.expect(&self.key, e);
     }
 
-    /// The full pod `name` (built from its cached form) for a write to it.
-    fn pod(&self, name: &str) -> Result<Pod, Error> {
-        self.pods
-            .get(name)
-            .map(|p| p.to_pod())
-            .ok_or_else(|| Error::NotCached(format!("pod {}/{name}", self.ns)))
+    /// The cached pod `name`, which a write to it needs.
+    fn cached(&self, name: &str) -> Result<&CachedPod, Error> {
+        let cached = self.pods.get(name).copied();
+        cached.ok_or_else(|| Error::NotCached(format!("pod {}/{name}", self.ns)))
     }
 
     async fn run(&self) -> Outcome {
@@ -200,12 +196,6 @@ impl Actor<'_> {
         }
     }
 
-    /// Pod `name` read again after a conflict.
-    async fn read_pod(&self, name: &str) -> Result<Pod, Error> {
-        let read = self.api::<Pod>().get(name).await;
-        read.map_err(|e| Error::kube(format!("read pod {name} after a conflict"), e))
-    }
-
     /// Runs the steps of one chain in order; after a failure the rest are not attempted
     /// (not returned). Each [`Actor::act`] runs on the heap: its future holds the state
     /// of every API call a step may make (several KiB), and a phase builds the futures of
@@ -233,7 +223,7 @@ impl Actor<'_> {
         let action = &step.action;
         debug!(?action, "acting");
         if let Some(pod) = sending::needs_cached_pod(action) {
-            self.pod(pod)?;
+            self.cached(pod)?;
         }
         let result = match &step.write {
             Err(e) => Err(Error::from(e.clone())),

@@ -4,9 +4,9 @@
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use kube::ResourceExt;
 use kube::api::{DeleteParams, Patch};
-use tracing::{debug, info};
+use tracing::info;
 
-use crate::error::{Error, is_not_found};
+use crate::error::Error;
 use crate::expectations::Expectation;
 use crate::plan::revision::bump_patch;
 
@@ -39,13 +39,10 @@ impl Actor<'_> {
     }
 
     pub(super) async fn delete_old_revisions(&self) -> Result<(), Error> {
-        let api = self.api::<ControllerRevision>();
         for name in &self.plan.revisions.delete {
-            match api.delete(name, &DeleteParams::default()).await {
-                Ok(_) => debug!(revision = %name, "deleted old ControllerRevision"),
-                Err(e) if is_not_found(&e) => {}
-                Err(e) => return Err(Error::kube(format!("delete revision {name}"), e)),
-            }
+            let params = DeleteParams::default();
+            self.delete::<ControllerRevision>("revision", name, &params)
+                .await?;
             self.expect(Expectation::RevisionDeleted { name: name.clone() });
         }
         Ok(())

@@ -8,7 +8,7 @@ use inplace_proto::imagepulljob::ImagePullJob;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DynamicObject, Patch as KubePatch};
+use kube::api::{DeleteParams, DynamicObject, Patch as KubePatch};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::Value;
 use tracing::debug;
@@ -42,9 +42,11 @@ impl Actor<'_> {
             StepWrite::InPlace(write) => self.in_place(write).await,
             StepWrite::Object(Write::Create(recipe)) => self.create_pod(recipe).await,
             StepWrite::Object(Write::DeletePod { pod, uid, .. }) => {
-                let expected = |name, uid| Expectation::PodDeleted { name, uid };
-                self.delete_uid::<Pod>("pod", (pod, uid), Some(expected))
-                    .await
+                self.delete::<Pod>("pod", pod, &delete_only_uid(uid))
+                    .await?;
+                let (name, uid) = (pod.clone(), uid.clone());
+                self.expect(Expectation::PodDeleted { name, uid });
+                Ok(())
             }
             StepWrite::Object(Write::DeletePvc(delete)) => self.delete_pvc(delete).await,
             StepWrite::Object(Write::CreateImagePullJob { job }) => {
@@ -53,8 +55,7 @@ impl Actor<'_> {
                 created.await.map(drop)
             }
             StepWrite::Object(Write::DeleteImagePullJob { job, uid }) => {
-                let target = (job.as_str(), uid.as_str());
-                self.delete_uid::<ImagePullJob>("ImagePullJob", target, None)
+                self.delete::<ImagePullJob>("ImagePullJob", job, &delete_only_uid(uid))
                     .await
             }
             StepWrite::Object(Write::Patch(patch)) => {
@@ -121,39 +122,32 @@ impl Actor<'_> {
         }
     }
 
-    /// Deletes the `what` `name` only of `uid` (a replacement of the same name, e.g. a new
-    /// pod reusing the instance id, is never deleted by a stale decision); gone or replaced
-    /// is no failure. Expects the deletion `expected` names, if any (no plan waits for a
-    /// pre-download job).
-    async fn delete_uid<K: Resource<DynamicType = ()>>(
+    /// Deletes the `what` `name` with `params`: a pod, a PVC or a job only of its planned
+    /// UID (a replacement of the same name, e.g. a new pod reusing the instance id, is
+    /// never deleted by a stale decision). Gone or replaced is no failure.
+    pub(super) async fn delete<K: Resource<DynamicType = ()>>(
         &self,
         what: &str,
-        (name, uid): (&str, &str),
-        expected: Option<fn(String, String) -> Expectation>,
+        name: &str,
+        params: &DeleteParams,
     ) -> Result<(), Error> {
-        match self
-            .dyn_api::<K>()
-            .delete(name, &delete_only_uid(uid))
-            .await
-        {
+        match self.dyn_api::<K>().delete(name, params).await {
             Ok(_) => debug!(%name, what, "deleted"),
             Err(e) if is_not_found(&e) || is_conflict(&e) => {
                 debug!(%name, what, "already gone or replaced");
             }
             Err(e) => return Err(Error::kube(format!("delete {what} {name}"), e)),
         }
-        if let Some(expected) = expected {
-            self.expect(expected(name.to_owned(), uid.to_owned()));
-        }
         Ok(())
     }
 
     /// Deletes a PVC, only of the planned UID.
     pub(super) async fn delete_pvc(&self, delete: &PvcDelete) -> Result<(), Error> {
-        let expected = |name, uid| Expectation::PvcDeleted { name, uid };
-        let target = (delete.pvc.as_str(), delete.uid.as_str());
-        self.delete_uid::<PersistentVolumeClaim>("PVC", target, Some(expected))
-            .await
+        let (name, uid) = (delete.pvc.clone(), delete.uid.clone());
+        self.delete::<PersistentVolumeClaim>("PVC", &name, &delete_only_uid(&uid))
+            .await?;
+        self.expect(Expectation::PvcDeleted { name, uid });
+        Ok(())
     }
 
     /// Sends a planned patch (with its precondition and write time): of a pod by
