@@ -172,16 +172,23 @@ fn requested_restarts_stop_the_recorded_container_once() {
     assert!(matches!(decide(&p, &[old], &resolved()), Decision::Wait(_)));
 }
 
+/// An update whose only change is the `x` label an env reader (`side`) reads.
+const ENV_STATE: &str =
+    r#"{"revision":"cs-2","updateTimestamp":"2026-01-01T00:00:10Z","updateEnvFromMetadata":true}"#;
+
+fn env_pod() -> Pod {
+    pod(json!({"metadata": {
+            "labels": {"x": "new"},
+            "annotations": {"apps.kruise.io/inplace-update-state": ENV_STATE}}}))
+}
+
 /// Env from metadata is judged by the value the running container was started with:
 /// a pod that already carried the new value (patched by hand before the template
 /// changed) still gets its container restarted, whatever the times say; a container
 /// that runs with the pod's values is done.
 #[test]
 fn env_from_metadata_is_judged_by_the_running_containers_values() {
-    let env_state = r#"{"revision":"cs-2","updateTimestamp":"2026-01-01T00:00:10Z","updateEnvFromMetadata":true}"#;
-    let p = pod(json!({"metadata": {
-            "labels": {"x": "new"},
-            "annotations": {"apps.kruise.io/inplace-update-state": env_state}}}));
+    let p = env_pod();
     let old_value = with_env(
         rc("s0", "side", 0, true, T10 + 60, "sha256:side"),
         &[("X", "old")],
@@ -203,7 +210,7 @@ fn env_from_metadata_is_judged_by_the_running_containers_values() {
     );
     // A key the pod lost reads as "".
     let unlabelled = pod(json!({"metadata": {
-            "annotations": {"apps.kruise.io/inplace-update-state": env_state}}}));
+            "annotations": {"apps.kruise.io/inplace-update-state": ENV_STATE}}}));
     let empty = with_env(
         rc("s1", "side", 1, true, T10 + 60, "sha256:side"),
         &[("X", "")],
@@ -221,10 +228,7 @@ fn env_from_metadata_is_judged_by_the_running_containers_values() {
 /// `restartCount` 0). The daemon waits for the kubelet; then it completes.
 #[test]
 fn completion_after_a_daemon_stop_waits_until_the_kubelet_reports_the_new_container() {
-    let env_state = r#"{"revision":"cs-2","updateTimestamp":"2026-01-01T00:00:10Z","updateEnvFromMetadata":true}"#;
-    let p = pod(json!({"metadata": {
-            "labels": {"x": "new"},
-            "annotations": {"apps.kruise.io/inplace-update-state": env_state}}}));
+    let p = env_pod();
     let new = with_env(
         rc("s1", "side", 1, true, T10 + 5, "sha256:side"),
         &[("X", "new")],
