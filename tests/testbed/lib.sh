@@ -239,12 +239,13 @@ DEFAULT_CRI_SOCK=/run/containerd/containerd.sock
 # cleanup leaves it, and a mount there makes down's removal of /run/containerd fail and the
 # next README check refuse to start. A real containerd's socket there is left alone.
 unbind_bed_cri_sock() {
-  local src
+  local src here ours
   findmnt -rn --mountpoint "$DEFAULT_CRI_SOCK" >/dev/null 2>&1 || return 0
   src=$(findmnt -rn -o SOURCE --mountpoint "$DEFAULT_CRI_SOCK")
+  here=$(stat -Lc %d:%i "$DEFAULT_CRI_SOCK" 2>/dev/null || true)
+  ours=$(stat -Lc %d:%i "$BED/containerd/containerd.sock" 2>/dev/null || true)
   # The same inode while containerd runs; the path in findmnt's source once its socket is gone.
-  if [ "$(stat -Lc %d:%i "$DEFAULT_CRI_SOCK" 2>/dev/null)" = "$(stat -Lc %d:%i "$BED/containerd/containerd.sock" 2>/dev/null)" ] ||
-     [[ $src == *"[$BED/containerd/containerd.sock"* ]]; then
+  if { [ -n "$here" ] && [ "$here" = "$ours" ]; } || [[ $src == *"[$BED/containerd/containerd.sock"* ]]; then
     log "unmounting the bed's containerd socket left bound at $DEFAULT_CRI_SOCK"
     umount "$DEFAULT_CRI_SOCK" && rm -f "$DEFAULT_CRI_SOCK"
   fi
