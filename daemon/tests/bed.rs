@@ -287,6 +287,18 @@ async fn wait_pod(
     limit: Duration,
     ok: impl Fn(&Pod) -> bool,
 ) -> Pod {
+    wait_pod_every(api, name, what, limit, Duration::from_millis(100), ok).await
+}
+
+/// [`wait_pod`], reading the pod every `every` (`ok` sees each version read).
+async fn wait_pod_every(
+    api: &Api<Pod>,
+    name: &str,
+    what: &str,
+    limit: Duration,
+    every: Duration,
+    ok: impl Fn(&Pod) -> bool,
+) -> Pod {
     let t0 = Instant::now();
     loop {
         let p = api.get(name).await.unwrap();
@@ -298,7 +310,7 @@ async fn wait_pod(
             "{what}: not within {limit:?}: {:#?}",
             p.status
         );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(every).await;
     }
 }
 
@@ -504,28 +516,20 @@ async fn image_update_is_ready_only_after_the_new_container_runs() {
     assert_eq!(st["revision"], "rev-2", "controller's keys kept");
     // the kubelet keeps the other conditions; Ready follows, never on the old container's
     // status (the daemon may complete before the kubelet reports the new container)
-    let t_ready = Instant::now();
-    loop {
-        let p = pods.get("ip").await.unwrap();
-        assert_not_ready_on(&p, &old_id);
-        if condition(&p, "Ready").as_deref() == Some("True") {
-            assert_eq!(
-                container_id(&p, "main"),
-                format!("containerd://{}", newest.id)
-            );
-            println!(
-                "Ready {:.2}s after the image patch",
-                t_patch.elapsed().as_secs_f64()
-            );
-            break;
-        }
-        assert!(
-            t_ready.elapsed() < Duration::from_secs(30),
-            "Ready: not within 30 s: {:#?}",
-            p.status
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let (limit, every) = (Duration::from_secs(30), Duration::from_millis(20));
+    let p = wait_pod_every(&pods, "ip", "Ready", limit, every, |p| {
+        assert_not_ready_on(p, &old_id);
+        condition(p, "Ready").as_deref() == Some("True")
+    })
+    .await;
+    assert_eq!(
+        container_id(&p, "main"),
+        format!("containerd://{}", newest.id)
+    );
+    println!(
+        "Ready {:.2}s after the image patch",
+        t_patch.elapsed().as_secs_f64()
+    );
     let (n, m) = d
         .increase("inplace_daemon_inplace_updates_completed_total")
         .await;
