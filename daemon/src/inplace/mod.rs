@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use inplace_proto::{InPlaceUpdateState, keys};
-use k8s_cri::v1::ContainerState;
+use k8s_cri::v1::{Container, ContainerState};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch};
 use kube::runtime::reflector;
@@ -78,27 +78,74 @@ pub async fn runtime_containers(
             uid.to_string(),
         )]))
         .await?;
-    Ok(list
-        .into_iter()
-        .map(|c| {
-            let meta = c.metadata.unwrap_or_default();
-            RuntimeContainer {
-                name: c
-                    .labels
-                    .get(CONTAINER_NAME_LABEL)
-                    .cloned()
-                    .unwrap_or(meta.name),
-                attempt: meta.attempt,
-                running: c.state == ContainerState::ContainerRunning as i32,
-                created_at: c.created_at,
-                image_ref: c.image_ref,
-                image: c.image.map(|i| i.image).unwrap_or_default(),
-                reported_image: None,
-                id: c.id,
-                env: None,
+    Ok(list.into_iter().map(runtime_container).collect())
+}
+
+fn runtime_container(c: Container) -> RuntimeContainer {
+    let meta = c.metadata.unwrap_or_default();
+    RuntimeContainer {
+        name: c
+            .labels
+            .get(CONTAINER_NAME_LABEL)
+            .cloned()
+            .unwrap_or(meta.name),
+        attempt: meta.attempt,
+        running: c.state == ContainerState::ContainerRunning as i32,
+        created_at: c.created_at,
+        image_ref: c.image_ref,
+        image: c.image.map(|i| i.image).unwrap_or_default(),
+        reported_image: None,
+        id: c.id,
+        env: None,
+    }
+}
+
+/// What one round of the executor reads from the runtime once for every pod it syncs: on a
+/// node with many pods in an update, one listing and one image lookup per image instead of
+/// one per pod keeps a round short, and a round's length is how late a restarted container
+/// is seen.
+#[derive(Default)]
+pub(crate) struct Round {
+    /// The node's containers by pod uid; `None` when the listing failed (each pod then asks
+    /// for its own, and fails on its own).
+    containers: Option<HashMap<String, Vec<RuntimeContainer>>>,
+    /// Image → its id on the node (`None`: not there, or the lookup failed this round).
+    images: HashMap<String, Option<String>>,
+}
+
+impl Round {
+    async fn read(cri: &CriClient) -> Self {
+        let containers = match cri.list_containers(HashMap::new()).await {
+            Ok(list) => {
+                let mut by_pod: HashMap<String, Vec<RuntimeContainer>> = HashMap::new();
+                for c in list {
+                    if let Some(uid) = c.labels.get(POD_UID_LABEL).cloned() {
+                        by_pod.entry(uid).or_default().push(runtime_container(c));
+                    }
+                }
+                Some(by_pod)
             }
-        })
-        .collect())
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot list the node's containers; listing per pod");
+                None
+            }
+        };
+        Self {
+            containers,
+            images: HashMap::new(),
+        }
+    }
+
+    async fn containers_of(
+        &mut self,
+        cri: &CriClient,
+        uid: &str,
+    ) -> Result<Vec<RuntimeContainer>, CriError> {
+        match self.containers.as_mut() {
+            Some(by_pod) => Ok(by_pod.remove(uid).unwrap_or_default()),
+            None => runtime_containers(cri, uid).await,
+        }
+    }
 }
 
 pub struct Executor {
@@ -243,6 +290,10 @@ impl Executor {
             self.batch_seen.retain(|(uid, _, _), _| {
                 pods.iter().any(|p| p.metadata.uid.as_deref() == Some(uid))
             });
+            if pods.is_empty() {
+                continue;
+            }
+            let mut round = Round::read(&self.cri).await;
             for pod in pods {
                 let uid = pod.metadata.uid.clone().unwrap_or_default();
                 let version = pod.metadata.resource_version.clone().unwrap_or_default();
@@ -259,7 +310,7 @@ impl Executor {
                     pod.metadata.namespace.as_deref().unwrap_or_default(),
                     pod.metadata.name.as_deref().unwrap_or_default(),
                 );
-                match tracing::Instrument::instrument(self.sync_pod(&pod), span).await {
+                match tracing::Instrument::instrument(self.sync_pod(&pod, &mut round), span).await {
                     Ok(_) => {
                         self.retry_after.remove(&uid);
                     }
@@ -367,28 +418,36 @@ impl Executor {
         }
     }
 
-    async fn resolve_images(&self, pod: &Pod) -> BTreeMap<String, String> {
+    /// The image id on the node of each image of `pod`'s containers, looked up once a round.
+    async fn resolve_images(&self, pod: &Pod, round: &mut Round) -> BTreeMap<String, String> {
         let mut out = BTreeMap::new();
         for c in pod.spec.iter().flat_map(|s| s.containers.iter()) {
             let Some(image) = c.image.as_ref() else {
                 continue;
             };
-            if out.contains_key(image) {
-                continue;
+            if !round.images.contains_key(image) {
+                let id = match self.cri.image_status(image).await {
+                    Ok(img) => img.map(|i| i.id),
+                    Err(e) => {
+                        tracing::debug!(image, error = %e, "ImageStatus failed");
+                        None
+                    }
+                };
+                round.images.insert(image.clone(), id);
             }
-            match self.cri.image_status(image).await {
-                Ok(Some(img)) => {
-                    out.insert(image.clone(), img.id);
-                }
-                Ok(None) => {}
-                Err(e) => tracing::debug!(image, error = %e, "ImageStatus failed"),
+            if let Some(Some(id)) = round.images.get(image) {
+                out.insert(image.clone(), id.clone());
             }
         }
         out
     }
 
     /// Evaluates one pod and acts on the decision.
-    pub async fn sync_pod(&mut self, pod: &Pod) -> Result<Decision, ExecError> {
+    pub(crate) async fn sync_pod(
+        &mut self,
+        pod: &Pod,
+        round: &mut Round,
+    ) -> Result<Decision, ExecError> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let revision = pod
             .metadata
@@ -408,7 +467,7 @@ impl Executor {
                 "completion written; waiting for the watch".into(),
             ));
         }
-        let mut runtime = runtime_containers(&self.cri, &uid).await?;
+        let mut runtime = round.containers_of(&self.cri, &uid).await?;
         // Read once: for what is asked of the runtime first, then for the decision.
         let state = decide::state_of(pod);
         let readable = state.as_ref().and_then(|s| s.as_ref().ok());
@@ -416,7 +475,7 @@ impl Executor {
             self.read_metadata_env(pod, state, &mut runtime).await;
             self.read_reported_images(state, &mut runtime).await;
         }
-        let resolved = self.resolve_images(pod).await;
+        let resolved = self.resolve_images(pod, round).await;
         let observed = match readable {
             Some(state) => self.observe_resized(state, &runtime).await,
             None => BTreeMap::new(),
