@@ -130,19 +130,6 @@ fn container_phases(c: &Value) -> BTreeMap<String, String> {
         .collect()
 }
 
-fn kruise_pod_ready(pod: &Value) -> Option<(String, String)> {
-    pod["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == "KruisePodReady")
-        .map(|c| {
-            (
-                c["status"].as_str().unwrap_or_default().to_owned(),
-                c["message"].as_str().unwrap_or_default().to_owned(),
-            )
-        })
-}
-
 fn wait_completed(ns: &Namespace, name: &str, ctl: &Controller) -> TestResult<Value> {
     let mut last = Value::Null;
     wait_for(&format!("{name} Completed"), RECREATE, || {

@@ -1086,25 +1086,6 @@ async fn bed_client() -> TestResult<kube::Client> {
     Ok(kube::Client::try_from(config)?)
 }
 
-/// Sets pod conditions through the status subresource with a strategic merge patch (the
-/// conditions list merges by type).
-async fn set_pod_conditions(
-    client: &kube::Client,
-    ns: &str,
-    pod: &str,
-    conditions: Value,
-) -> TestResult {
-    use kube::api::{Api, Patch, PatchParams};
-    let api: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), ns);
-    api.patch_status(
-        pod,
-        &PatchParams::default(),
-        &Patch::Strategic(json!({"status": {"conditions": conditions}})),
-    )
-    .await?;
-    Ok(())
-}
-
 fn revisions_of(ns: &Namespace) -> TestResult<BTreeMap<String, Value>> {
     Ok(items(&ns.json(&["get", "controllerrevisions"])?)
         .into_iter()

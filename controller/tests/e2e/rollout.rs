@@ -256,6 +256,94 @@ async fn lifecycle_hooks_hold_pods_until_released() -> TestResult {
     Ok(())
 }
 
+/// `markPodNotReady` on the in-place hook: a pod held in PreparingUpdate is not ready
+/// through its `KruisePodReady` key, written as OpenKruise writes it
+/// (`{userAgent: Lifecycle, key: preUpdateHook}`), and released once the hook lets it go. A
+/// pod whose key is in the spelling of our earlier builds (`userAgent:
+/// ContainerRecreateRequest`, as on a pod marked before an upgrade) is not marked twice and
+/// is released too.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the test bed"]
+async fn a_pod_held_not_ready_by_the_in_place_hook_is_released_in_either_spelling() -> TestResult {
+    const OURS: &str = r#"[{"userAgent":"Lifecycle","key":"preUpdateHook"}]"#;
+    const EARLIER: &str = r#"[{"userAgent":"ContainerRecreateRequest","key":"preUpdateHook"}]"#;
+    let ns = Namespace::create("hookspell")?;
+    let _ctl = Controller::start(&ns.name)?;
+    let client = client().await?;
+    let yaml = sample_cloneset("hs", 2, &image("v1"), "InPlaceIfPossible")
+        .replace(
+            "      labels:\n        app: hs\n    spec:",
+            "      labels:\n        app: hs\n        example.io/block: \"true\"\n    spec:",
+        )
+        .replace(
+            "  updateStrategy:\n    type: InPlaceIfPossible\n",
+            "  lifecycle:\n    inPlaceUpdate:\n      markPodNotReady: true\n      labelsHandler:\n        example.io/block: \"true\"\n  updateStrategy:\n    type: InPlaceIfPossible\n    maxUnavailable: 2\n",
+        );
+    ns.apply(&yaml)?;
+    wait_rolled_out(&ns, "hs", 2, ROLLOUT)?;
+
+    ns.set_image("hs", &image("v2"))?;
+    wait_for(
+        "both pods in PreparingUpdate, not ready by our key",
+        ROLLOUT,
+        || {
+            let pods = live_pods(&ns)?;
+            Ok(pods.len() == 2
+                && pods.values().all(|p| {
+                    label(p, "lifecycle.apps.kruise.io/state") == Some("PreparingUpdate")
+                        && kruise_pod_ready(p) == Some(("False".into(), OURS.into()))
+                        && !pod_ready(p)
+                }))
+        },
+    )?;
+    let names: Vec<String> = live_pods(&ns)?.into_keys().collect();
+    let earlier = &names[1];
+    set_pod_conditions(
+        &client,
+        &ns.name,
+        earlier,
+        json!([{"type": "KruisePodReady", "status": "False", "message": EARLIER}]),
+    )
+    .await?;
+    std::thread::sleep(Duration::from_secs(3));
+    let pods = live_pods(&ns)?;
+    assert_eq!(
+        kruise_pod_ready(&pods[earlier]),
+        Some(("False".into(), EARLIER.into())),
+        "a key in the earlier spelling is not added again in ours"
+    );
+    for p in pods.values() {
+        assert_eq!(container_image(p), image("v1"), "held while hooked");
+    }
+
+    // The "hook controller": release the held pods, and put the label back on Updated ones.
+    wait_for("rollout through the hook", ROLLOUT, || {
+        for (n, p) in live_pods(&ns)? {
+            match label(&p, "lifecycle.apps.kruise.io/state") {
+                Some("PreparingUpdate") if label(&p, "example.io/block").is_some() => {
+                    ns.kubectl(&["label", "pod", &n, "example.io/block-"])?;
+                }
+                Some("Updated") => {
+                    ns.kubectl(&["label", "pod", &n, "example.io/block=true", "--overwrite"])?;
+                }
+                _ => {}
+            }
+        }
+        let cs = ns.cloneset("hs")?;
+        Ok(status_i64(&cs, "updatedReadyReplicas") == 2)
+    })?;
+    for (n, p) in live_pods(&ns)? {
+        assert_eq!(container_image(&p), image("v2"), "{n} updated");
+        assert_eq!(
+            kruise_pod_ready(&p).map(|(s, m)| (s, m.is_empty())),
+            Some(("True".into(), true)),
+            "{n}: no key left"
+        );
+        assert!(pod_ready(&p), "{n} ready");
+    }
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs the test bed"]
 async fn progress_deadline_flips_progressing_false() -> TestResult {

@@ -20,7 +20,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::{WatchStreamExt, watcher};
 
 use kube::{Api, Client};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 pub type TestResult<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -1173,4 +1173,37 @@ pub use inplace_testkit::freezable_proxy::FreezableProxy;
 /// A [`FreezableProxy`] in front of the bed's API server.
 pub async fn freezable_proxy() -> TestResult<FreezableProxy> {
     Ok(FreezableProxy::start(&kubeconfig()).await?)
+}
+
+/// Sets pod conditions through the status subresource with a strategic merge patch (the
+/// conditions list merges by type).
+pub async fn set_pod_conditions(
+    client: &kube::Client,
+    ns: &str,
+    pod: &str,
+    conditions: Value,
+) -> TestResult {
+    use kube::api::{Api, Patch, PatchParams};
+    let api: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), ns);
+    api.patch_status(
+        pod,
+        &PatchParams::default(),
+        &Patch::Strategic(json!({"status": {"conditions": conditions}})),
+    )
+    .await?;
+    Ok(())
+}
+
+/// The `KruisePodReady` condition of a pod: (status, message).
+pub fn kruise_pod_ready(pod: &Value) -> Option<(String, String)> {
+    pod["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "KruisePodReady")
+        .map(|c| {
+            (
+                c["status"].as_str().unwrap_or_default().to_owned(),
+                c["message"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
 }
