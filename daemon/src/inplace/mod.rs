@@ -113,18 +113,22 @@ pub(crate) struct Round {
     images: HashMap<String, Option<String>>,
 }
 
+/// The node's containers by the uid of their pod (the kubelet's label); the runtime's
+/// own containers, which have none, are left out.
+fn by_pod(list: Vec<Container>) -> HashMap<String, Vec<RuntimeContainer>> {
+    let mut by_pod: HashMap<String, Vec<RuntimeContainer>> = HashMap::new();
+    for c in list {
+        if let Some(uid) = c.labels.get(POD_UID_LABEL).cloned() {
+            by_pod.entry(uid).or_default().push(runtime_container(c));
+        }
+    }
+    by_pod
+}
+
 impl Round {
     async fn read(cri: &CriClient) -> Self {
         let containers = match cri.list_containers(HashMap::new()).await {
-            Ok(list) => {
-                let mut by_pod: HashMap<String, Vec<RuntimeContainer>> = HashMap::new();
-                for c in list {
-                    if let Some(uid) = c.labels.get(POD_UID_LABEL).cloned() {
-                        by_pod.entry(uid).or_default().push(runtime_container(c));
-                    }
-                }
-                Some(by_pod)
-            }
+            Ok(list) => Some(by_pod(list)),
             Err(e) => {
                 tracing::debug!(error = %e, "cannot list the node's containers; listing per pod");
                 None
@@ -756,5 +760,52 @@ mod tests {
         assert!(!r.waiting("2"));
         let later: Vec<Duration> = (0..8).map(|_| r.failed("1")).collect();
         assert!(later[7] > first, "{first:?} then {later:?}");
+    }
+
+    /// One listing of the node serves each pod what a listing filtered by its uid would:
+    /// its containers, every state, named by the kubelet's label.
+    #[test]
+    fn the_node_listing_is_split_by_pod() {
+        let container = |id: &str, uid: Option<&str>, name: &str, running: bool| Container {
+            id: id.into(),
+            labels: uid
+                .map(|u| {
+                    HashMap::from([
+                        (POD_UID_LABEL.to_owned(), u.to_owned()),
+                        (CONTAINER_NAME_LABEL.to_owned(), name.to_owned()),
+                    ])
+                })
+                .unwrap_or_default(),
+            state: if running {
+                ContainerState::ContainerRunning
+            } else {
+                ContainerState::ContainerExited
+            } as i32,
+            ..Default::default()
+        };
+        let by = by_pod(vec![
+            container("a1", Some("pa"), "app", false),
+            container("b1", Some("pb"), "app", true),
+            container("a2", Some("pa"), "app", true),
+            container("x", None, "", true),
+        ]);
+        let of = |uid: &str| -> Vec<(String, String, bool)> {
+            by.get(uid)
+                .map(|v| {
+                    v.iter()
+                        .map(|c| (c.id.clone(), c.name.clone(), c.running))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        assert_eq!(
+            of("pa"),
+            [
+                ("a1".into(), "app".into(), false),
+                ("a2".into(), "app".into(), true)
+            ]
+        );
+        assert_eq!(of("pb"), [("b1".into(), "app".into(), true)]);
+        assert_eq!(by.len(), 2, "a container without a pod uid is no pod's");
     }
 }
