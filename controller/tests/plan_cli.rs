@@ -398,6 +398,76 @@ fn deletes_and_patches_are_shown_with_their_preconditions() {
 }
 
 #[test]
+fn the_status_write_and_the_problem_events_are_shown_as_writes() {
+    // The partition sample naming a gone pod in podsToDelete: the planner reports
+    // FailedScale, whose condition the status write carries and whose event is new.
+    let dir = tempfile::tempdir().unwrap();
+    let cs_path = edited_partition_cloneset(
+        dir.path(),
+        &[
+            (
+                "  replicas: 5\n  selector:",
+                "  replicas: 5\n  scaleStrategy:\n    podsToDelete: [sample-gone]\n  selector:",
+            ),
+            (
+                "  generation: 2\n",
+                "  generation: 2\n  resourceVersion: \"901\"\n",
+            ),
+        ],
+    );
+    let pods = fixture("partition-pods.yaml");
+    let out = partition_plan(&cs_path, &pods, "json");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v = json(&out);
+    let write = &v["statusWrite"];
+    assert_eq!(write["target"], "cloneSetStatus");
+    assert_eq!(write["name"], "sample");
+    assert_eq!(write["resourceVersion"], "901");
+    // The body is the planner's status, conditional on the version read.
+    assert_eq!(write["patch"]["metadata"]["resourceVersion"], "901");
+    let body = &write["patch"]["status"];
+    for field in [
+        "replicas",
+        "readyReplicas",
+        "updatedReplicas",
+        "currentRevision",
+    ] {
+        assert_eq!(body[field], v["status"][field], "{field}");
+    }
+    let conditions = body["conditions"].as_array().unwrap();
+    let failed: Vec<&Value> = conditions
+        .iter()
+        .filter(|c| c["type"] == "FailedScale")
+        .collect();
+    assert_eq!(failed.len(), 1, "{conditions:?}");
+    assert_eq!(failed[0]["status"], "True");
+    assert_eq!(failed[0]["reason"], v["problems"][0]["reason"]);
+    assert_eq!(failed[0]["lastTransitionTime"], NOW);
+    // The problem's Warning event, regarding the CloneSet.
+    let events = write["events"].as_array().unwrap();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["warning"], true);
+    assert_eq!(events[0]["action"], "FailedScale");
+    assert_eq!(events[0]["reason"], v["problems"][0]["reason"]);
+    assert_eq!(events[0]["message"], v["problems"][0]["message"]);
+    assert_eq!(events[0]["regardingPod"], false);
+
+    let table = stdout(&partition_plan(&cs_path, &pods, "table"));
+    assert!(
+        table.contains(
+            "  writes: merge patch of the status of CloneSet default/sample (only on resourceVersion 901)\n"
+        ),
+        "{table}"
+    );
+    let event_line = format!(
+        "  event Warning {} (FailedScale) regarding the CloneSet: {}\n",
+        v["problems"][0]["reason"].as_str().unwrap(),
+        v["problems"][0]["message"].as_str().unwrap()
+    );
+    assert!(table.contains(&event_line), "{table}");
+}
+
+#[test]
 fn the_deletion_protection_finalizer_is_a_step_of_its_own_with_its_write() {
     // The partition sample labelled for deletion protection, planned with the gate on: the
     // reconcile first writes the finalizer (the whole list, only on the version read) and

@@ -7,6 +7,7 @@ use super::model::{PlanContext, PodFacts, Snapshot};
 use super::output::Plan;
 use super::revision::RevisionError;
 use super::selector::{Selector, SelectorError};
+use super::status_write::StatusWrite;
 use super::{
     action_write, diffs, housekeeping, inplace_write, pod_conditions, predownload_steps, revision,
     scale, status, step, update,
@@ -156,6 +157,7 @@ pub fn plan(snapshot: Snapshot<'_>) -> Result<Plan, PlanError> {
         actions,
     ));
 
+    let status_write = StatusWrite::planned(cloneset, status.clone(), problems.clone(), ctx.now());
     Ok(Plan {
         resolved,
         diffs: reported,
@@ -164,6 +166,7 @@ pub fn plan(snapshot: Snapshot<'_>) -> Result<Plan, PlanError> {
         pod_conditions,
         status,
         problems,
+        status_write,
         requeue_after: earliest(requeue_after, status_requeue),
     })
 }
