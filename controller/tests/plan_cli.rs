@@ -54,6 +54,24 @@ fn edited_partition_cloneset(dir: &std::path::Path, edits: &[(&str, &str)]) -> S
     path.display().to_string()
 }
 
+/// The partition sample at `replicas` naming `names` in `podsToDelete`, read at
+/// resourceVersion 901, written into `dir`: its path.
+fn partition_to_delete(dir: &std::path::Path, replicas: u32, names: &str) -> String {
+    let scaled = format!(
+        "  replicas: {replicas}\n  scaleStrategy:\n    podsToDelete: [{names}]\n  selector:"
+    );
+    edited_partition_cloneset(
+        dir,
+        &[
+            ("  replicas: 5\n  selector:", &scaled),
+            (
+                "  generation: 2\n",
+                "  generation: 2\n  resourceVersion: \"901\"\n",
+            ),
+        ],
+    )
+}
+
 fn partition_plan(cs: &str, pods: &str, output: &str) -> Output {
     run(&[
         "plan",
@@ -375,19 +393,7 @@ fn deletes_and_patches_are_shown_with_their_preconditions() {
     // The partition sample scaled to 4 with one of its pods and a gone one named in
     // podsToDelete: the named pod is deleted (only with its UID) and the gone name pruned.
     let dir = tempfile::tempdir().unwrap();
-    let cs_path = edited_partition_cloneset(
-        dir.path(),
-        &[
-            (
-                "  replicas: 5\n  selector:",
-                "  replicas: 4\n  scaleStrategy:\n    podsToDelete: [sample-chvnr, sample-gone]\n  selector:",
-            ),
-            (
-                "  generation: 2\n",
-                "  generation: 2\n  resourceVersion: \"901\"\n",
-            ),
-        ],
-    );
+    let cs_path = partition_to_delete(dir.path(), 4, "sample-chvnr, sample-gone");
     let pods = fixture("partition-pods.yaml");
     let out = partition_plan(&cs_path, &pods, "json");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -402,19 +408,7 @@ fn the_status_write_and_the_problem_events_are_shown_as_writes() {
     // The partition sample naming a gone pod in podsToDelete: the planner reports
     // FailedScale, whose condition the status write carries and whose event is new.
     let dir = tempfile::tempdir().unwrap();
-    let cs_path = edited_partition_cloneset(
-        dir.path(),
-        &[
-            (
-                "  replicas: 5\n  selector:",
-                "  replicas: 5\n  scaleStrategy:\n    podsToDelete: [sample-gone]\n  selector:",
-            ),
-            (
-                "  generation: 2\n",
-                "  generation: 2\n  resourceVersion: \"901\"\n",
-            ),
-        ],
-    );
+    let cs_path = partition_to_delete(dir.path(), 5, "sample-gone");
     let pods = fixture("partition-pods.yaml");
     let out = partition_plan(&cs_path, &pods, "json");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));

@@ -184,7 +184,7 @@ mod tests {
     use super::*;
     use crate::cached::CachedPod;
     use crate::fixtures::PlanForms;
-    use crate::fixtures::{PodBuilder, cloneset, pod, t};
+    use crate::fixtures::{PodBuilder, cloneset, pod, snapshot, t};
     use crate::model::{Action, PlanOptions, UpdateMethod};
 
     struct World {
@@ -205,17 +205,12 @@ mod tests {
         }
 
         fn plan(&self) -> Result<Plan, PlanError> {
-            plan(Snapshot {
-                cloneset: &self.cs,
-                pods: &self.pods,
-                pvcs: &[],
-                revisions: &self.revisions,
-                nodes: &[],
-                now: t(1000),
-                options: &self.options,
-                pods_to_delete_seen: &crate::pods_to_delete::NO_NAMES,
-                pre_download: None,
-            })
+            plan(snapshot(
+                &self.cs,
+                &self.pods,
+                &self.revisions,
+                &self.options,
+            ))
         }
     }
 
