@@ -51,14 +51,7 @@ pub async fn write(
     let cs_ref = cs.object_ref(&());
     for e in write.events() {
         warn!(condition = e.action, reason = %e.reason, message = %e.message, "CloneSet problem");
-        ctx.events.send(Note {
-            regarding: cs_ref.clone(),
-            related: None,
-            warning: e.warning,
-            reason: e.reason,
-            action: e.action.to_owned(),
-            message: e.message,
-        });
+        ctx.events.send(Note::of(e, cs_ref.clone(), None));
     }
 
     let body = write.body(&status).map_err(|source| Error::Encode {
