@@ -14,8 +14,9 @@ use crate::plan::{Action, DeleteReason, Plan, StepWrite, UpdateMethod};
 /// The JSON object: `resolved`, `diffs`, `revisions`, `steps` (each action with its
 /// `write`, or the `writeError` why it cannot be planned), `actions` (the steps' actions
 /// alone, for scripts), `status`, `statusWrite` (its write when no step fails, with the
-/// problems' events: [`crate::plan::status_write`]), and `podConditions` (the readiness-gate conditions
-/// written besides the steps), `problems` and `requeueAfterSeconds` when there are any.
+/// problems' events: [`crate::plan::status_write`]), and `podConditions` (the
+/// readiness-gate conditions written besides the steps), `problems` and
+/// `requeueAfterSeconds` when there are any.
 pub fn json(plan: &Plan) -> Value {
     let revisions = &plan.revisions;
     let mut out = json!({

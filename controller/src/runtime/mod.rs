@@ -425,13 +425,13 @@ fn claim_candidates(stores: &Stores, cs: &CloneSet, owned: &crate::watch::Owned)
         .collect()
 }
 
-/// Calls the planner.
 /// Reports a CloneSet the planner cannot work with ([`StatusWrite::invalid`]).
 async fn report_invalid(ctx: &Context, cs: &CloneSet, message: &str) -> Result<(), Error> {
     let write = StatusWrite::invalid(cs, message, k8s_openapi::jiff::Timestamp::now());
     status_writer::write(ctx, cs, &write, &apply::Outcome::default()).await
 }
 
+/// Calls the planner.
 fn run_planner(snapshot: crate::plan::Snapshot<'_>) -> Result<crate::plan::Plan, Error> {
     crate::plan::plan(snapshot).map_err(Error::Plan)
 }

@@ -15,7 +15,7 @@ mod inplace;
 mod revisions;
 mod send;
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;
 
 pub use crate::plan::sending::FailureKind;
 
