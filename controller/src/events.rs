@@ -40,6 +40,24 @@ pub struct Note {
     pub message: String,
 }
 
+impl Note {
+    /// The event the plan decided (`e`), regarding and related to the objects given.
+    pub fn of(
+        e: crate::plan::sending::StepEvent,
+        regarding: ObjectReference,
+        related: Option<ObjectReference>,
+    ) -> Self {
+        Self {
+            regarding,
+            related,
+            warning: e.warning,
+            reason: e.reason,
+            action: e.action.to_owned(),
+            message: e.message,
+        }
+    }
+}
+
 /// A handle that queues events.
 #[derive(Clone, Debug)]
 pub struct EventSink {

@@ -54,6 +54,24 @@ fn edited_partition_cloneset(dir: &std::path::Path, edits: &[(&str, &str)]) -> S
     path.display().to_string()
 }
 
+/// The partition sample at `replicas` naming `names` in `podsToDelete`, read at
+/// resourceVersion 901, written into `dir`: its path.
+fn partition_to_delete(dir: &std::path::Path, replicas: u32, names: &str) -> String {
+    let scaled = format!(
+        "  replicas: {replicas}\n  scaleStrategy:\n    podsToDelete: [{names}]\n  selector:"
+    );
+    edited_partition_cloneset(
+        dir,
+        &[
+            ("  replicas: 5\n  selector:", &scaled),
+            (
+                "  generation: 2\n",
+                "  generation: 2\n  resourceVersion: \"901\"\n",
+            ),
+        ],
+    )
+}
+
 fn partition_plan(cs: &str, pods: &str, output: &str) -> Output {
     run(&[
         "plan",
@@ -375,19 +393,7 @@ fn deletes_and_patches_are_shown_with_their_preconditions() {
     // The partition sample scaled to 4 with one of its pods and a gone one named in
     // podsToDelete: the named pod is deleted (only with its UID) and the gone name pruned.
     let dir = tempfile::tempdir().unwrap();
-    let cs_path = edited_partition_cloneset(
-        dir.path(),
-        &[
-            (
-                "  replicas: 5\n  selector:",
-                "  replicas: 4\n  scaleStrategy:\n    podsToDelete: [sample-chvnr, sample-gone]\n  selector:",
-            ),
-            (
-                "  generation: 2\n",
-                "  generation: 2\n  resourceVersion: \"901\"\n",
-            ),
-        ],
-    );
+    let cs_path = partition_to_delete(dir.path(), 4, "sample-chvnr, sample-gone");
     let pods = fixture("partition-pods.yaml");
     let out = partition_plan(&cs_path, &pods, "json");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -395,6 +401,64 @@ fn deletes_and_patches_are_shown_with_their_preconditions() {
     insta::assert_json_snapshot!("delete_and_prune_steps_json", v["steps"]);
     let table = stdout(&partition_plan(&cs_path, &pods, "table"));
     insta::assert_snapshot!("delete_and_prune_writes_table", table);
+}
+
+#[test]
+fn the_status_write_and_the_problem_events_are_shown_as_writes() {
+    // The partition sample naming a gone pod in podsToDelete: the planner reports
+    // FailedScale, whose condition the status write carries and whose event is new.
+    let dir = tempfile::tempdir().unwrap();
+    let cs_path = partition_to_delete(dir.path(), 5, "sample-gone");
+    let pods = fixture("partition-pods.yaml");
+    let out = partition_plan(&cs_path, &pods, "json");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v = json(&out);
+    let write = &v["statusWrite"];
+    assert_eq!(write["target"], "cloneSetStatus");
+    assert_eq!(write["name"], "sample");
+    assert_eq!(write["resourceVersion"], "901");
+    // The body is the planner's status, conditional on the version read.
+    assert_eq!(write["patch"]["metadata"]["resourceVersion"], "901");
+    let body = &write["patch"]["status"];
+    for field in [
+        "replicas",
+        "readyReplicas",
+        "updatedReplicas",
+        "currentRevision",
+    ] {
+        assert_eq!(body[field], v["status"][field], "{field}");
+    }
+    let conditions = body["conditions"].as_array().unwrap();
+    let failed: Vec<&Value> = conditions
+        .iter()
+        .filter(|c| c["type"] == "FailedScale")
+        .collect();
+    assert_eq!(failed.len(), 1, "{conditions:?}");
+    assert_eq!(failed[0]["status"], "True");
+    assert_eq!(failed[0]["reason"], v["problems"][0]["reason"]);
+    assert_eq!(failed[0]["lastTransitionTime"], NOW);
+    // The problem's Warning event, regarding the CloneSet.
+    let events = write["events"].as_array().unwrap();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["warning"], true);
+    assert_eq!(events[0]["action"], "FailedScale");
+    assert_eq!(events[0]["reason"], v["problems"][0]["reason"]);
+    assert_eq!(events[0]["message"], v["problems"][0]["message"]);
+    assert_eq!(events[0]["regardingPod"], false);
+
+    let table = stdout(&partition_plan(&cs_path, &pods, "table"));
+    assert!(
+        table.contains(
+            "  writes: merge patch of the status of CloneSet default/sample (only on resourceVersion 901)\n"
+        ),
+        "{table}"
+    );
+    let event_line = format!(
+        "  event Warning {} (FailedScale) regarding the CloneSet: {}\n",
+        v["problems"][0]["reason"].as_str().unwrap(),
+        v["problems"][0]["message"].as_str().unwrap()
+    );
+    assert!(table.contains(&event_line), "{table}");
 }
 
 #[test]

@@ -47,6 +47,27 @@ pub fn facts_of(pods: &[Arc<CachedPod>]) -> Vec<PodFacts<'_>> {
         .collect()
 }
 
+/// The planner's input of `cloneset` with `pods`, `revisions` and `options` at t(1000):
+/// no PVC, node, `podsToDelete` name seen before, or pre-download.
+pub fn snapshot<'a>(
+    cloneset: &'a CloneSet,
+    pods: &'a [Arc<CachedPod>],
+    revisions: &'a [ControllerRevision],
+    options: &'a PlanOptions,
+) -> Snapshot<'a> {
+    Snapshot {
+        cloneset,
+        pods,
+        pvcs: &[],
+        revisions,
+        nodes: &[],
+        now: t(1000),
+        options,
+        pods_to_delete_seen: &crate::pods_to_delete::NO_NAMES,
+        pre_download: None,
+    }
+}
+
 /// Owns everything a [`PlanContext`] borrows.
 #[derive(Debug)]
 pub struct Fixture {
@@ -84,15 +105,8 @@ impl Fixture {
     /// The planner's input: the CloneSet, pods, revisions and options, at `now`.
     pub fn snapshot(&self) -> Snapshot<'_> {
         Snapshot {
-            cloneset: &self.cloneset,
-            pods: &self.pods,
-            pvcs: &[],
-            revisions: &self.revisions,
-            nodes: &[],
             now: self.now,
-            options: &self.options,
-            pods_to_delete_seen: &crate::pods_to_delete::NO_NAMES,
-            pre_download: None,
+            ..snapshot(&self.cloneset, &self.pods, &self.revisions, &self.options)
         }
     }
 

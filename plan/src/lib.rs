@@ -59,6 +59,7 @@ pub mod selector;
 pub mod sending;
 pub mod stall;
 pub mod status;
+pub mod status_write;
 pub mod step;
 pub mod update;
 pub mod update_order;

@@ -15,6 +15,7 @@ use super::completion_write::CompletionWrite;
 use super::inplace_write::InPlaceWrite;
 use super::lifecycle_write::LifecycleWrite;
 use super::model::{Action, Diffs, PlanProblem, Resolved, RevisionPlan};
+use super::status_write::StatusWrite;
 use super::step::{Step, StepWrite};
 
 /// The planner's answer for one reconcile.
@@ -35,6 +36,9 @@ pub struct Plan {
     pub status: CloneSetStatus,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub problems: Vec<PlanProblem>,
+    /// The write of `status` with the failure conditions of `problems` (and of the
+    /// sending), and the problems' events: writes of no action, sent after the steps.
+    pub status_write: StatusWrite,
     /// Reconcile again after this long even if nothing changes (minReadySeconds, grace, deadline).
     #[serde(skip_serializing_if = "Option::is_none", with = "opt_duration_secs")]
     pub requeue_after: Option<Duration>,

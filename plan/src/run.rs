@@ -7,6 +7,7 @@ use super::model::{PlanContext, PodFacts, Snapshot};
 use super::output::Plan;
 use super::revision::RevisionError;
 use super::selector::{Selector, SelectorError};
+use super::status_write::StatusWrite;
 use super::{
     action_write, diffs, housekeeping, inplace_write, pod_conditions, predownload_steps, revision,
     scale, status, step, update,
@@ -156,6 +157,7 @@ pub fn plan(snapshot: Snapshot<'_>) -> Result<Plan, PlanError> {
         actions,
     ));
 
+    let status_write = StatusWrite::planned(cloneset, status.clone(), problems.clone(), ctx.now());
     Ok(Plan {
         resolved,
         diffs: reported,
@@ -164,6 +166,7 @@ pub fn plan(snapshot: Snapshot<'_>) -> Result<Plan, PlanError> {
         pod_conditions,
         status,
         problems,
+        status_write,
         requeue_after: earliest(requeue_after, status_requeue),
     })
 }
@@ -181,7 +184,7 @@ mod tests {
     use super::*;
     use crate::cached::CachedPod;
     use crate::fixtures::PlanForms;
-    use crate::fixtures::{PodBuilder, cloneset, pod, t};
+    use crate::fixtures::{PodBuilder, cloneset, pod, snapshot, t};
     use crate::model::{Action, PlanOptions, UpdateMethod};
 
     struct World {
@@ -202,17 +205,12 @@ mod tests {
         }
 
         fn plan(&self) -> Result<Plan, PlanError> {
-            plan(Snapshot {
-                cloneset: &self.cs,
-                pods: &self.pods,
-                pvcs: &[],
-                revisions: &self.revisions,
-                nodes: &[],
-                now: t(1000),
-                options: &self.options,
-                pods_to_delete_seen: &crate::pods_to_delete::NO_NAMES,
-                pre_download: None,
-            })
+            plan(snapshot(
+                &self.cs,
+                &self.pods,
+                &self.revisions,
+                &self.options,
+            ))
         }
     }
 

@@ -6,6 +6,7 @@
 use inplace_proto::keys;
 
 use k8s_openapi::api::core::v1::ObjectReference;
+use serde::Serialize;
 
 use crate::action_write::{Patch, PvcDelete, Target, Write};
 use crate::inplace_write::{InPlaceWrite, InPlaceWriteKind};
@@ -235,7 +236,8 @@ impl Sent {
 }
 
 /// The pod an event refers to.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub enum PodRef {
     /// The cached pod of this name (its full reference; none if it is not cached).
     Cached(String),
@@ -244,7 +246,8 @@ pub enum PodRef {
 }
 
 /// A Kubernetes event about a step.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct StepEvent {
     /// The event is regarding the pod (the CloneSet related; the pod must be cached),
     /// else regarding the CloneSet (the pod, if any, related).

@@ -8,12 +8,15 @@ use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 
 use crate::plan::action_write::{Target, Write, template_of_recipe};
+use crate::plan::status_write::StatusWrite;
 use crate::plan::{Action, DeleteReason, Plan, StepWrite, UpdateMethod};
 
 /// The JSON object: `resolved`, `diffs`, `revisions`, `steps` (each action with its
 /// `write`, or the `writeError` why it cannot be planned), `actions` (the steps' actions
-/// alone, for scripts), `status`, and `podConditions` (the readiness-gate conditions
-/// written besides the steps), `problems` and `requeueAfterSeconds` when there are any.
+/// alone, for scripts), `status`, `statusWrite` (its write when no step fails, with the
+/// problems' events: [`crate::plan::status_write`]), and `podConditions` (the
+/// readiness-gate conditions written besides the steps), `problems` and
+/// `requeueAfterSeconds` when there are any.
 pub fn json(plan: &Plan) -> Value {
     let revisions = &plan.revisions;
     let mut out = json!({
@@ -33,6 +36,7 @@ pub fn json(plan: &Plan) -> Value {
         "steps": plan.steps,
         "actions": plan.actions(),
         "status": plan.status,
+        "statusWrite": plan.status_write,
     });
     if !plan.pod_conditions.is_empty() {
         out["podConditions"] = json!(plan.pod_conditions);
@@ -376,7 +380,39 @@ pub fn table(cs: &CloneSet, plan: &Plan, pod_count: usize) -> String {
                 .unwrap_or_default()
         );
     }
+    status_write_words(&mut s, &plan.status_write);
     s
+}
+
+/// The status write and the problems' events, in words (the write sent when no step fails).
+fn status_write_words(s: &mut String, w: &StatusWrite) {
+    match w.patch_when_no_step_fails() {
+        Ok(Some(_)) => {
+            let _ = writeln!(
+                s,
+                "  writes: merge patch of the status of CloneSet {}/{} ({})",
+                w.namespace,
+                w.name,
+                only_on(w.resource_version.as_deref())
+            );
+        }
+        Ok(None) => {
+            let _ = writeln!(s, "  writes: nothing (the status is unchanged)");
+        }
+        Err(e) => {
+            let _ = writeln!(s, "  writes: nothing, the status cannot be encoded: {e}");
+        }
+    }
+    for e in w.events() {
+        let _ = writeln!(
+            s,
+            "  event {} {} ({}) regarding the CloneSet: {}",
+            if e.warning { "Warning" } else { "Normal" },
+            e.reason,
+            e.action,
+            e.message
+        );
+    }
 }
 
 /// Adds to the write of each create among `out["steps"]` (from [`json`]) the objects its recipe

@@ -38,6 +38,7 @@ use crate::events::EventSink;
 use crate::expectations::Expectations;
 use crate::metrics::{CloneSetLabels, ErrorLabels, ExpectationLabels, Metrics};
 use crate::plan::sending::RETRY_SET_ASIDE;
+use crate::plan::status_write::StatusWrite;
 use crate::server::Health;
 use crate::watch::Stores;
 
@@ -221,7 +222,7 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context, key: &str) -> Result<Acti
         // webhook refuse is reported, and nothing is done for this CloneSet: e.g. a
         // template outside its own selector would make pods that never belong to it.
         let message = crate::plan::validate::summary(&violations);
-        status_writer::write_invalid(ctx, cs, &message).await?;
+        report_invalid(ctx, cs, &message).await?;
         return Ok(Action::requeue(ctx.settings.resync));
     }
     let owned = ctx.stores.owned(cs);
@@ -252,7 +253,7 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context, key: &str) -> Result<Acti
         Ok(plan) => plan,
         Err(Error::Plan(err)) => {
             // An invalid CloneSet is reported, not retried: its next change triggers us.
-            status_writer::write_invalid(ctx, cs, &err.to_string()).await?;
+            report_invalid(ctx, cs, &err.to_string()).await?;
             return Ok(Action::requeue(ctx.settings.resync));
         }
         Err(other) => return Err(other),
@@ -267,7 +268,7 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context, key: &str) -> Result<Acti
     let sending = Instant::now();
     let outcome = apply::execute(ctx, cs, &owned, &plan).await;
     let sent_in = sending.elapsed();
-    status_writer::write(ctx, cs, &plan, &outcome).await?;
+    status_writer::write(ctx, cs, &plan.status_write, &outcome).await?;
     // The pace of a rollout is read from these (`inplace-rollout-bench`'s pace line).
     debug!(
         steps = plan.steps.len(),
@@ -422,6 +423,12 @@ fn claim_candidates(stores: &Stores, cs: &CloneSet, owned: &crate::watch::Owned)
         .iter()
         .map(|p| p.to_pod())
         .collect()
+}
+
+/// Reports a CloneSet the planner cannot work with ([`StatusWrite::invalid`]).
+async fn report_invalid(ctx: &Context, cs: &CloneSet, message: &str) -> Result<(), Error> {
+    let write = StatusWrite::invalid(cs, message, k8s_openapi::jiff::Timestamp::now());
+    status_writer::write(ctx, cs, &write, &apply::Outcome::default()).await
 }
 
 /// Calls the planner.

@@ -1,182 +1,70 @@
-//! Writes the CloneSet status through the `status` subresource.
+//! Sends the CloneSet status write of a plan ([`crate::plan::status_write`]) through the
+//! `status` subresource, with the failure conditions of what became of its steps, and the
+//! Warning events of the planner's problems. What is written, over which version, and
+//! which problems get an event are the plan's; this module only sends.
 //!
-//! The status is the planner's, plus the failure conditions of this reconcile:
-//! `FailedScale` / `FailedUpdate` are True while the planner reports a problem of that
-//! kind or an action of that kind failed, and are removed otherwise. A new or changed
-//! failure also gets a Warning event. Nothing is written when the status is unchanged.
-//!
-//! We own the whole status object, so a JSON merge patch of `.status` is used, with every
-//! field we no longer set explicitly nulled (the conditions list is written whole).
-//!
-//! The patch carries the resourceVersion of the CloneSet the status was decided from: a
-//! merge patch with `metadata.resourceVersion` is conditional, so when the CloneSet changed
-//! meanwhile (a spec edit, another writer of the status, our own watch lagging behind) the
-//! API server answers 409 Conflict instead of writing a status decided from an older
-//! object. The reconcile then fails with [`RetryClass::Stale`](crate::error::RetryClass)
-//! and runs again, promptly and quietly, from the newer object (OpenKruise re-reads the
-//! CloneSet and writes the status it had computed over it; here the status is decided
-//! again).
-//!
-//! The version written over is the cache's, or the one our own last status write left
-//! while the cache does not show that write yet ([`super::last_write`]): the cache often
-//! lags behind our previous write, and a write over its version would be refused for a
-//! change that was our own.
+//! The write moves over the status our own last write left while the cache does not show
+//! that write yet ([`super::last_write`]): the cache often lags behind our previous write,
+//! and a write over its version would be refused (409, the reconcile then retried
+//! quietly, [`RetryClass::Stale`](crate::error::RetryClass)) for a change that was our own.
 
 use std::borrow::Cow;
 
-use inplace_proto::{CloneSet, CloneSetStatus, keys};
+use inplace_proto::CloneSet;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Patch;
 use kube::{Api, Resource, ResourceExt};
-use serde_json::{Map, Value, json};
-use tracing::debug;
+use tracing::{debug, warn};
 
 use crate::error::Error;
 use crate::events::Note;
 use crate::metrics::CloneSetLabels;
-use crate::plan::{Plan, PlanProblem, status};
+use crate::plan::status_write::StatusWrite;
 use crate::runtime::apply::Outcome;
 use crate::runtime::context::Context;
 
-/// The problems of this reconcile: the planner's, then one per failed action (their
-/// condition is the action's kind, `FailedScale` or `FailedUpdate`).
-pub fn failures(plan: &Plan, outcome: &Outcome) -> Vec<PlanProblem> {
-    let mut out = plan.problems.clone();
-    out.extend(outcome.failures.iter().map(|f| PlanProblem {
-        condition: f.kind.condition(),
-        reason: String::new(),
-        message: f.error.to_string(),
-    }));
-    out
-}
-
-/// The status to write: the planner's, with the failure conditions rebuilt from
-/// `failures` by the planner's own rule ([`status::apply_problems`]).
-pub fn desired_status(
-    cs: &CloneSet,
-    plan: &Plan,
-    failures: &[PlanProblem],
-    now: Timestamp,
-) -> CloneSetStatus {
-    let mut status = plan.status.clone();
-    if status.observed_generation.is_none() {
-        status.observed_generation = cs.metadata.generation;
-    }
-    let previous = cs.status.clone().unwrap_or_default();
-    status::apply_problems(&mut status, failures, &previous, now);
-    // An empty reason/message is left out, like the reference's `omitempty`: the v1.20
-    // API server validates `"reason": ""` in a CRD status as null and refuses the whole
-    // status write (a failed action, whose problem has no reason, then also failed the
-    // status and stalled the CloneSet behind a backoff).
-    for c in &mut status.conditions {
-        if c.reason.as_deref() == Some("") {
-            c.reason = None;
-        }
-        if c.message.as_deref() == Some("") {
-            c.message = None;
-        }
-    }
-    status
-}
-
-/// A JSON merge patch turning `old` into `new`: `new` whole, with fields only `old` has set
-/// to null; conditional on `resource_version` (the CloneSet's, as read) when given.
-pub fn merge_patch(
-    old: Option<&CloneSetStatus>,
-    new: &CloneSetStatus,
-    resource_version: Option<&str>,
-) -> Result<Value, Error> {
-    let enc = |s: &CloneSetStatus| {
-        serde_json::to_value(s).map_err(|source| Error::Encode {
-            what: "CloneSet status".into(),
-            source,
-        })
-    };
-    let mut new_v = enc(new)?;
-    let old_v = old
-        .map(enc)
-        .transpose()?
-        .unwrap_or(Value::Object(Map::new()));
-    if let (Some(n), Some(o)) = (new_v.as_object_mut(), old_v.as_object()) {
-        for key in o.keys() {
-            if !n.contains_key(key) {
-                n.insert(key.clone(), Value::Null);
-            }
-        }
-    }
-    let mut body = json!({ "status": new_v });
-    if let Some(rv) = resource_version {
-        body["metadata"] = json!({ "resourceVersion": rv });
-    }
-    Ok(body)
-}
-
-/// `cs` as the status writer decides from it: with the status our own last write left
-/// when the cache does not show that write yet; and the resourceVersion to write over.
-fn based<'c>(ctx: &Context, cs: &'c CloneSet) -> (Cow<'c, CloneSet>, Option<String>) {
-    let cached = cs.resource_version();
+/// `write` moved over the status our own last write to `cs` left, when the cache does not
+/// show that write yet.
+fn based<'w>(ctx: &Context, cs: &CloneSet, write: &'w StatusWrite) -> Cow<'w, StatusWrite> {
     let uid = cs.uid().unwrap_or_default();
-    match ctx.status_writes.base(&uid, cached.as_deref()) {
-        Some((status, rv)) => {
-            let mut ours = cs.clone();
-            ours.status = Some(status);
-            (Cow::Owned(ours), Some(rv))
-        }
-        None => (Cow::Borrowed(cs), cached),
+    match ctx
+        .status_writes
+        .base(&uid, cs.resource_version().as_deref())
+    {
+        Some((status, rv)) => Cow::Owned(write.over(status, rv)),
+        None => Cow::Borrowed(write),
     }
 }
 
-/// Writes the status of `cs` after acting on `plan`.
+/// Sends `write`, the status write of a plan for `cs`, after its steps came to `outcome`.
 pub async fn write(
     ctx: &Context,
     cs: &CloneSet,
-    plan: &Plan,
+    write: &StatusWrite,
     outcome: &Outcome,
 ) -> Result<(), Error> {
-    let (based, rv) = based(ctx, cs);
-    let cs = based.as_ref();
-    let failures = failures(plan, outcome);
-    let status = desired_status(cs, plan, &failures, Timestamp::now());
-    let labels = CloneSetLabels::new(&cs.namespace().unwrap_or_default(), &cs.name_any());
+    let write = based(ctx, cs, write);
+    let status = write.status_with(&write.failures(outcome), Timestamp::now());
+    let labels = CloneSetLabels::new(&write.namespace, &write.name);
     ctx.metrics.record_status(&labels, &status);
 
-    // Planner problems get an event when they appear or change (action failures already
-    // had theirs when they happened).
-    let previous = cs
-        .status
-        .as_ref()
-        .map(|s| s.conditions.as_slice())
-        .unwrap_or(&[]);
-    for p in &plan.problems {
-        let seen = previous.iter().any(|c| {
-            c.type_ == p.condition && c.status == "True" && c.message.as_deref() == Some(&p.message)
-        });
-        if !seen {
-            ctx.events.send(Note {
-                regarding: cs.object_ref(&()),
-                related: None,
-                warning: true,
-                reason: if p.reason.is_empty() {
-                    p.condition.to_owned()
-                } else {
-                    p.reason.clone()
-                },
-                action: p.condition.to_owned(),
-                message: p.message.clone(),
-            });
-            tracing::warn!(condition = p.condition, reason = %p.reason, message = %p.message, "CloneSet problem");
-        }
+    let cs_ref = cs.object_ref(&());
+    for e in write.events() {
+        warn!(condition = e.action, reason = %e.reason, message = %e.message, "CloneSet problem");
+        ctx.events.send(Note::of(e, cs_ref.clone(), None));
     }
 
-    if cs.status.as_ref() == Some(&status) {
+    let body = write.body(&status).map_err(|source| Error::Encode {
+        what: "CloneSet status".into(),
+        source,
+    })?;
+    let Some(body) = body else {
         return Ok(());
-    }
-    let body = merge_patch(cs.status.as_ref(), &status, rv.as_deref())?;
-    let api: Api<CloneSet> =
-        Api::namespaced(ctx.client.clone(), &cs.namespace().unwrap_or_default());
+    };
+    let api: Api<CloneSet> = Api::namespaced(ctx.client.clone(), &write.namespace);
     let written = api
         .patch_status(
-            &cs.name_any(),
+            &write.name,
             &ctx.settings.patch_params(),
             &Patch::Merge(&body),
         )
@@ -199,123 +87,127 @@ pub async fn write(
     Ok(())
 }
 
-/// Reports a CloneSet the planner cannot work with: `FailedScale` True with the reason,
-/// the rest of the status left as it was, and a Warning event when the message is new.
-pub async fn write_invalid(ctx: &Context, cs: &CloneSet, message: &str) -> Result<(), Error> {
-    let (based, _) = based(ctx, cs);
-    let mut status = based.status.clone().unwrap_or_default();
-    status.observed_generation = cs.metadata.generation;
-    let plan = Plan {
-        status,
-        problems: vec![PlanProblem {
-            condition: keys::CONDITION_FAILED_SCALE,
-            reason: crate::plan::validate::REASON.into(),
-            message: message.to_owned(),
-        }],
-        ..Plan::default()
-    };
-    write(ctx, cs, &plan, &Outcome::default()).await
-}
-
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use inplace_proto::CloneSetCondition;
+    use inplace_proto::{CloneSetSpec, CloneSetStatus, keys};
+    use serde_json::{Value, json};
 
-    fn cs_with(conditions: Vec<CloneSetCondition>) -> CloneSet {
-        let mut cs = CloneSet::new("demo", inplace_proto::CloneSetSpec::default());
+    use super::*;
+    use crate::plan::sending::FailureKind;
+    use crate::runtime::apply::tests::{recording_server, test_context};
+
+    /// The planned write goes to the status subresource with the failure conditions of the
+    /// sending, conditional on the version read; the next one over what it left while the
+    /// cache still shows the version before.
+    #[tokio::test]
+    async fn the_planned_write_is_sent_with_the_sendings_failures_then_over_our_last_write()
+    -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let mut cs = CloneSet::new("demo", CloneSetSpec::default());
+        cs.metadata.namespace = Some("default".into());
+        cs.metadata.uid = Some("u-demo".into());
         cs.metadata.generation = Some(3);
+        cs.metadata.resource_version = Some("41".into());
         cs.status = Some(CloneSetStatus {
-            conditions,
+            replicas: 1,
             ..CloneSetStatus::default()
         });
-        cs
-    }
+        let mut answer = cs.clone();
+        answer.metadata.resource_version = Some("42".into());
+        answer.status = Some(CloneSetStatus {
+            replicas: 2,
+            current_revision: Some("demo-1".into()),
+            ..CloneSetStatus::default()
+        });
+        let answer: &'static str = Box::leak(serde_json::to_string(&answer)?.into_boxed_str());
+        let (client, seen, server) = recording_server(answer).await?;
+        let ctx = test_context(client);
 
-    #[test]
-    fn problems_become_conditions_and_go_away() {
-        let cs = cs_with(vec![]);
-        let plan = Plan {
-            problems: vec![PlanProblem {
-                condition: keys::CONDITION_FAILED_UPDATE,
-                reason: "InPlaceOnly".into(),
-                message: "can not update in-place".into(),
-            }],
-            ..Plan::default()
+        let planned = |replicas| CloneSetStatus {
+            replicas,
+            ..CloneSetStatus::default()
         };
-        let f = failures(&plan, &Outcome::default());
-        let t = Timestamp::UNIX_EPOCH;
-        let s = desired_status(&cs, &plan, &f, t);
-        assert_eq!(s.observed_generation, Some(3));
-        assert_eq!(s.conditions.len(), 1);
-        assert_eq!(s.conditions[0].type_, keys::CONDITION_FAILED_UPDATE);
-        assert_eq!(s.conditions[0].status, "True");
+        let now = Timestamp::now();
+        let mut outcome = Outcome::default();
+        outcome.fail(
+            FailureKind::Scale,
+            Error::NotCached("pod default/demo-a".into()),
+        );
+        write(
+            &ctx,
+            &cs,
+            &StatusWrite::planned(&cs, planned(2), Vec::new(), now),
+            &outcome,
+        )
+        .await?;
+        // The cache still shows version 41: the next write goes over what the first left.
+        let second = StatusWrite::planned(&cs, planned(3), Vec::new(), now);
+        write(&ctx, &cs, &second, &Outcome::default()).await?;
+        server.abort();
 
-        // An action failure has no reason: the field is left out, not written empty.
-        let outcome = Outcome {
-            attempted: 1,
-            failures: vec![crate::runtime::apply::Failure {
-                kind: crate::runtime::apply::FailureKind::Update,
-                error: Error::NotCached("pod demo-a".into()),
-            }],
-            skipped: 0,
-            conflicts_passed: 0,
-            set_aside: Vec::new(),
-        };
-        let f_act = failures(&Plan::default(), &outcome);
-        let s_act = desired_status(&cs, &Plan::default(), &f_act, t);
-        assert_eq!(s_act.conditions.len(), 1);
-        assert_eq!(s_act.conditions[0].reason, None);
-        assert!(
-            !serde_json::to_string(&s_act)
-                .unwrap_or_default()
-                .contains("\"reason\"")
+        let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
+        let path = "/apis/apps.kruise.io/v1alpha1/namespaces/default/clonesets/demo/status";
+        assert_eq!(seen.len(), 2, "{seen:?}");
+        let (first, second) = (&seen[0], &seen[1]);
+        assert_eq!((first.0.as_str(), first.1.as_str()), ("PATCH", path));
+        let body = &first.2;
+        assert_eq!(body["metadata"], json!({"resourceVersion": "41"}));
+        assert_eq!(body["status"]["replicas"], 2);
+        assert_eq!(body["status"]["observedGeneration"], 3);
+        let conditions = body["status"]["conditions"]
+            .as_array()
+            .ok_or("conditions")?;
+        assert_eq!(conditions.len(), 1, "{conditions:?}");
+        assert_eq!(conditions[0]["type"], keys::CONDITION_FAILED_SCALE);
+        assert_eq!(conditions[0]["status"], "True");
+        assert_eq!(conditions[0].get("reason"), None);
+        assert_eq!(
+            conditions[0]["message"],
+            Error::NotCached("pod default/demo-a".into()).to_string()
         );
 
-        // Same problem again: times kept, so the status is unchanged and not rewritten.
-        let cs2 = cs_with(s.conditions.clone());
-        let s2 = desired_status(&cs2, &plan, &f, Timestamp::from_second(100).unwrap_or(t));
-        assert_eq!(s2.conditions, s.conditions);
-
-        // Problem gone: the condition is removed.
-        let s3 = desired_status(&cs2, &Plan::default(), &[], t);
-        assert!(s3.conditions.is_empty());
-    }
-
-    #[test]
-    fn merge_patch_nulls_dropped_fields() -> Result<(), Error> {
-        let old = CloneSetStatus {
-            current_revision: Some("a".into()),
-            conditions: vec![CloneSetCondition {
-                type_: "Progressing".into(),
-                status: "True".into(),
-                ..CloneSetCondition::default()
-            }],
-            ..CloneSetStatus::default()
-        };
-        let new = CloneSetStatus {
-            replicas: 2,
-            ..CloneSetStatus::default()
-        };
-        let p = merge_patch(Some(&old), &new, None)?;
-        assert_eq!(p["status"]["replicas"], json!(2));
-        assert_eq!(p["status"]["currentRevision"], Value::Null);
-        assert_eq!(p["status"]["conditions"], Value::Null);
-        assert_eq!(p.get("metadata"), None);
+        assert_eq!((second.0.as_str(), second.1.as_str()), ("PATCH", path));
+        let body = &second.2;
+        assert_eq!(body["metadata"], json!({"resourceVersion": "42"}));
+        assert_eq!(body["status"]["replicas"], 3);
+        // Only the status our first write left had it: nulled.
+        assert_eq!(body["status"]["currentRevision"], Value::Null);
+        assert_eq!(body["status"].get("conditions"), None);
         Ok(())
     }
 
-    #[test]
-    fn the_status_write_is_conditional_on_the_version_read() -> Result<(), Error> {
-        let new = CloneSetStatus {
-            replicas: 2,
+    /// A CloneSet the planner cannot work with: its status as read, `FailedScale` added.
+    #[tokio::test]
+    async fn an_invalid_cloneset_gets_failed_scale_over_its_status()
+    -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let mut cs = CloneSet::new("demo", CloneSetSpec::default());
+        cs.metadata.namespace = Some("default".into());
+        cs.metadata.generation = Some(5);
+        cs.metadata.resource_version = Some("7".into());
+        cs.status = Some(CloneSetStatus {
+            replicas: 4,
+            observed_generation: Some(4),
             ..CloneSetStatus::default()
-        };
-        let p = merge_patch(None, &new, Some("4711"))?;
-        assert_eq!(p["metadata"], json!({"resourceVersion": "4711"}));
-        assert_eq!(p["status"]["replicas"], json!(2));
-        // nothing else of the metadata is written
-        assert_eq!(p.as_object().map(|o| o.len()), Some(2));
+        });
+        let answer: &'static str = Box::leak(serde_json::to_string(&cs)?.into_boxed_str());
+        let (client, seen, server) = recording_server(answer).await?;
+        let ctx = test_context(client);
+        let invalid = StatusWrite::invalid(&cs, "template outside the selector", Timestamp::now());
+        write(&ctx, &cs, &invalid, &Outcome::default()).await?;
+        server.abort();
+
+        let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        let body = &seen[0].2;
+        assert_eq!(body["metadata"], json!({"resourceVersion": "7"}));
+        assert_eq!(body["status"]["replicas"], 4);
+        assert_eq!(body["status"]["observedGeneration"], 5);
+        let conditions = body["status"]["conditions"]
+            .as_array()
+            .ok_or("conditions")?;
+        assert_eq!(conditions.len(), 1, "{conditions:?}");
+        assert_eq!(conditions[0]["type"], keys::CONDITION_FAILED_SCALE);
+        assert_eq!(conditions[0]["reason"], crate::plan::validate::REASON);
+        assert_eq!(conditions[0]["message"], "template outside the selector");
         Ok(())
     }
 }

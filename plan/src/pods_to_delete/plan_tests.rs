@@ -50,15 +50,8 @@ fn world(replicas: i32, listed: &[&str], pods: &[(&str, bool)], seen: &[&str]) -
 
 fn run(w: &World) -> Plan {
     let p = plan(Snapshot {
-        cloneset: &w.cs,
-        pods: &w.pods,
-        pvcs: &[],
-        revisions: &[],
-        nodes: &[],
-        now: crate::fixtures::t(1000),
-        options: &w.options,
         pods_to_delete_seen: &w.seen,
-        pre_download: None,
+        ..crate::fixtures::snapshot(&w.cs, &w.pods, &[], &w.options)
     });
     p.unwrap_or_else(|e| panic!("plan: {e}"))
 }

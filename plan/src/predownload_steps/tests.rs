@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use super::*;
 use crate::action_write::Target;
 use crate::cached::CachedPod;
-use crate::fixtures::{PlanForms, cloneset, pod, revision, t};
+use crate::fixtures::{PlanForms, cloneset, pod, revision, snapshot};
 use crate::model::{PlanOptions, PreDownloadInput, Snapshot};
 use crate::sending::{self, PhaseRun, Sent};
 
@@ -80,18 +80,11 @@ impl World {
     /// The plan's steps, with pre-download running (`on`) or not.
     fn steps(&self, on: bool) -> Vec<Step> {
         let plan = crate::plan(Snapshot {
-            cloneset: &self.cs,
-            pods: &self.pods,
-            pvcs: &[],
-            revisions: &self.revisions,
-            nodes: &[],
-            now: t(1000),
-            options: &self.options,
-            pods_to_delete_seen: &crate::pods_to_delete::NO_NAMES,
             pre_download: on.then_some(PreDownloadInput {
                 jobs: &self.jobs,
                 update_order: self.update_order,
             }),
+            ..snapshot(&self.cs, &self.pods, &self.revisions, &self.options)
         })
         .unwrap();
         plan.steps

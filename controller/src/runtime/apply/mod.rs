@@ -15,7 +15,7 @@ mod inplace;
 mod revisions;
 mod send;
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;
 
 pub use crate::plan::sending::FailureKind;
 
@@ -58,7 +58,7 @@ struct Actor<'a> {
     ns: String,
     cs_ref: ObjectReference,
     labels: CloneSetLabels,
-    /// The cached pods by name; [`Actor::pod`] builds the full pod of one it writes.
+    /// The cached pods by name ([`Actor::cached`]).
     pods: BTreeMap<&'a str, &'a CachedPod>,
     /// [`Outcome::conflicts_passed`] so far.
     conflicts_passed: AtomicUsize,
@@ -269,14 +269,7 @@ impl<'a> Actor<'a> {
         } else {
             info!(reason = e.reason, message = %e.message, "event");
         }
-        self.ctx.events.send(Note {
-            regarding,
-            related,
-            warning: e.warning,
-            reason: e.reason,
-            action: e.action.to_owned(),
-            message: e.message,
-        });
+        self.ctx.events.send(Note::of(e, regarding, related));
         Ok(())
     }
 

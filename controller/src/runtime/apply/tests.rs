@@ -514,7 +514,7 @@ async fn a_completion_answered_409_is_let_pass_and_counted_for_a_quick_recheck()
 
 /// A loopback API server that answers every request with `answer`, recording each
 /// request's method, path and body.
-async fn recording_server(
+pub(in crate::runtime) async fn recording_server(
     answer: &'static str,
 ) -> Result<
     (
@@ -562,7 +562,7 @@ async fn against_conflicting_server() -> Result<
     Ok((test_context(client), cs, seen, server))
 }
 
-fn test_context(client: kube::Client) -> Context {
+pub(in crate::runtime) fn test_context(client: kube::Client) -> Context {
     let (clonesets, _) = kube::runtime::reflector::store();
     let (pods, _) = kube::runtime::reflector::store();
     let (pvcs, _) = kube::runtime::reflector::store();
