@@ -682,6 +682,7 @@ async fn run_in(
         out.violations.splice(0..0, found);
         out.peak_pods = c.peak_pods;
         out.least_available = c.least_available;
+        out.most_down_by_node = c.most_down_by_node;
     }
     out.max_pods = bounds.max_pods;
     out.min_available = plan
@@ -1056,7 +1057,7 @@ fn report(figures: &mut Figures, o: &RunOutcome) {
     let faults: u64 = o.faults.values().sum();
     println!(
         "faults: seed {} {}: {} in {:.0}s ({} requests, {} faults, {} kills{}, {} crashes; \
-         pods at most {} of {}, available at least {} of {})",
+         pods at most {} of {}, available at least {} of {}{})",
         o.seed,
         o.scenario,
         if o.failed() { "FAILED" } else { "ok" },
@@ -1075,6 +1076,14 @@ fn report(figures: &mut Figures, o: &RunOutcome) {
         o.least_available
             .map_or_else(|| "-".to_owned(), |n| n.to_string()),
         o.min_available,
+        if o.most_down_by_node > 0 {
+            format!(
+                ", counting up to {} down by the node lifecycle controller",
+                o.most_down_by_node
+            )
+        } else {
+            String::new()
+        },
     );
     for c in &o.crashes {
         println!("faults:   a process exited by itself (restarted): {c}");
