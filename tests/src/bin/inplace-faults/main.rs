@@ -50,6 +50,7 @@ use inplace_tests::bed::{
 use inplace_tests::faults::figures::{Figures, RunOutcome};
 use inplace_tests::faults::injection::{Fault, Rates};
 use inplace_tests::faults::invariants::{Bounds, Checker, PodSnap, PvcSnap};
+use inplace_tests::faults::plane_restarts::RestartClock;
 use inplace_tests::faults::proxy::{FaultProxy, Record};
 use inplace_tests::faults::records::{self, PodLedger};
 use inplace_tests::faults::rng::Rng;
@@ -852,9 +853,40 @@ fn unanswered(e: &anyhow::Error) -> bool {
 /// restarts it again.
 static RESTARTING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// The restarts of the bed's API server, for the bounds of the waits of every run.
+static RESTARTS: std::sync::Mutex<RestartClock> = std::sync::Mutex::new(RestartClock::new());
+
+/// A restart under way in [`RESTARTS`] until dropped (the script's failure included).
+struct RestartUnderWay;
+
+impl RestartUnderWay {
+    fn begin() -> RestartUnderWay {
+        if let Ok(mut c) = RESTARTS.lock() {
+            c.begun();
+        }
+        RestartUnderWay
+    }
+}
+
+impl Drop for RestartUnderWay {
+    fn drop(&mut self) {
+        if let Ok(mut c) = RESTARTS.lock() {
+            c.ended(Instant::now());
+        }
+    }
+}
+
+/// Whether a wait of `bound` begun at `started` is over ([`RestartClock::wait_over`]).
+fn wait_over(started: Instant, bound: Duration) -> bool {
+    RESTARTS
+        .lock()
+        .map_or(true, |c| c.wait_over(Instant::now(), started, bound))
+}
+
 /// Restarts the bed's API server (tests/testbed/restart), waiting until it serves again.
 async fn restart_apiserver() -> Result<()> {
     let _one_at_a_time = RESTARTING.lock().await;
+    let _under_way = RestartUnderWay::begin();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("testbed/restart");
     let run = script.clone();
     let out = tokio::task::spawn_blocking(move || {
@@ -887,6 +919,9 @@ fn revive_all(procs: &mut [&mut Process], crashes: &mut Vec<String>) -> Result<(
     Ok(())
 }
 
+/// Waits until the CloneSet converged on `want` pods, at most `secs` of an undisturbed
+/// API server: a restart of it (by any run) during the wait counts the bound again from
+/// its end ([`wait_over`]).
 async fn wait_converged(
     cs_api: &Api<CloneSet>,
     pods: &Api<Pod>,
@@ -896,7 +931,7 @@ async fn wait_converged(
     procs: &mut [&mut Process],
     crashes: &mut Vec<String>,
 ) -> std::result::Result<(), String> {
-    let deadline = Instant::now() + Duration::from_secs(secs);
+    let (started, bound) = (Instant::now(), Duration::from_secs(secs));
     loop {
         revive_all(procs, crashes)?;
         let last = match not_converged(cs_api, pods, name, want).await {
@@ -904,7 +939,7 @@ async fn wait_converged(
             Ok(Some(why)) => why,
             Err(e) => format!("{e:#}"),
         };
-        if Instant::now() > deadline {
+        if wait_over(started, bound) {
             return Err(last);
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
