@@ -39,11 +39,13 @@ pub struct RunOutcome {
     pub pods_created: u64,
     pub pods_deleted: u64,
     /// What the checks saw: the most live pods and its bound, the fewest available pods
-    /// once the CloneSet had settled and its floor.
+    /// (with those down by the node) once the CloneSet had settled and its floor, the most
+    /// pods down by the node at once ([`super::invariants::PodSnap::down_by_node`]).
     pub peak_pods: usize,
     pub max_pods: usize,
     pub least_available: Option<usize>,
     pub min_available: usize,
+    pub most_down_by_node: usize,
     /// The run could not be carried out (the bed, a timeout in its setup): not a verdict
     /// on the controller, but not a pass either.
     pub error: Option<String>,

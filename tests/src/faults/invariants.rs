@@ -11,12 +11,16 @@
 //!    `maxSurge`). A pod that the controller created twice (a create whose answer was lost)
 //!    shows here.
 //! 2. **Unavailable by our hand**: once the CloneSet was settled (all pods Ready), available
-//!    pods ≥ [`Bounds::min_available`] (the run's smallest `replicas` minus
-//!    `maxUnavailable`). On simulated nodes without simulated failures a Ready pod becomes
-//!    unavailable only when the controller deletes it or takes it out of service for an
-//!    in-place update (its readiness gate), so every available pod lost is lost by the
-//!    controller's hand: unavailable-by-our-hand = `replicas` − available, and it must stay
-//!    ≤ `maxUnavailable`.
+//!    pods plus pods [down by the node](PodSnap::down_by_node) ≥ [`Bounds::min_available`]
+//!    (the run's smallest `replicas` minus `maxUnavailable`). On simulated nodes without
+//!    simulated failures a Ready pod becomes unavailable when the controller deletes it or
+//!    takes it out of service for an in-place update (its readiness gate), or when the
+//!    node lifecycle controller marks it not Ready because its node's heartbeats were late
+//!    (`MarkPodsNotReady`: a restart of the shared API server can keep the node Leases
+//!    unseen past the 40 s grace). The first two are the controller's hand; the last is
+//!    the fault's, and the pod is told apart by who wrote its `Ready` status. So
+//!    unavailable-by-our-hand = `replicas` − available − down-by-the-node, and it must
+//!    stay ≤ `maxUnavailable`.
 //! 3. **No PVC of a live pod lost**: a PVC is not deleted (`deletionTimestamp` set, or
 //!    gone) while a pod that mounts it is live. The two watches are not ordered with each
 //!    other, so a PVC deleted while its pod looks live is held as a suspect until the pod's
@@ -37,6 +41,10 @@ pub struct PodSnap {
     pub name: String,
     pub live: bool,
     pub ready: bool,
+    /// Not Ready because the node lifecycle controller said so: the `status` of its
+    /// `Ready` condition is `False` as `kube-controller-manager` last wrote it
+    /// ([`ready_marked_by_node`]).
+    pub down_by_node: bool,
     /// PVCs it mounts.
     pub claims: Vec<String>,
     /// `metadata.resourceVersion` (etcd's revision on the bed).
@@ -55,15 +63,38 @@ impl PodSnap {
                     .collect()
             })
             .unwrap_or_default();
+        let ready = crate::bed::pod_ready(p);
         PodSnap {
             uid: p.metadata.uid.clone().unwrap_or_default(),
             name: p.metadata.name.clone().unwrap_or_default(),
             live: p.metadata.deletion_timestamp.is_none(),
-            ready: crate::bed::pod_ready(p),
+            ready,
+            down_by_node: !ready && ready_marked_by_node(p),
             claims,
             rv: rv_of(p.metadata.resource_version.as_deref()),
         }
     }
+}
+
+/// The field manager of the v1.20 node lifecycle controller's pod writes.
+const NODE_LIFECYCLE_MANAGER: &str = "kube-controller-manager";
+
+/// Where the `status` of the `Ready` condition sits in a pod's `fieldsV1`.
+const READY_STATUS_FIELD: &str = "/f:status/f:conditions/k:{\"type\":\"Ready\"}/f:status";
+
+/// Whether the `status` of pod `p`'s `Ready` condition was last written by the node
+/// lifecycle controller (`MarkPodsNotReady`, a `pods/status` update that sets only that
+/// status). An update takes over the managed fields it changes, so the manager that
+/// holds the field is the one that last changed it: the simulator's or kubelet's
+/// `Ready=False` (a container restarting), the controller's (an in-place update's gate)
+/// and the node lifecycle controller's are told apart.
+pub fn ready_marked_by_node(p: &Pod) -> bool {
+    p.metadata.managed_fields.iter().flatten().any(|m| {
+        m.manager.as_deref() == Some(NODE_LIFECYCLE_MANAGER)
+            && m.fields_v1
+                .as_ref()
+                .is_some_and(|f| f.0.pointer(READY_STATUS_FIELD).is_some())
+    })
 }
 
 /// What the checks need of a PVC.
@@ -119,9 +150,12 @@ pub struct Checker {
     violations: Vec<String>,
     too_many: bool,
     too_few: bool,
-    /// The largest number of live pods, the smallest of available ones (after settled).
+    /// The largest number of live pods, the smallest of available ones plus those down by
+    /// the node (after settled: what the floor bounds), the largest of those down by the
+    /// node.
     pub peak_pods: usize,
     pub least_available: Option<usize>,
+    pub most_down_by_node: usize,
 }
 
 impl Checker {
@@ -137,6 +171,7 @@ impl Checker {
             too_few: false,
             peak_pods: 0,
             least_available: None,
+            most_down_by_node: 0,
         }
     }
 
@@ -261,6 +296,11 @@ impl Checker {
     fn check_counts(&mut self, what: &str) {
         let live = self.pods.values().filter(|p| p.live).count();
         let available = self.pods.values().filter(|p| p.live && p.ready).count();
+        let down_by_node = self
+            .pods
+            .values()
+            .filter(|p| p.live && !p.ready && p.down_by_node)
+            .count();
         self.peak_pods = self.peak_pods.max(live);
         let too_many = live > self.bounds.max_pods;
         if too_many && !self.too_many {
@@ -272,12 +312,21 @@ impl Checker {
         }
         self.too_many = too_many;
         if let Some(min) = self.bounds.min_available {
+            // Out of service by no hand of the controller's: counted as the available
+            // pods they were.
+            let not_by_us = available + down_by_node;
             self.least_available =
-                Some(self.least_available.map_or(available, |l| l.min(available)));
-            let too_few = available < min;
+                Some(self.least_available.map_or(not_by_us, |l| l.min(not_by_us)));
+            self.most_down_by_node = self.most_down_by_node.max(down_by_node);
+            let too_few = not_by_us < min;
             if too_few && !self.too_few {
+                let node = if down_by_node > 0 {
+                    format!(" + {down_by_node} down by the node")
+                } else {
+                    String::new()
+                };
                 self.violations.push(format!(
-                    "{available} available pods < replicas - maxUnavailable = {min} (at {what}: {})",
+                    "{available} available pods{node} < replicas - maxUnavailable = {min} (at {what}: {})",
                     self.summary()
                 ));
             }
@@ -292,10 +341,11 @@ impl Checker {
                 format!(
                     "{}{}",
                     p.name,
-                    match (p.live, p.ready) {
-                        (false, _) => "[deleting]",
-                        (true, true) => "[ready]",
-                        (true, false) => "[not-ready]",
+                    match (p.live, p.ready, p.down_by_node) {
+                        (false, _, _) => "[deleting]",
+                        (true, true, _) => "[ready]",
+                        (true, false, true) => "[not-ready:node]",
+                        (true, false, false) => "[not-ready]",
                     }
                 )
             })
@@ -306,6 +356,8 @@ impl Checker {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn pod(name: &str, live: bool, ready: bool, rv: u64) -> PodSnap {
@@ -314,6 +366,7 @@ mod tests {
             name: name.into(),
             live,
             ready,
+            down_by_node: false,
             claims: vec![format!("data-{name}")],
             rv,
         }
@@ -431,5 +484,108 @@ mod tests {
         c.pod_applied(pod("a", true, true, 60));
         c.pods_listed();
         assert_eq!(c.violations().len(), 1, "two pods gone between lists");
+    }
+
+    /// A pod of a simulated node as the watch delivers it: its `Ready` condition's
+    /// `status` held by `ready_writer` in its managed fields (the rest of the status by
+    /// the simulator), as the bed's API server keeps them.
+    /// (A pod that does not parse is the default one: the assertions on it fail.)
+    fn watched(name: &str, rv: u64, ready: bool, ready_writer: &str) -> Pod {
+        let ready_fields = json!({ "f:lastTransitionTime": {}, "f:status": {} });
+        let mut managed = vec![json!({
+            "manager": "inplace-nodesim", "operation": "Update", "apiVersion": "v1",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": { "f:status": { "f:conditions": {
+                ".": {},
+                "k:{\"type\":\"ContainersReady\"}": { ".": {}, "f:status": {}, "f:type": {} },
+                "k:{\"type\":\"Ready\"}": { ".": {}, "f:lastProbeTime": {}, "f:type": {} },
+            }, "f:phase": {} } },
+        })];
+        if ready_writer == "inplace-nodesim" {
+            managed[0]["fieldsV1"]["f:status"]["f:conditions"]["k:{\"type\":\"Ready\"}"]["f:status"] =
+                json!({});
+        } else {
+            managed.push(json!({
+                "manager": ready_writer, "operation": "Update", "apiVersion": "v1",
+                "fieldsType": "FieldsV1",
+                "fieldsV1": { "f:status": { "f:conditions": {
+                    "k:{\"type\":\"Ready\"}": ready_fields,
+                } } },
+            }));
+        }
+        let status = if ready { "True" } else { "False" };
+        serde_json::from_value(json!({
+            "metadata": {
+                "name": name, "uid": format!("uid-{name}"), "resourceVersion": rv.to_string(),
+                "managedFields": managed,
+            },
+            "status": { "phase": "Running", "conditions": [
+                { "type": "ContainersReady", "status": "True" },
+                { "type": "Ready", "status": status },
+            ] },
+        }))
+        .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_pod_is_down_by_the_node_only_when_the_node_lifecycle_controller_wrote_its_not_ready() {
+        let snap = |ready, writer| PodSnap::of(&watched("a", 1, ready, writer));
+        assert!(snap(false, "kube-controller-manager").down_by_node);
+        // The simulator's own not Ready (a container restarting), the controller's (an
+        // in-place update's readiness gate): theirs.
+        assert!(!snap(false, "inplace-nodesim").down_by_node);
+        assert!(!snap(false, "inplace-controller").down_by_node);
+        // Ready again (the simulator's status resync): available, not excused.
+        let back = snap(true, "kube-controller-manager");
+        assert!(back.ready && !back.down_by_node);
+        // No managed fields at all (an API server that keeps none): nothing is excused.
+        let mut bare = watched("a", 1, false, "kube-controller-manager");
+        bare.metadata.managed_fields = None;
+        assert!(!PodSnap::of(&bare).down_by_node);
+    }
+
+    /// The history of seed 86 (rollout-max-surge: 4 replicas, maxSurge 1, maxUnavailable
+    /// 0), as the watch saw it while another run restarted the API server: the surge pod
+    /// Ready, one old pod in its in-place update (the controller's one), and another marked
+    /// not Ready by the node lifecycle controller. Then the controller taking a second
+    /// Ready pod down is its own doing.
+    #[test]
+    fn a_pod_the_node_lifecycle_controller_marked_not_ready_is_not_lost_by_our_hand() {
+        let mut c = Checker::new(Bounds {
+            max_pods: 5,
+            min_available: None,
+        });
+        for (i, n) in ["a", "b", "c", "d"].iter().enumerate() {
+            c.pod_applied(PodSnap::of(&watched(
+                n,
+                i as u64 + 1,
+                true,
+                "inplace-nodesim",
+            )));
+        }
+        c.set_bounds(Bounds {
+            max_pods: 5,
+            min_available: Some(4),
+        });
+        c.pod_applied(PodSnap::of(&watched("e", 10, true, "inplace-nodesim")));
+        c.pod_applied(PodSnap::of(&watched("a", 11, false, "inplace-controller")));
+        c.pod_applied(PodSnap::of(&watched(
+            "b",
+            12,
+            false,
+            "kube-controller-manager",
+        )));
+        assert!(c.violations().is_empty(), "{:?}", c.violations());
+        assert_eq!((c.least_available, c.most_down_by_node), (Some(4), 1));
+        c.pod_applied(PodSnap::of(&watched("c", 13, false, "inplace-controller")));
+        assert_eq!(c.violations().len(), 1, "{:?}", c.violations());
+        assert!(
+            c.violations()[0].starts_with(
+                "2 available pods + 1 down by the node < replicas - maxUnavailable = 4"
+            ),
+            "{:?}",
+            c.violations()
+        );
+        assert!(c.violations()[0].contains("b[not-ready:node]"));
     }
 }

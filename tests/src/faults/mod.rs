@@ -2,7 +2,8 @@
 //!
 //! Pure parts (unit tested): [`rng`] (a seeded generator), [`injection`] (which fault a
 //! request gets), [`invariants`] (the checks over pod and PVC states of the watches), [`inplace`]
-//! (the in-place checks of the daemon scenario), [`records`]
+//! (the in-place checks of the daemon scenario), [`plane_restarts`] (how the runs' waits
+//! count the shared API server's restarts), [`records`]
 //! (the checks over the proxy's record of requests), [`runtime_view`] (the node suite's
 //! checks over containerd's own list of containers), [`figures`] (the
 //! totals of many runs). I/O: [`proxy`] (the HTTP proxy between the controller and the
@@ -42,6 +43,7 @@ pub mod figures;
 pub mod injection;
 pub mod inplace;
 pub mod invariants;
+pub mod plane_restarts;
 pub mod proxy;
 pub mod pull_proxy;
 pub mod records;

@@ -1133,6 +1133,7 @@ async fn run_in(
         out.completions_checked = c.inplace.completions_checked() as u64;
         out.peak_pods = c.pods.peak_pods;
         out.least_available = c.pods.least_available;
+        out.most_down_by_node = c.pods.most_down_by_node;
     }
     out.max_pods = replicas;
     out.min_available = replicas - 1;

@@ -50,6 +50,7 @@ use inplace_tests::bed::{
 use inplace_tests::faults::figures::{Figures, RunOutcome};
 use inplace_tests::faults::injection::{Fault, Rates};
 use inplace_tests::faults::invariants::{Bounds, Checker, PodSnap, PvcSnap};
+use inplace_tests::faults::plane_restarts::RestartClock;
 use inplace_tests::faults::proxy::{FaultProxy, Record};
 use inplace_tests::faults::records::{self, PodLedger};
 use inplace_tests::faults::rng::Rng;
@@ -682,6 +683,7 @@ async fn run_in(
         out.violations.splice(0..0, found);
         out.peak_pods = c.peak_pods;
         out.least_available = c.least_available;
+        out.most_down_by_node = c.most_down_by_node;
     }
     out.max_pods = bounds.max_pods;
     out.min_available = plan
@@ -851,9 +853,40 @@ fn unanswered(e: &anyhow::Error) -> bool {
 /// restarts it again.
 static RESTARTING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// The restarts of the bed's API server, for the bounds of the waits of every run.
+static RESTARTS: std::sync::Mutex<RestartClock> = std::sync::Mutex::new(RestartClock::new());
+
+/// A restart under way in [`RESTARTS`] until dropped (the script's failure included).
+struct RestartUnderWay;
+
+impl RestartUnderWay {
+    fn begin() -> RestartUnderWay {
+        if let Ok(mut c) = RESTARTS.lock() {
+            c.begun();
+        }
+        RestartUnderWay
+    }
+}
+
+impl Drop for RestartUnderWay {
+    fn drop(&mut self) {
+        if let Ok(mut c) = RESTARTS.lock() {
+            c.ended(Instant::now());
+        }
+    }
+}
+
+/// Whether a wait of `bound` begun at `started` is over ([`RestartClock::wait_over`]).
+fn wait_over(started: Instant, bound: Duration) -> bool {
+    RESTARTS
+        .lock()
+        .map_or(true, |c| c.wait_over(Instant::now(), started, bound))
+}
+
 /// Restarts the bed's API server (tests/testbed/restart), waiting until it serves again.
 async fn restart_apiserver() -> Result<()> {
     let _one_at_a_time = RESTARTING.lock().await;
+    let _under_way = RestartUnderWay::begin();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("testbed/restart");
     let run = script.clone();
     let out = tokio::task::spawn_blocking(move || {
@@ -886,6 +919,9 @@ fn revive_all(procs: &mut [&mut Process], crashes: &mut Vec<String>) -> Result<(
     Ok(())
 }
 
+/// Waits until the CloneSet converged on `want` pods, at most `secs` of an undisturbed
+/// API server: a restart of it (by any run) during the wait counts the bound again from
+/// its end ([`wait_over`]).
 async fn wait_converged(
     cs_api: &Api<CloneSet>,
     pods: &Api<Pod>,
@@ -895,7 +931,7 @@ async fn wait_converged(
     procs: &mut [&mut Process],
     crashes: &mut Vec<String>,
 ) -> std::result::Result<(), String> {
-    let deadline = Instant::now() + Duration::from_secs(secs);
+    let (started, bound) = (Instant::now(), Duration::from_secs(secs));
     loop {
         revive_all(procs, crashes)?;
         let last = match not_converged(cs_api, pods, name, want).await {
@@ -903,7 +939,7 @@ async fn wait_converged(
             Ok(Some(why)) => why,
             Err(e) => format!("{e:#}"),
         };
-        if Instant::now() > deadline {
+        if wait_over(started, bound) {
             return Err(last);
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -1056,7 +1092,7 @@ fn report(figures: &mut Figures, o: &RunOutcome) {
     let faults: u64 = o.faults.values().sum();
     println!(
         "faults: seed {} {}: {} in {:.0}s ({} requests, {} faults, {} kills{}, {} crashes; \
-         pods at most {} of {}, available at least {} of {})",
+         pods at most {} of {}, available at least {} of {}{})",
         o.seed,
         o.scenario,
         if o.failed() { "FAILED" } else { "ok" },
@@ -1075,6 +1111,14 @@ fn report(figures: &mut Figures, o: &RunOutcome) {
         o.least_available
             .map_or_else(|| "-".to_owned(), |n| n.to_string()),
         o.min_available,
+        if o.most_down_by_node > 0 {
+            format!(
+                ", counting up to {} down by the node lifecycle controller",
+                o.most_down_by_node
+            )
+        } else {
+            String::new()
+        },
     );
     for c in &o.crashes {
         println!("faults:   a process exited by itself (restarted): {c}");
