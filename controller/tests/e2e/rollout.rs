@@ -165,6 +165,30 @@ async fn killing_the_controller_mid_rollout_resumes_without_loss_or_overrun() ->
     Ok(())
 }
 
+/// The "hook controller" of an in-place hook on the label `example.io/block`: releases every
+/// pod waiting in PreparingUpdate and puts the label back on Updated ones, until `done` holds
+/// of the CloneSet `name` and its live pods.
+fn rollout_through_the_hook(
+    ns: &Namespace,
+    name: &str,
+    done: impl Fn(&Value, &BTreeMap<String, Value>) -> bool,
+) -> TestResult {
+    wait_for("rollout through the hook", ROLLOUT, || {
+        for (n, p) in live_pods(ns)? {
+            match label(&p, "lifecycle.apps.kruise.io/state") {
+                Some("PreparingUpdate") if label(&p, "example.io/block").is_some() => {
+                    ns.kubectl(&["label", "pod", &n, "example.io/block-"])?;
+                }
+                Some("Updated") => {
+                    ns.kubectl(&["label", "pod", &n, "example.io/block=true", "--overwrite"])?;
+                }
+                _ => {}
+            }
+        }
+        Ok(done(&ns.cloneset(name)?, &live_pods(ns)?))
+    })
+}
+
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs the test bed"]
 async fn lifecycle_hooks_hold_pods_until_released() -> TestResult {
@@ -209,26 +233,11 @@ async fn lifecycle_hooks_hold_pods_until_released() -> TestResult {
         image("v1"),
         "not updated yet"
     );
-    // The "hook controller": release every pod waiting in PreparingUpdate, and put the
-    // label back on Updated pods, until the rollout is done.
-    wait_for("rollout through the hook", ROLLOUT, || {
-        for (n, p) in live_pods(&ns)? {
-            match label(&p, "lifecycle.apps.kruise.io/state") {
-                Some("PreparingUpdate") if label(&p, "example.io/block").is_some() => {
-                    ns.kubectl(&["label", "pod", &n, "example.io/block-"])?;
-                }
-                Some("Updated") => {
-                    ns.kubectl(&["label", "pod", &n, "example.io/block=true", "--overwrite"])?;
-                }
-                _ => {}
-            }
-        }
-        let cs = ns.cloneset("hk")?;
-        let pods = live_pods(&ns)?;
-        Ok(status_i64(&cs, "updatedReadyReplicas") == 2
+    rollout_through_the_hook(&ns, "hk", |cs, pods| {
+        status_i64(cs, "updatedReadyReplicas") == 2
             && pods
                 .values()
-                .all(|p| label(p, "lifecycle.apps.kruise.io/state") == Some("Normal")))
+                .all(|p| label(p, "lifecycle.apps.kruise.io/state") == Some("Normal"))
     })?;
 
     // Scale down: the victim waits in PreparingDelete until the hook label goes.
@@ -316,21 +325,8 @@ async fn a_pod_held_not_ready_by_the_in_place_hook_is_released_in_either_spellin
         assert_eq!(container_image(p), image("v1"), "held while hooked");
     }
 
-    // The "hook controller": release the held pods, and put the label back on Updated ones.
-    wait_for("rollout through the hook", ROLLOUT, || {
-        for (n, p) in live_pods(&ns)? {
-            match label(&p, "lifecycle.apps.kruise.io/state") {
-                Some("PreparingUpdate") if label(&p, "example.io/block").is_some() => {
-                    ns.kubectl(&["label", "pod", &n, "example.io/block-"])?;
-                }
-                Some("Updated") => {
-                    ns.kubectl(&["label", "pod", &n, "example.io/block=true", "--overwrite"])?;
-                }
-                _ => {}
-            }
-        }
-        let cs = ns.cloneset("hs")?;
-        Ok(status_i64(&cs, "updatedReadyReplicas") == 2)
+    rollout_through_the_hook(&ns, "hs", |cs, _| {
+        status_i64(cs, "updatedReadyReplicas") == 2
     })?;
     for (n, p) in live_pods(&ns)? {
         assert_eq!(container_image(&p), image("v2"), "{n} updated");
