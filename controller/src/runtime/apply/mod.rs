@@ -65,18 +65,6 @@ struct Actor<'a> {
     left: LeftVersions,
 }
 
-/// Notes in `left` what a pod patch left (from its expectation); other writes note nothing.
-fn note_left(left: &LeftVersions, written: &Expectation) {
-    if let Expectation::PodUpdated {
-        name,
-        resource_version,
-        ..
-    } = written
-    {
-        left.record(name, resource_version);
-    }
-}
-
 fn now_time() -> Time {
     Time(Timestamp::now())
 }
@@ -132,7 +120,6 @@ impl<'a> Actor<'a> {
     }
 
     fn expect(&self, e: Expectation) {
-        note_left(&self.left, &e);
         self.ctx.expectations.expect(&self.key, e);
     }
 
@@ -275,8 +262,9 @@ impl<'a> Actor<'a> {
 
     /// The one pod write: a strategic merge patch of pod `name`, or of its subresource
     /// `sub` (`status`: conditions merge by type; `resize`), sent as it is (a precondition
-    /// is in `body`); the pod written is expected at the version the server answered.
-    /// `what` names the write in its error.
+    /// is in `body`); the pod written is expected at the version the server answered, and
+    /// a later write of it in this execution pinned to that version. `what` names the write
+    /// in its error.
     async fn send_pod_patch(
         &self,
         name: &str,
@@ -291,10 +279,12 @@ impl<'a> Actor<'a> {
             None => api.patch(name, &pp, &patch).await,
         };
         let written = sent.map_err(|e| Error::kube(what(), e))?;
+        let resource_version = written.resource_version().unwrap_or_default();
+        self.left.record(name, &resource_version);
         self.expect(Expectation::PodUpdated {
             name: name.to_owned(),
             uid: written.uid().unwrap_or_default(),
-            resource_version: written.resource_version().unwrap_or_default(),
+            resource_version,
         });
         Ok(written)
     }
