@@ -186,10 +186,8 @@ impl<'a> Actor<'a> {
     /// Runs the steps of one chain in order; after a failure the rest are not attempted
     /// (not returned). Each [`Actor::act`] runs on the heap: its future holds the state
     /// of every API call a step may make (several KiB), and a phase builds the futures of
-    /// all its chains before [`bounded`] starts the first 16, so inlined, a 1,000-pod
-    /// phase held ~4 MiB per reconcile of futures not yet started (the largest transient
-    /// allocation while creating 10,000 pods, found with heaptrack). Boxed, a future not
-    /// yet started holds its arguments only.
+    /// all its chains before [`bounded`] starts the first; boxed, a future not yet started
+    /// holds its arguments only.
     async fn act_chain<'b>(&self, chain: Vec<&'b Step>) -> Vec<(&'b Step, Result<(), Error>)> {
         let mut out = Vec::with_capacity(chain.len());
         for step in chain {
