@@ -48,8 +48,7 @@ impl Actor<'_> {
     pub(super) async fn lifecycle(&self, write: &LifecycleWrite) -> Result<(), Error> {
         let name = &write.pod;
         if let Some(nr) = write.not_ready {
-            let pod = self.cached(name)?.to_pod();
-            self.set_not_ready_key(pod, nr.key, nr.add).await?;
+            self.set_not_ready_key(name, nr.key, nr.add).await?;
         }
         // Nothing to patch, or the completion's `pods/status` patch (earlier in this pod's
         // chain) carried the labels (`with_completion`).
@@ -62,18 +61,18 @@ impl Actor<'_> {
         Ok(())
     }
 
-    /// Adds or removes our key in the `KruisePodReady` condition's message list (only on
-    /// pods with that readiness gate, like the reference). The write is pinned to the pod
-    /// version decided from: the cached one, or the one an earlier write of this execution
-    /// left; on 409 the pod is read again and the change decided again from it
-    /// ([`not_ready::key_retries`]).
+    /// Adds or removes our key in the `KruisePodReady` condition's message list of pod
+    /// `name` (only on pods with that readiness gate, like the reference; the pod must be
+    /// cached). The write is pinned to the pod version decided from: the cached one, or
+    /// the one an earlier write of this execution left; on 409 the pod is read again and
+    /// the change decided again from it ([`not_ready::key_retries`]).
     pub(super) async fn set_not_ready_key(
         &self,
-        pod: Pod,
+        name: &str,
         key: &str,
         add: bool,
     ) -> Result<(), Error> {
-        let name = &pod.name_any();
+        let pod = self.cached(name)?.to_pod();
         let first = (self.left.pin_for(name, pod.resource_version()), pod);
         let again = |fresh: Pod| Ok((fresh.resource_version(), fresh));
         let retries = (not_ready::key_retries as fn(u32) -> bool, &again);

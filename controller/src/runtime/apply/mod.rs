@@ -65,18 +65,6 @@ struct Actor<'a> {
     left: LeftVersions,
 }
 
-/// Notes in `left` what a pod patch left (from its expectation); other writes note nothing.
-fn note_left(left: &LeftVersions, written: &Expectation) {
-    if let Expectation::PodUpdated {
-        name,
-        resource_version,
-        ..
-    } = written
-    {
-        left.record(name, resource_version);
-    }
-}
-
 fn now_time() -> Time {
     Time(Timestamp::now())
 }
@@ -132,7 +120,6 @@ impl<'a> Actor<'a> {
     }
 
     fn expect(&self, e: Expectation) {
-        note_left(&self.left, &e);
         self.ctx.expectations.expect(&self.key, e);
     }
 
@@ -199,10 +186,8 @@ impl<'a> Actor<'a> {
     /// Runs the steps of one chain in order; after a failure the rest are not attempted
     /// (not returned). Each [`Actor::act`] runs on the heap: its future holds the state
     /// of every API call a step may make (several KiB), and a phase builds the futures of
-    /// all its chains before [`bounded`] starts the first 16, so inlined, a 1,000-pod
-    /// phase held ~4 MiB per reconcile of futures not yet started (the largest transient
-    /// allocation while creating 10,000 pods, found with heaptrack). Boxed, a future not
-    /// yet started holds its arguments only.
+    /// all its chains before [`bounded`] starts the first; boxed, a future not yet started
+    /// holds its arguments only.
     async fn act_chain<'b>(&self, chain: Vec<&'b Step>) -> Vec<(&'b Step, Result<(), Error>)> {
         let mut out = Vec::with_capacity(chain.len());
         for step in chain {
@@ -275,8 +260,9 @@ impl<'a> Actor<'a> {
 
     /// The one pod write: a strategic merge patch of pod `name`, or of its subresource
     /// `sub` (`status`: conditions merge by type; `resize`), sent as it is (a precondition
-    /// is in `body`); the pod written is expected at the version the server answered.
-    /// `what` names the write in its error.
+    /// is in `body`); the pod written is expected at the version the server answered, and
+    /// a later write of it in this execution pinned to that version. `what` names the write
+    /// in its error.
     async fn send_pod_patch(
         &self,
         name: &str,
@@ -291,10 +277,12 @@ impl<'a> Actor<'a> {
             None => api.patch(name, &pp, &patch).await,
         };
         let written = sent.map_err(|e| Error::kube(what(), e))?;
+        let resource_version = written.resource_version().unwrap_or_default();
+        self.left.record(name, &resource_version);
         self.expect(Expectation::PodUpdated {
             name: name.to_owned(),
             uid: written.uid().unwrap_or_default(),
-            resource_version: written.resource_version().unwrap_or_default(),
+            resource_version,
         });
         Ok(written)
     }

@@ -390,36 +390,16 @@ fn a_later_write_of_a_pod_is_pinned_to_what_our_earlier_write_left() {
         left.pin_for("demo-a", p.resource_version()),
         Some("7".into())
     );
-    // a write of another pod, and writes that are not pod patches, change nothing
-    note_left(
-        &left,
-        &Expectation::PodUpdated {
-            name: "demo-b".into(),
-            uid: "u-b".into(),
-            resource_version: "20".into(),
-        },
-    );
-    note_left(
-        &left,
-        &Expectation::PodDeleted {
-            name: "demo-a".into(),
-            uid: "u-a".into(),
-        },
-    );
+    // a write of another pod changes nothing (only a pod patch records what it left:
+    // `send_pod_patch`)
+    left.record("demo-b", "20");
     assert_eq!(
         left.pin_for("demo-a", p.resource_version()),
         Some("7".into())
     );
     // our patch of demo-a left 12, then 15: the next write is pinned to the last
     for rv in ["12", "15"] {
-        note_left(
-            &left,
-            &Expectation::PodUpdated {
-                name: "demo-a".into(),
-                uid: "u-a".into(),
-                resource_version: rv.into(),
-            },
-        );
+        left.record("demo-a", rv);
     }
     assert_eq!(
         left.pin_for("demo-a", p.resource_version()),
@@ -885,6 +865,56 @@ async fn an_in_place_write_then_its_resize_go_to_the_pod_and_its_resize_subresou
                 "/api/v1/namespaces/default/pods/demo-a/resize",
                 &json!({"spec": {"containers": [{"name": "main", "resources": {"limits": {"cpu": "2"}}}]}})
             ),
+        ]
+    );
+    Ok(())
+}
+
+/// A pod patch records the version the server answered: the next write of the same pod
+/// in the execution (our key in `KruisePodReady`) is pinned to it, not to the cached one.
+#[tokio::test]
+async fn the_version_a_pod_patch_left_pins_the_next_write_of_the_pod()
+-> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    use crate::plan::lifecycle_write::{LifecycleWrite, NotReadyKey};
+    use inplace_proto::LifecycleState;
+    let mut pod = pod_with(&[keys::KRUISE_POD_READY_CONDITION], &[], &[]);
+    pod.metadata.name = Some("demo-a".into());
+    pod.metadata.namespace = Some("default".into());
+    pod.metadata.resource_version = Some("7".into());
+    let lifecycle = |not_ready: Option<NotReadyKey>, labels: &[(&str, &str)]| Step {
+        action: Action::Lifecycle {
+            pod: "demo-a".into(),
+            from: Some(LifecycleState::Normal),
+            to: LifecycleState::PreparingUpdate,
+            mark_not_ready: not_ready.map(|k| k.add),
+        },
+        write: Ok(StepWrite::Lifecycle(LifecycleWrite {
+            pod: "demo-a".into(),
+            not_ready,
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            finalizers: Vec::new(),
+            with_completion: false,
+        })),
+    };
+    let key = NotReadyKey {
+        key: keys::PRE_DELETE_HOOK_KEY,
+        add: true,
+    };
+    let steps = vec![lifecycle(None, &[("x", "y")]), lifecycle(Some(key), &[])];
+    let (_, outcome, seen) = send_alone(steps, &[pod], POD_WRITTEN).await?;
+    assert!(outcome.failures.is_empty(), "{outcome:?}");
+    let sent: Vec<(&str, &Value)> = seen
+        .iter()
+        .map(|(_, p, b)| (p.as_str(), &b["metadata"]["resourceVersion"]))
+        .collect();
+    assert_eq!(
+        sent,
+        [
+            ("/api/v1/namespaces/default/pods/demo-a", &Value::Null),
+            ("/api/v1/namespaces/default/pods/demo-a/status", &json!("9")),
         ]
     );
     Ok(())
