@@ -543,6 +543,14 @@ pub async fn run(
     // No limit in the runner: `reconcile` takes its turn among `settings.workers` in the
     // order the CloneSets fell due (kube-runtime's limit is not fair: see `crate::turns`).
     let turns = Arc::new(crate::turns::Turns::new(settings.workers));
+    let (predownload, job_triggers) = match predownload_jobs::PreDownloader::start(
+        &client,
+        &settings.scope,
+        settings.plan_options.pre_download_image,
+    ) {
+        Some((cache, triggers)) => (Some(cache), Some(triggers)),
+        None => (None, None),
+    };
     let controller = Controller::for_stream(clonesets, cs_reader)
         .with_config(ControllerConfig::default().concurrency(0))
         // Every stream backs off by itself; a trigger pause would stop all of them for
@@ -553,14 +561,14 @@ pub async fn run(
         .owns_stream(streams.revisions)
         .watches_stream(streams.nodes, |_| std::iter::empty())
         .graceful_shutdown_on(turns.clone().close_after(shutdown));
+    // A job's change queues the CloneSet that controls it: the job a CloneSet must delete
+    // once converged may reach the cache after the CloneSet's last change.
+    let controller = match job_triggers {
+        Some(jobs) => controller.owns_stream(jobs),
+        None => controller,
+    };
     let stores = part.with_clonesets(controller.store());
     let (synced_tx, synced) = tokio::sync::watch::channel(false);
-    let predownload = predownload_jobs::PreDownloader::start(
-        &client,
-        &settings.scope,
-        settings.plan_options.pre_download_image,
-    )
-    .await;
     let ctx = Arc::new(Context {
         predownload,
         client,
