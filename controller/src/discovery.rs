@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder, Retryable as _};
 use kube::Client;
+use tracing::warn;
 
 /// Capabilities of the API server that change what the controller may do.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -102,6 +103,68 @@ pub async fn serves_retrying(
     .retry(backoff)
     .notify(on_retry)
     .await
+}
+
+/// How long a feature whose API the server did not serve waits before asking again.
+pub const NOT_SERVED_RECHECK: Duration = Duration::from_secs(15);
+
+/// Whether the server serves `resource` in `api_version`, asked by the start schedule
+/// ([`serves_retrying`] with [`startup_backoff`]); a server that never answers counts as
+/// "not served", with a warning.
+pub async fn serves(client: &Client, api_version: &str, resource: &str) -> bool {
+    let asked = serves_retrying(
+        client,
+        api_version,
+        resource,
+        startup_backoff(),
+        |e, retry_in| warn!(error = %e, ?retry_in, api_version, "cannot list the group's resources yet"),
+    )
+    .await;
+    asked.unwrap_or_else(|e| {
+        warn!(error = %e, api_version, "cannot list the group's resources");
+        false
+    })
+}
+
+/// Waits until the server serves `resource` in `api_version`, asking again every
+/// [`NOT_SERVED_RECHECK`]; `feature` names what waits, in the one warning.
+pub async fn wait_until_served(client: &Client, api_version: &str, resource: &str, feature: &str) {
+    until_served(
+        &format!("{resource}.{api_version}"),
+        feature,
+        || serves(client, api_version, resource),
+        NOT_SERVED_RECHECK,
+    )
+    .await;
+}
+
+/// Asks `served` until it says yes, `recheck` apart; the number of "no" answers. A "no" is
+/// not final: an API server that has just restarted answers 404 for a group until it has
+/// loaded it (a CRD's group, and in its first seconds built-in ones too), and a feature
+/// switched off for the life of the process would, e.g., leave the ImagePullJobs it
+/// created behind or publish no event again.
+async fn until_served<F, Fut>(
+    resource: &str,
+    feature: &str,
+    mut served: F,
+    recheck: Duration,
+) -> u32
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let mut refused = 0;
+    while !served().await {
+        if refused == 0 {
+            warn!(?recheck, resource, "not served: {feature} waits for it");
+        }
+        refused += 1;
+        tokio::time::sleep(recheck).await;
+    }
+    if refused > 0 {
+        tracing::info!(resource, refused, "served now: {feature} goes on");
+    }
+    refused
 }
 
 #[cfg(test)]
@@ -214,6 +277,51 @@ mod tests {
         .await;
         assert!(matches!(served, Ok(false)), "{served:?}");
         assert_eq!(retries, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_feature_waits_for_the_server_to_serve_its_resource() {
+        // A restarted API server answers 404 for a group until it has loaded it.
+        let answers = [false, false, true, false];
+        let asked = std::cell::Cell::new(0);
+        let recheck = Duration::from_secs(15);
+        let began = tokio::time::Instant::now();
+        let refused = until_served(
+            "imagepulljobs.apps.kruise.io/v1beta1",
+            "image pre-download",
+            || {
+                let answer = answers[asked.get()];
+                asked.set(asked.get() + 1);
+                async move { answer }
+            },
+            recheck,
+        )
+        .await;
+        assert_eq!(refused, 2, "two answers said not served");
+        assert_eq!(asked.get(), 3, "asked until served, not after");
+        assert_eq!(
+            began.elapsed(),
+            recheck * 2,
+            "asked again {recheck:?} apart"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_server_that_serves_the_resource_is_asked_once() {
+        let asked = std::cell::Cell::new(0);
+        let began = tokio::time::Instant::now();
+        let refused = until_served(
+            "events.events.k8s.io/v1",
+            "events",
+            || {
+                asked.set(asked.get() + 1);
+                async { true }
+            },
+            NOT_SERVED_RECHECK,
+        )
+        .await;
+        assert_eq!((refused, asked.get()), (0, 1));
+        assert_eq!(began.elapsed(), Duration::ZERO);
     }
 
     #[test]

@@ -66,7 +66,7 @@ pub struct EventSink {
 }
 
 impl EventSink {
-    /// A sink that drops everything (when the server has no events.k8s.io/v1, or in tests).
+    /// A sink that drops everything (in tests).
     pub fn disabled() -> Self {
         Self {
             tx: None,
@@ -74,9 +74,13 @@ impl EventSink {
         }
     }
 
-    /// Starts the publishing task.
-    pub fn start(client: Client, instance: Option<String>, capacity: usize) -> Self {
+    /// Starts the publishing task. When the server did not serve `events.k8s.io/v1` at
+    /// start (`served` false: an API server in its first seconds after a restart answers
+    /// discovery without some groups), the task asks again until it does; events queued
+    /// meanwhile wait for it, up to the queue's bound.
+    pub fn start(client: Client, instance: Option<String>, capacity: usize, served: bool) -> Self {
         let (tx, mut rx) = mpsc::channel::<Note>(capacity);
+        let asking = client.clone();
         let recorder = Recorder::new(
             client,
             Reporter {
@@ -85,6 +89,15 @@ impl EventSink {
             },
         );
         tokio::spawn(async move {
+            if !served {
+                crate::discovery::wait_until_served(
+                    &asking,
+                    "events.k8s.io/v1",
+                    "events",
+                    "event publishing",
+                )
+                .await;
+            }
             while let Some(note) = rx.recv().await {
                 let event = Event {
                     type_: if note.warning {

@@ -314,12 +314,7 @@ async fn main() -> anyhow::Result<()> {
     // Ready again once the caches are synced (runtime::run).
     health.set_phase(Phase::Leading);
 
-    let events = if caps.events_v1 {
-        EventSink::start(client.clone(), Some(identity.clone()), 4096)
-    } else {
-        warn!("events.k8s.io/v1 not served: events disabled");
-        EventSink::disabled()
-    };
+    let events = EventSink::start(client.clone(), Some(identity.clone()), 4096, caps.events_v1);
     let settings = Settings {
         scope,
         workers: args.workers.max(1),

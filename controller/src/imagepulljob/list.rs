@@ -37,33 +37,22 @@ struct Ctx {
 /// Runs the ImageListPullJob controller until `stop` completes.
 pub async fn run<S>(client: Client, scope: Scope, events: EventSink, stop: S)
 where
-    S: Future<Output = ()> + Send + Sync + 'static,
+    S: Future<Output = ()> + Clone + Send + Sync + 'static,
 {
-    // a cluster with CRDs from before this kind (e.g. Helm with crds.install=false and
-    // the CRDs not yet re-applied) gets one warning, not a watch failing forever
-    // (a failed answer is asked again by the start schedule: one lost request must not
-    // keep the controller from running)
-    match crate::discovery::serves_retrying(
+    // A cluster with CRDs from before this kind (e.g. Helm with crds.install=false and the
+    // CRDs not yet re-applied), or an API server that has just restarted and not loaded
+    // the CRD yet: one warning, then asked again until served, not a watch failing
+    // forever nor a controller off for the life of the process.
+    let api_version = ImageListPullJob::api_version(&());
+    let served = crate::discovery::wait_until_served(
         &client,
-        &ImageListPullJob::api_version(&()),
+        &api_version,
         "imagelistpulljobs",
-        crate::discovery::startup_backoff(),
-        |e, retry_in| warn!(error = %e, ?retry_in, "cannot list apps.kruise.io/v1beta1 resources yet"),
-    )
-    .await
-    {
-        Ok(true) => {}
-        Ok(false) => {
-            warn!(
-                "imagelistpulljobs.apps.kruise.io/v1beta1 is not served (apply deploy/crds): \
-                 the ImageListPullJob controller does not run"
-            );
-            return;
-        }
-        Err(e) => {
-            warn!(error = %e, "cannot list apps.kruise.io/v1beta1 resources: the ImageListPullJob controller does not run");
-            return;
-        }
+        "the ImageListPullJob controller (its CRD is in deploy/crds)",
+    );
+    tokio::select! {
+        () = served => {}
+        () = stop.clone() => return,
     }
     let controller = Controller::new(
         scope.api::<ImageListPullJob>(&client),
