@@ -556,6 +556,36 @@ async fn handle(
         },
         _ => {}
     }
+    // Forwarded in a task of its own: a client that goes away now (a killed controller,
+    // a cut connection) drops this future but not the request the API server already
+    // has, so its outcome is still recorded. A lost record had shown a pod deleted by a
+    // killed controller as deleted by nobody.
+    let forwarded = tokio::spawn(forward(state.clone(), rec, d, kind, target, parts, body));
+    match forwarded.await {
+        Ok(Some(resp)) => Ok(resp),
+        Ok(None) | Err(_) => {
+            cut.notify_one();
+            std::future::pending().await
+        }
+    }
+}
+
+/// Sends the request upstream and records its outcome; the answer to give, or None when
+/// the client's connection is to be cut.
+async fn forward(
+    state: Arc<State>,
+    mut rec: Record,
+    d: Decision,
+    kind: RequestKind,
+    target: String,
+    parts: hyper::http::request::Parts,
+    body: Bytes,
+) -> Option<Response<ProxyBody>> {
+    let record = |mut rec: Record, status: u16| {
+        rec.status = status;
+        rec.done_ms = state.now_ms();
+        state.record(rec);
+    };
     let mut out = hyper::Request::builder()
         .method(parts.method)
         .uri(target.as_str());
@@ -566,7 +596,7 @@ async fn handle(
     }
     let out = match out.body(kube::client::Body::from(body)) {
         Ok(r) => r,
-        Err(_) => return Ok(status_response(Fault::InternalError)),
+        Err(_) => return Some(status_response(Fault::InternalError)),
     };
     let upstream = match state.client.send(out).await {
         Ok(r) => r,
@@ -577,7 +607,7 @@ async fn handle(
             tracing::warn!(error = %e, path = %rec.path, "fault proxy: upstream request failed");
             rec.fault = None;
             record(rec, 502);
-            return Ok(resp);
+            return Some(resp);
         }
     };
     let status = upstream.status().as_u16();
@@ -588,13 +618,12 @@ async fn handle(
         Some(Fault::InternalErrorAfterCommit) => {
             drop(upstream);
             record(rec, 500);
-            return Ok(status_response(Fault::InternalError));
+            return Some(status_response(Fault::InternalError));
         }
         Some(Fault::ResetAfterCommit) => {
             drop(upstream);
             record(rec, 0);
-            cut.notify_one();
-            return std::future::pending().await;
+            return None;
         }
         _ => {}
     }
@@ -603,8 +632,7 @@ async fn handle(
         // A read is answered whole, and a list's answer kept for stale lists.
         let Ok(collected) = body.collect().await else {
             record(rec, 0);
-            cut.notify_one();
-            return std::future::pending().await;
+            return None;
         };
         let answer = ListAnswer {
             content_type: parts.headers.get(hyper::header::CONTENT_TYPE).cloned(),
@@ -621,7 +649,7 @@ async fn handle(
             }
         }
         record(rec, status);
-        return Ok(resp);
+        return Some(resp);
     }
     // Each chunk of a streamed answer (a watch's events) waits out a freeze.
     let held = {
@@ -657,7 +685,7 @@ async fn handle(
         }
     }
     record(rec, status);
-    Ok(resp)
+    Some(resp)
 }
 
 #[cfg(test)]
@@ -719,6 +747,51 @@ mod tests {
         assert_eq!(records[0].fault, Some(Fault::Reset));
         assert_eq!(records[0].upstream, None);
         assert!(proxy.in_flight().is_empty(), "{:?}", proxy.in_flight());
+        Ok(())
+    }
+
+    /// A write the API server has is recorded with its outcome even when its client went
+    /// away while it was forwarded (a controller killed in the middle of a delete): the
+    /// record is what says which pods the controller deleted.
+    #[tokio::test]
+    async fn a_forwarded_write_is_recorded_when_its_client_goes_away() -> Result<(), BoxError> {
+        // A slow API server: it answers 300 ms after the request.
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let svc = service_fn(|_req: Request<Incoming>| async {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    Ok::<_, Infallible>(Response::new(full("{}")))
+                });
+                tokio::spawn(http1::Builder::new().serve_connection(TokioIo::new(stream), svc));
+            }
+        });
+        let mut rates = resets_only();
+        rates.write_reset = 0;
+        let proxy = FaultProxy::start(client_of(addr)?, rates, Rng::new(1)).await?;
+        proxy.set_faults(true);
+        let at = proxy.addr;
+        tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+            let mut conn = std::net::TcpStream::connect(at)?;
+            conn.write_all(
+                b"DELETE /api/v1/namespaces/ns/pods/p HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n",
+            )?;
+            std::thread::sleep(Duration::from_millis(100));
+            // The client is gone before the answer: the socket closes.
+            conn.shutdown(std::net::Shutdown::Both)
+        })
+        .await??;
+        let recorded = async {
+            while proxy.records().is_empty() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(5), recorded).await?;
+        let records = proxy.records();
+        assert_eq!(records.len(), 1, "{records:?}");
+        assert_eq!(records[0].method, "DELETE");
+        assert_eq!(records[0].upstream, Some(200), "{records:?}");
         Ok(())
     }
 
