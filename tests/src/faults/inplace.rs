@@ -6,12 +6,15 @@
 //! Before the change the runner takes a [`InPlaceChecker::baseline`] of the settled pods:
 //! each pod's revision, and its container's id and image id. From then on, an event of a
 //! pod of the baseline whose revision label is no longer the baseline's (the controller
-//! wrote the new revision) and whose `InPlaceUpdateReady` is `True` must show the container
-//! running, as another container than the baseline's and, when the image changed, with
-//! another image id. The controller sets the condition False before it writes the new
-//! revision, so a True on the new revision means "completed"; the daemon's completion
-//! write is pinned to the resourceVersion at which the kubelet's status named the new
-//! container, so the event that carries it shows that container.
+//! wrote the new revision) and whose `InPlaceUpdateReady` is `True` is a completion (the
+//! controller sets the condition False before it writes the new revision). The daemon
+//! completes an image update once the runtime runs the new container, which the kubelet's
+//! status may name only at its next relist: a completion whose event shows a new
+//! container must show it running and, when the image changed, with another image id; one
+//! whose event still shows the container from before (or none running) is judged against
+//! containerd's own view at the end ([`InPlaceChecker::runtime_claims`],
+//! [`super::runtime_view::check_claims`]): a container newer than the one from before must
+//! have been created before the completion was seen.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -110,11 +113,24 @@ impl UpdateStep {
     }
 }
 
+/// A completion seen before the pod's status named the new container: containerd's view
+/// decides whether the new container existed then.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeClaim {
+    pub uid: String,
+    pub name: String,
+    pub revision: String,
+    pub rv: u64,
+    /// When the watch saw the completion, in nanoseconds since the epoch.
+    pub seen_ns: i64,
+}
+
 /// The checks of one daemon-scenario run.
 #[derive(Debug, Default)]
 pub struct InPlaceChecker {
     image_changed: bool,
     before: BTreeMap<String, Before>,
+    claims: BTreeMap<String, RuntimeClaim>,
     /// Pods (uid) already found in violation, and those whose completion was checked.
     flagged: BTreeSet<String>,
     completed: BTreeSet<String>,
@@ -170,7 +186,8 @@ impl InPlaceChecker {
         }
     }
 
-    pub fn observe(&mut self, p: &InPlaceSnap) {
+    /// An event of pod `p`, seen at `seen_ns` (nanoseconds since the epoch).
+    pub fn observe(&mut self, p: &InPlaceSnap, seen_ns: i64) {
         let Some(before) = self.before.get(&p.uid) else {
             return;
         };
@@ -178,16 +195,31 @@ impl InPlaceChecker {
             return;
         }
         let why = match &p.container {
-            None => Some("no status of its container".to_owned()),
-            Some(c) if !c.running => Some(format!("its container {} is not running", c.id)),
-            Some(c) if c.id.is_empty() || c.id == before.container.id => Some(format!(
-                "its container is still the one from before the update ({})",
-                before.container.id
-            )),
-            Some(c) if self.image_changed && c.image_id == before.container.image_id => Some(
-                format!("its container still runs the old image ({})", c.image_id),
-            ),
-            Some(_) => None,
+            Some(c) if c.running && !c.id.is_empty() && c.id != before.container.id => {
+                if self.image_changed && c.image_id == before.container.image_id {
+                    Some(format!(
+                        "its container still runs the old image ({})",
+                        c.image_id
+                    ))
+                } else {
+                    None
+                }
+            }
+            // The status does not name a new running container yet: containerd decides.
+            _ => {
+                if !self.completed.contains(&p.uid) {
+                    self.claims
+                        .entry(p.uid.clone())
+                        .or_insert_with(|| RuntimeClaim {
+                            uid: p.uid.clone(),
+                            name: p.name.clone(),
+                            revision: p.revision.clone(),
+                            rv: p.rv,
+                            seen_ns,
+                        });
+                }
+                return;
+            }
         };
         match why {
             Some(why) if self.flagged.insert(p.uid.clone()) => self.violations.push(format!(
@@ -199,6 +231,13 @@ impl InPlaceChecker {
                 self.completed.insert(p.uid.clone());
             }
         }
+    }
+
+    /// The completions seen before the pod's status named the new container, for
+    /// [`super::runtime_view::check_claims`] (a later event that names it does not show
+    /// that the container existed when the completion was seen).
+    pub fn runtime_claims(&self) -> Vec<RuntimeClaim> {
+        self.claims.values().cloned().collect()
     }
 
     /// The end of the run, with the live pods then: each pod of the baseline is still
@@ -225,9 +264,12 @@ impl InPlaceChecker {
         self.violations.clone()
     }
 
-    /// Pods whose completion (True on the new revision) was seen and checked.
+    /// Pods whose completion (True on the new revision) was seen and checked, from the
+    /// pod's status or (at the end) from containerd's view.
     pub fn completions_checked(&self) -> usize {
-        self.completed.len()
+        self.completed
+            .union(&self.claims.keys().cloned().collect())
+            .count()
     }
 }
 
@@ -327,10 +369,10 @@ mod tests {
         let mut c = checker(true);
         // The controller: False, then the new revision; the kubelet: the old container
         // still reported, then the new one; the daemon: True.
-        c.observe(&snap("a", "r1", Some(false), "c-a1", "img1", true));
-        c.observe(&snap("a", "r2", Some(false), "c-a1", "img1", true));
-        c.observe(&snap("a", "r2", Some(false), "c-a2", "img2", true));
-        c.observe(&snap("a", "r2", Some(true), "c-a2", "img2", true));
+        c.observe(&snap("a", "r1", Some(false), "c-a1", "img1", true), 0);
+        c.observe(&snap("a", "r2", Some(false), "c-a1", "img1", true), 0);
+        c.observe(&snap("a", "r2", Some(false), "c-a2", "img2", true), 0);
+        c.observe(&snap("a", "r2", Some(true), "c-a2", "img2", true), 0);
         assert_eq!(c.completions_checked(), 1);
         let live = [
             snap("a", "r2", Some(true), "c-a2", "img2", true),
@@ -340,31 +382,51 @@ mod tests {
     }
 
     #[test]
-    fn marked_ready_before_the_new_container_runs_is_a_violation() {
+    fn a_new_container_on_the_old_image_is_a_violation() {
         let mut c = checker(true);
-        c.observe(&snap("a", "r2", Some(true), "c-a1", "img1", true));
-        c.observe(&snap("a", "r2", Some(true), "c-a1", "img1", true));
-        c.observe(&snap("b", "r2", Some(true), "c-b2", "img1", true));
+        c.observe(&snap("b", "r2", Some(true), "c-b2", "img1", true), 0);
+        c.observe(&snap("b", "r2", Some(true), "c-b2", "img1", true), 0);
         let v = c.finish(&[
             snap("a", "r2", Some(true), "c-a2", "img2", true),
             snap("b", "r2", Some(true), "c-b2", "img2", true),
         ]);
-        assert_eq!(v.len(), 2, "{v:?}");
-        assert!(v[0].contains("pod a marked InPlaceUpdateReady=True on revision r2"));
-        assert!(v[0].contains("still the one from before the update (c-a1)"));
-        assert!(v[1].contains("still runs the old image (img1)"));
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].contains("pod b marked InPlaceUpdateReady=True on revision r2"));
+        assert!(v[0].contains("still runs the old image (img1)"));
+    }
+
+    #[test]
+    fn a_completion_the_status_does_not_show_yet_is_left_to_containerd() {
         let mut c = checker(true);
-        c.observe(&snap("a", "r2", Some(true), "c-a2", "img2", false));
-        assert_eq!(c.finish(&[]).len(), 3, "not running; both pods gone");
+        // The daemon completed from the runtime's view; the kubelet still reports the
+        // container from before, then none running, then the new one.
+        c.observe(&snap("a", "r2", Some(true), "c-a1", "img1", true), 10);
+        c.observe(&snap("a", "r2", Some(true), "c-a1", "img1", false), 20);
+        c.observe(&snap("a", "r2", Some(true), "c-a2", "img2", true), 30);
+        // Pod b's status never showed a new container while marked.
+        c.observe(&snap("b", "r2", Some(true), "c-b1", "img1", true), 40);
+        let claims = c.runtime_claims();
+        assert_eq!(claims.len(), 2, "{claims:?}");
+        assert_eq!((claims[0].name.as_str(), claims[0].seen_ns), ("a", 10));
+        assert_eq!((claims[1].name.as_str(), claims[1].seen_ns), ("b", 40));
+        assert_eq!(c.completions_checked(), 2);
+        // Nothing is decided from the status alone.
+        let v = c.finish(&[
+            snap("a", "r2", Some(true), "c-a2", "img2", true),
+            snap("b", "r2", Some(true), "c-b2", "img2", true),
+        ]);
+        assert!(v.is_empty(), "{v:?}");
     }
 
     #[test]
     fn an_env_only_change_needs_a_new_container_not_a_new_image() {
         let mut c = checker(false);
-        c.observe(&snap("a", "r2", Some(true), "c-a2", "img1", true));
+        c.observe(&snap("a", "r2", Some(true), "c-a2", "img1", true), 0);
         assert_eq!(c.completions_checked(), 1);
-        c.observe(&snap("b", "r2", Some(true), "c-b1", "img1", true));
-        assert_eq!(c.finish(&[]).len(), 3);
+        // The old container still shown: containerd decides, not the status.
+        c.observe(&snap("b", "r2", Some(true), "c-b1", "img1", true), 0);
+        assert_eq!(c.runtime_claims().len(), 1);
+        assert_eq!(c.finish(&[]).len(), 2, "both pods gone");
     }
 
     #[test]
@@ -372,7 +434,7 @@ mod tests {
         let mut c = checker(true);
         let mut other = snap("a", "r2", Some(true), "c-x", "img2", true);
         other.uid = "uid-a-2".into();
-        c.observe(&other);
+        c.observe(&other, 0);
         let v = c.finish(&[other, snap("b", "r2", Some(true), "c-b2", "img2", true)]);
         assert_eq!(v.len(), 2, "{v:?}");
         assert!(v[0].contains("pod a (uid-a) was not updated in place"));

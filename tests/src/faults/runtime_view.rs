@@ -123,6 +123,51 @@ pub fn check(
     out
 }
 
+/// The completions seen before the pod's status named the new container
+/// ([`super::inplace::InPlaceChecker::runtime_claims`]), against containerd's views before
+/// the change and after convergence: each pod's container `name` must have a container
+/// newer than the one from before (a higher attempt), created before the completion was
+/// seen. The daemon completes an image update once the runtime runs the new container; a
+/// completion before that would let the pod count as updated while the old one still runs.
+pub fn check_claims(
+    before: &[CriContainer],
+    after: &[CriContainer],
+    claims: &[super::inplace::RuntimeClaim],
+    name: &str,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for claim in claims {
+        let marked = format!(
+            "pod {} marked InPlaceUpdateReady=True on revision {} (rv {})",
+            claim.name, claim.revision, claim.rv
+        );
+        let Some(b) = running(before, &claim.uid, name) else {
+            out.push(format!(
+                "{marked}: no running container {name} in containerd before the change"
+            ));
+            continue;
+        };
+        let first_new = after
+            .iter()
+            .filter(|c| c.pod_uid == claim.uid && c.name == name && c.attempt > b.attempt)
+            .min_by_key(|c| c.attempt);
+        match first_new {
+            None => out.push(format!(
+                "{marked} but containerd has no container {name} newer than {} (attempt {})",
+                short(&b.id),
+                b.attempt
+            )),
+            Some(n) if n.created_at > claim.seen_ns => out.push(format!(
+                "{marked} {} ms before containerd created its new container {name} {}",
+                (n.created_at - claim.seen_ns) / 1_000_000,
+                short(&n.id)
+            )),
+            Some(_) => {}
+        }
+    }
+    out
+}
+
 /// [`Expect::StoppedNotReplaced`] for the container `b` ran before the change.
 fn stopped_not_replaced(b: &CriContainer, after: &[CriContainer], name: &str) -> Vec<String> {
     let pod = &b.pod_name;
@@ -363,6 +408,46 @@ mod tests {
         );
         assert_eq!(v.len(), 1, "{v:?}");
         assert!(v[0].contains("after convergence"), "{v:?}");
+    }
+
+    fn claim(uid: &str, seen_ns: i64) -> crate::faults::inplace::RuntimeClaim {
+        crate::faults::inplace::RuntimeClaim {
+            uid: uid.into(),
+            name: format!("pod-{uid}"),
+            revision: "r2".into(),
+            rv: 7,
+            seen_ns,
+        }
+    }
+
+    #[test]
+    fn a_completion_after_the_new_container_was_created_passes() {
+        let before = [c("a0", "u1", 0, 10, true)];
+        let after = [c("a0", "u1", 0, 10, false), c("a1", "u1", 1, 2_000, true)];
+        assert_eq!(
+            check_claims(&before, &after, &[claim("u1", 2_500)], "app"),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn a_completion_before_the_new_container_existed_is_reported() {
+        let before = [c("a0", "u1", 0, 10, true), c("b0", "u2", 0, 10, true)];
+        // u1: the new container came 2 ms after the completion; u2: none came at all.
+        let after = [
+            c("a0", "u1", 0, 10, false),
+            c("a1", "u1", 1, 3_000_000, true),
+            c("b0", "u2", 0, 10, true),
+        ];
+        let v = check_claims(
+            &before,
+            &after,
+            &[claim("u1", 1_000_000), claim("u2", 1_000_000)],
+            "app",
+        );
+        assert_eq!(v.len(), 2, "{v:?}");
+        assert!(v[0].contains("pod pod-u1 marked InPlaceUpdateReady=True on revision r2 (rv 7) 2 ms before containerd created its new container app a1"), "{v:?}");
+        assert!(v[1].contains("pod pod-u2 marked InPlaceUpdateReady=True on revision r2 (rv 7) but containerd has no container app newer than b0 (attempt 0)"), "{v:?}");
     }
 }
 

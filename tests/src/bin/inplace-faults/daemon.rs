@@ -672,7 +672,10 @@ fn pod_event(c: &mut Checks, ev: watcher::Event<Pod>) {
                     std::mem::replace(seen, new) != new
                 });
             }
-            c.inplace.observe(&snap);
+            let seen_ns = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+            c.inplace.observe(&snap, seen_ns);
             c.pods.pod_applied(PodSnap::of(&p));
         }
         watcher::Event::Delete(p) => c.pods.pod_deleted(PodSnap::of(&p)),
@@ -1072,6 +1075,16 @@ async fn run_in(
                 &expect,
                 CONTAINER,
                 changed_at,
+            ));
+            let claims = checks
+                .lock()
+                .map(|c| c.inplace.runtime_claims())
+                .unwrap_or_default();
+            out.violations.extend(runtime_view::check_claims(
+                &view_before,
+                &view_after,
+                &claims,
+                CONTAINER,
             ));
         }
         let after: Vec<InPlaceSnap> = pods
