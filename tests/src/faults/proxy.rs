@@ -139,6 +139,13 @@ impl State {
         }
     }
 
+    /// Records `rec` as answered now with `status`.
+    fn finish(&self, mut rec: Record, status: u16) {
+        rec.status = status;
+        rec.done_ms = self.now_ms();
+        self.record(rec);
+    }
+
     fn now_ms(&self) -> u64 {
         u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
@@ -508,11 +515,6 @@ async fn handle(
         );
     }
     let _in_flight = InFlight { state: &state, id };
-    let record = |mut rec: Record, status: u16| {
-        rec.status = status;
-        rec.done_ms = state.now_ms();
-        state.record(rec);
-    };
     if d.delay_ms > 0 {
         tokio::time::sleep(Duration::from_millis(d.delay_ms)).await;
     }
@@ -528,16 +530,16 @@ async fn handle(
     match d.fault {
         Some(f @ (Fault::Conflict | Fault::TooManyRequests | Fault::InternalError)) => {
             let resp = status_response(f);
-            record(rec, resp.status().as_u16());
+            state.finish(rec, resp.status().as_u16());
             return Ok(resp);
         }
         Some(Fault::Reset | Fault::Outage) => {
-            record(rec, 0);
+            state.finish(rec, 0);
             cut.notify_one();
             return std::future::pending().await;
         }
         Some(Fault::WatchExpired) => {
-            record(rec, 200);
+            state.finish(rec, 200);
             return Ok(expired_watch());
         }
         // Only a list that asked for a cached answer (resourceVersion=0, or NotOlderThan) can
@@ -547,7 +549,7 @@ async fn handle(
             .flatten()
         {
             Some(answer) => {
-                record(rec, 200);
+                state.finish(rec, 200);
                 return Ok(list_response(answer));
             }
             // A consistent list, or no earlier answer to give: forwarded, and no fault but
@@ -581,11 +583,6 @@ async fn forward(
     parts: hyper::http::request::Parts,
     body: Bytes,
 ) -> Option<Response<ProxyBody>> {
-    let record = |mut rec: Record, status: u16| {
-        rec.status = status;
-        rec.done_ms = state.now_ms();
-        state.record(rec);
-    };
     let mut out = hyper::Request::builder()
         .method(parts.method)
         .uri(target.as_str());
@@ -606,7 +603,7 @@ async fn forward(
             *resp.status_mut() = hyper::StatusCode::BAD_GATEWAY;
             tracing::warn!(error = %e, path = %rec.path, "fault proxy: upstream request failed");
             rec.fault = None;
-            record(rec, 502);
+            state.finish(rec, 502);
             return Some(resp);
         }
     };
@@ -617,12 +614,12 @@ async fn forward(
     match d.fault {
         Some(Fault::InternalErrorAfterCommit) => {
             drop(upstream);
-            record(rec, 500);
+            state.finish(rec, 500);
             return Some(status_response(Fault::InternalError));
         }
         Some(Fault::ResetAfterCommit) => {
             drop(upstream);
-            record(rec, 0);
+            state.finish(rec, 0);
             return None;
         }
         _ => {}
@@ -631,7 +628,7 @@ async fn forward(
     if kind == RequestKind::Read && status == 200 {
         // A read is answered whole, and a list's answer kept for stale lists.
         let Ok(collected) = body.collect().await else {
-            record(rec, 0);
+            state.finish(rec, 0);
             return None;
         };
         let answer = ListAnswer {
@@ -648,7 +645,7 @@ async fn forward(
                 resp.headers_mut().append(name, value.clone());
             }
         }
-        record(rec, status);
+        state.finish(rec, status);
         return Some(resp);
     }
     // Each chunk of a streamed answer (a watch's events) waits out a freeze.
@@ -684,7 +681,7 @@ async fn forward(
             resp.headers_mut().append(name, value.clone());
         }
     }
-    record(rec, status);
+    state.finish(rec, status);
     Some(resp)
 }
 

@@ -672,10 +672,7 @@ fn pod_event(c: &mut Checks, ev: watcher::Event<Pod>) {
                     std::mem::replace(seen, new) != new
                 });
             }
-            let seen_ns = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
-            c.inplace.observe(&snap, seen_ns);
+            c.inplace.observe(&snap, now_ns());
             c.pods.pod_applied(PodSnap::of(&p));
         }
         watcher::Event::Delete(p) => c.pods.pod_deleted(PodSnap::of(&p)),
