@@ -97,6 +97,11 @@ impl Sim {
         })
     }
 
+    /// The simulator's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// The node selector that lands pods on this simulator's nodes.
     pub fn selector(&self) -> serde_json::Value {
         json!({ "inplace.dev/sim-group": self.group })

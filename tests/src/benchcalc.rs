@@ -2,6 +2,7 @@
 //! minimum of a rollout, percentiles, rollout milestones, /proc figures of a child
 //! process and the target verdicts. No I/O here; unit tested.
 
+pub mod cpu;
 pub mod pace;
 
 use std::collections::BTreeMap;

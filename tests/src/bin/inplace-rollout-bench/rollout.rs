@@ -140,14 +140,46 @@ pub(super) fn spawn_pod_tracker(
     })
 }
 
-/// CPU seconds the bed's kube-apiserver has used so far (user + system), from its pid file
-/// under `$INPLACE_TESTBED_DIR` (default `/var/tmp/inplace-testbed`); None when unreadable.
+/// The bed's directory: `$INPLACE_TESTBED_DIR`, default `/var/tmp/inplace-testbed`.
+fn bed_dir() -> String {
+    std::env::var("INPLACE_TESTBED_DIR").unwrap_or_else(|_| "/var/tmp/inplace-testbed".into())
+}
+
+/// The text of `/proc/PID/stat` of the bed's process `name`, from its pid file.
+fn bed_process_stat(name: &str) -> Option<String> {
+    let pid = std::fs::read_to_string(format!("{}/pids/{name}.pid", bed_dir())).ok()?;
+    std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).ok()
+}
+
+/// CPU seconds the bed's kube-apiserver has used so far (user + system); None when
+/// unreadable.
 pub(super) fn apiserver_cpu_s() -> Option<f64> {
-    let dir =
-        std::env::var("INPLACE_TESTBED_DIR").unwrap_or_else(|_| "/var/tmp/inplace-testbed".into());
-    let pid = std::fs::read_to_string(format!("{dir}/pids/kube-apiserver.pid")).ok()?;
-    let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).ok()?;
-    benchcalc::cpu_seconds(&stat)
+    benchcalc::cpu_seconds(&bed_process_stat("kube-apiserver")?)
+}
+
+/// The bed's processes whose CPU a leg reports, by their pid files' names.
+const BED_PROCESSES: [&str; 6] = [
+    "kube-apiserver",
+    "etcd",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubelet",
+    "containerd",
+];
+
+/// A CPU reading of the machine, the bed's processes and `children` (the bench's own:
+/// a controller, a node simulator), by name.
+pub(super) fn cpu_sample(children: &[(&str, Option<u32>)]) -> benchcalc::cpu::CpuSample {
+    let mut processes: Vec<(String, Option<String>)> = BED_PROCESSES
+        .iter()
+        .map(|name| ((*name).to_owned(), bed_process_stat(name)))
+        .collect();
+    processes.extend(children.iter().map(|(name, pid)| {
+        let stat = pid.and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok());
+        ((*name).to_owned(), stat)
+    }));
+    let machine = std::fs::read_to_string("/proc/stat").ok();
+    benchcalc::cpu::CpuSample::parse(machine.as_deref(), &processes)
 }
 
 /// The machine's load averages (1, 5, 15 min), printed with the resource figures: the

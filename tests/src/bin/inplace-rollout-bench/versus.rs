@@ -196,6 +196,8 @@ pub(super) struct Leg {
     pub(super) writes: benchcalc::PodWrites,
     pub(super) waste: benchcalc::WriteWaste,
     pub(super) pace: benchcalc::pace::Timeline,
+    /// Where the CPU went from the start to done ([`benchcalc::cpu::cpu_line`]).
+    pub(super) cpu: String,
 }
 
 pub(super) async fn versus(args: &Args, client: &Client, report: &mut Report) -> Result<()> {
@@ -262,13 +264,16 @@ pub(super) enum Polled {
 /// One leg of `versus-deployment`, the same for the CloneSet and the Deployment: once
 /// the pod writes of `app` are quiet, counts them and the API write requests from `start`
 /// (the image patch) until `poll` says the rollout is done (polled every 100 ms) and the
-/// trailing writes are quiet again. The time is from `start` to the poll that saw it done.
+/// trailing writes are quiet again. The time is from `start` to the poll that saw it done;
+/// the CPU of the machine, the bed's processes and `children` is read over the same span.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn run_leg(
     client: &Client,
     pods: &Api<Pod>,
     app: &str,
     name: &str,
     timeout: Duration,
+    children: &[(&str, Option<u32>)],
     start: impl AsyncFnOnce() -> Result<()>,
     mut poll: impl AsyncFnMut() -> Result<Polled>,
 ) -> Result<Leg> {
@@ -277,6 +282,7 @@ pub(super) async fn run_leg(
     let task = spawn_write_watch(pods.clone(), app, ww.clone());
     wait_quiet(&ww, quiet, Duration::from_secs(120)).await?;
     let before = write_counters(client).await?;
+    let cpu0 = cpu_sample(children);
     let t0 = Instant::now();
     if let Ok(mut w) = ww.lock() {
         w.counting = true;
@@ -284,9 +290,9 @@ pub(super) async fn run_leg(
     }
     start().await?;
     let mut last_print = Instant::now();
-    let took = loop {
+    let (took, cpu1) = loop {
         let line = match poll().await? {
-            Polled::Done => break t0.elapsed(),
+            Polled::Done => break (t0.elapsed(), cpu_sample(children)),
             Polled::Waiting(line) => line,
         };
         if t0.elapsed() > timeout {
@@ -315,6 +321,12 @@ pub(super) async fn run_leg(
         requests: all,
         writes,
         pace,
+        cpu: benchcalc::cpu::cpu_line(
+            &cpu0,
+            &cpu1,
+            secs(took),
+            std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+        ),
     })
 }
 
@@ -385,6 +397,10 @@ pub(super) async fn versus_in(
         app,
         "in-place",
         timeout,
+        &[
+            ("inplace-controller", Some(ctrl.pid)),
+            ("inplace-nodesim", sim.pid()),
+        ],
         async || {
             csapi
                 .patch(app, &PatchParams::default(), &Patch::Merge(&image_patch))
@@ -458,6 +474,7 @@ pub(super) async fn versus_in(
         app,
         "deployment",
         timeout,
+        &[("inplace-nodesim", sim.pid())],
         async || {
             dapi.patch(app, &PatchParams::default(), &Patch::Merge(&deploy_patch))
                 .await?;
@@ -526,6 +543,7 @@ pub(super) async fn versus_in(
             "{tag}: {name} {}",
             leg.pace.line(budget, secs(leg.took))
         ));
+        report.add(format!("{tag}: {name} {}", leg.cpu));
     }
     Ok(())
 }

@@ -757,6 +757,7 @@ async fn versus_real_in(
         app,
         "in-place",
         timeout,
+        &[],
         async || {
             csapi
                 .patch(
@@ -869,6 +870,7 @@ async fn versus_real_in(
         app,
         "deployment",
         timeout,
+        &[],
         async || {
             dapi.patch(
                 app,
@@ -951,6 +953,9 @@ async fn versus_real_in(
         med_line(costs.drain),
         deploy_pulls,
     ));
+    // The controller and the daemon run as the bed's pods here: in the machine's figure.
+    report.add(format!("{tag} in-place {}", inplace.cpu));
+    report.add(format!("{tag} deployment {}", deploy.cpu));
     if shape == Shape::Pull && all_pulls.is_empty() {
         report.add(format!("{tag}: note: no kubelet pull event for {new}"));
     }
