@@ -23,7 +23,8 @@ use tokio::sync::watch;
 
 /// Simulated Kubernetes nodes: N Nodes with heartbeats and Leases, and a kubelet
 /// stand-in for every pod bound to them (Pending → Running → Ready, in-place restarts on
-/// image changes, readiness gates, graceful deletion, injected faults).
+/// image changes, readiness gates, graceful deletion, injected faults), and the node
+/// daemon's completion of in-place updates (unless `--no-daemon`).
 #[derive(Debug, Parser)]
 #[command(name = "inplace-nodesim", version)]
 struct Args {
@@ -116,6 +117,11 @@ struct Args {
     /// Period of the report line on stderr.
     #[arg(long, default_value = "30s", value_parser = parse_flag)]
     stats_interval: i64,
+    /// Leave out the node daemon's in-place completion (`inplace_tests::nodesim::daemon`):
+    /// the controller then completes every in-place update itself, as on nodes without
+    /// the daemon.
+    #[arg(long)]
+    no_daemon: bool,
     /// Delete the simulated nodes (and their Leases) on SIGTERM/SIGINT.
     #[arg(long)]
     delete_nodes_on_exit: bool,
@@ -195,6 +201,7 @@ async fn main() -> Result<()> {
         retry_after: 1_000,
         status_resync: args.status_resync,
         images: images.clone(),
+        daemon: !args.no_daemon,
     };
     if let Some(stores) = images {
         tokio::spawn(nodeimages::run(

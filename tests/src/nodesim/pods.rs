@@ -22,6 +22,15 @@
 //! after the last accepted patch and as the latest snapshot has it, and every
 //! `status_resync` writes the status again where the two differ. Nothing is written while
 //! they agree.
+//!
+//! The node daemon: unless `daemon` is off (`--no-daemon`), each pod in an in-place
+//! update gets the daemon's completion ([`super::daemon`]) once the simulated runtime runs
+//! its updated containers: one `pods/status` strategic merge patch with the daemon's field
+//! manager, pinned to the snapshot judged; a 409 waits for a newer snapshot, as the daemon
+//! does. The completion and the simulated kubelet's status patch of one pod are never in
+//! flight together (either would make the other's resourceVersion stale): the completion
+//! goes first, and the status that follows it reports the pod Ready at once when its
+//! containers are (the readiness gate is True by then).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
@@ -30,6 +39,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
+use inplace_daemon::inplace::decide;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -38,6 +48,7 @@ use serde_json::{Value, json};
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::time::MissedTickBehavior;
 
+use super::daemon;
 use super::fault::GlobalFaults;
 use super::images::ImageStores;
 use super::ippool::{IpPool, node_ip};
@@ -69,6 +80,9 @@ pub struct PodsConfig {
     /// The nodes' image stores (`--pull-delay`): a changed image is pulled first.
     /// `None`: images are on every node at once.
     pub images: Option<Arc<Mutex<ImageStores>>>,
+    /// The nodes run the node daemon's in-place completion ([`super::daemon`]); off, the
+    /// controller completes every in-place update itself (its path without a daemon).
+    pub daemon: bool,
 }
 
 /// Now, in milliseconds since the Unix epoch.
@@ -116,6 +130,21 @@ struct Entry {
     deleting: Deleting,
     due: Option<Ms>,
     counted_ready: bool,
+    /// The latest snapshot, kept while the pod is in an in-place update
+    /// ([`decide::in_update`]): what the simulated daemon judges.
+    in_update: Option<Box<Pod>>,
+    /// The resourceVersion the daemon's completion in flight was pinned to.
+    daemon_inflight: Option<String>,
+    /// A completion that failed: (the resourceVersion it was pinned to, when it may be
+    /// sent again at that version). A conflict waits for a newer snapshot (`Ms::MAX`), any
+    /// other failure for `retry_after` or a newer snapshot.
+    daemon_failed: Option<(String, Ms)>,
+}
+
+/// The snapshot the simulated daemon keeps of `pod`: the pod, while it is in an in-place
+/// update.
+fn in_update(pod: &Pod) -> Option<Box<Pod>> {
+    decide::in_update(pod).then(|| Box::new(pod.clone()))
 }
 
 /// Why a status patch goes out.
@@ -154,6 +183,9 @@ impl Entry {
             deleting: Deleting::No,
             due: None,
             counted_ready: false,
+            in_update: in_update(pod),
+            daemon_inflight: None,
+            daemon_failed: None,
         }
     }
 
@@ -165,6 +197,7 @@ impl Entry {
             return false;
         }
         self.view = view_from_pod(pod, faults).0;
+        self.in_update = in_update(pod);
         self.rv = rv.to_owned();
         self.api_digest = owned_status_digest(pod.status.as_ref());
         true
@@ -201,12 +234,28 @@ impl Entry {
             .is_some_and(|digest| digest != self.api_digest)
     }
 
-    /// A status patch may go out: the pod is not being deleted, no patch is in flight,
-    /// and no conflict at this resourceVersion waits for a newer snapshot.
+    /// A status patch may go out: the pod is not being deleted, no patch (the kubelet's
+    /// or the daemon's) is in flight, and no conflict at this resourceVersion waits for a
+    /// newer snapshot.
     fn may_write(&self) -> bool {
         self.view.deletion_grace.is_none()
             && self.inflight.is_none()
+            && self.daemon_inflight.is_none()
             && self.conflict_rv.as_ref() != Some(&self.rv)
+    }
+
+    /// The daemon may judge the pod at `now`: it is in an update and not being deleted,
+    /// no patch is in flight, and no completion that failed at this resourceVersion waits
+    /// for a newer snapshot or its retry.
+    fn may_complete(&self, now: Ms) -> bool {
+        self.in_update.is_some()
+            && self.view.deletion_grace.is_none()
+            && self.inflight.is_none()
+            && self.daemon_inflight.is_none()
+            && self
+                .daemon_failed
+                .as_ref()
+                .is_none_or(|(rv, retry_at)| *rv != self.rv || now >= *retry_at)
     }
 
     /// Whether the rendered status of hash `hash` must be written now: it differs from
@@ -233,6 +282,10 @@ enum Done {
     Delete {
         id: u64,
         result: Result<(), kube::Error>,
+    },
+    Completion {
+        id: u64,
+        result: Result<Box<Pod>, kube::Error>,
     },
 }
 
@@ -510,7 +563,58 @@ impl Engine {
         if let Some(due) = step.next_due {
             self.schedule(id, due);
         }
-        self.maybe_write(id, false);
+        if !self.maybe_complete(id) {
+            self.maybe_write(id, false);
+        }
+    }
+
+    /// The simulated daemon: sends the completion of the pod's in-place update if its
+    /// decision over the latest snapshot and the simulated runtime is to complete now.
+    /// Tells whether a completion is in flight (the kubelet's status then waits for it).
+    fn maybe_complete(&mut self, id: u64) -> bool {
+        if !self.cfg.daemon {
+            return false;
+        }
+        let Some(e) = self.pods.get_mut(&id) else {
+            return false;
+        };
+        if e.daemon_inflight.is_some() {
+            return true;
+        }
+        if !e.may_complete(now_ms()) {
+            return false;
+        }
+        let Some(pod) = e.in_update.as_deref() else {
+            return false;
+        };
+        let patch = match daemon::completion(pod, &e.sim, k8s_openapi::jiff::Timestamp::now()) {
+            Ok(Some(patch)) => patch,
+            Ok(None) => return false,
+            Err(err) => {
+                tracing::warn!("completion of {}/{}: {err}", e.namespace, e.name);
+                return false;
+            }
+        };
+        e.daemon_inflight = Some(e.rv.clone());
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &e.namespace);
+        let name = e.name.clone();
+        let sem = self.sem.clone();
+        let tx = self.done_tx.clone();
+        tokio::spawn(async move {
+            let result = match sem.acquire_owned().await {
+                Ok(_permit) => api
+                    .patch_status(
+                        &name,
+                        &inplace_daemon::apiserver::patch_params(),
+                        &Patch::Strategic(patch),
+                    )
+                    .await
+                    .map(Box::new),
+                Err(_) => return,
+            };
+            let _ = tx.send(Done::Completion { id, result });
+        });
+        true
     }
 
     /// The periodic pass of the kubelet's status manager (`syncBatch`): every pod whose
@@ -656,6 +760,37 @@ impl Engine {
                         self.schedule(id, retry);
                     }
                 }
+            }
+            Done::Completion { id, result } => {
+                match &result {
+                    Ok(_) => Stats::inc(&self.stats.daemon_writes),
+                    Err(err) if is_status(err, 409) => Stats::inc(&self.stats.daemon_conflicts),
+                    Err(err) if is_status(err, 404) => {}
+                    Err(_) => Stats::inc(&self.stats.write_errors),
+                }
+                let Some(e) = self.pods.get_mut(&id) else {
+                    return;
+                };
+                let Some(sent_rv) = e.daemon_inflight.take() else {
+                    return;
+                };
+                match result {
+                    Ok(pod) => {
+                        e.daemon_failed = None;
+                        self.apply(&pod);
+                    }
+                    // Judged on a stale snapshot: judged again on the next one, which the
+                    // watch is bound to deliver.
+                    Err(err) if is_status(&err, 409) => e.daemon_failed = Some((sent_rv, Ms::MAX)),
+                    Err(err) if is_status(&err, 404) => {}
+                    Err(err) => {
+                        tracing::debug!("completion of {}/{}: {err}", e.namespace, e.name);
+                        e.daemon_failed = Some((sent_rv, retry));
+                        self.schedule(id, retry);
+                    }
+                }
+                // The kubelet's status held back for the completion goes now.
+                self.touch(id);
             }
             Done::Delete { id, result } => {
                 // Counted first: the watch may already have removed the pod.

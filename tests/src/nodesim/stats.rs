@@ -13,6 +13,10 @@ pub struct Stats {
     /// writer (counted in `status_writes` too).
     pub resyncs: AtomicU64,
     pub conflicts: AtomicU64,
+    /// In-place completions the simulated node daemon wrote, and those rejected with a
+    /// conflict (judged on a stale snapshot).
+    pub daemon_writes: AtomicU64,
+    pub daemon_conflicts: AtomicU64,
     pub write_errors: AtomicU64,
     pub deletes: AtomicU64,
     pub lease_renewals: AtomicU64,
@@ -40,7 +44,7 @@ impl Stats {
     pub fn line(&self) -> String {
         let (cpu, rss) = super::procstat::current();
         format!(
-            "nodesim: nodes={} pods={} ready={} rss_mib={} cpu_s={} status_writes={} resyncs={} conflicts={} write_errors={} deletes={} lease_renewals={} lease_errors={}",
+            "nodesim: nodes={} pods={} ready={} rss_mib={} cpu_s={} status_writes={} resyncs={} conflicts={} daemon_writes={} daemon_conflicts={} write_errors={} deletes={} lease_renewals={} lease_errors={}",
             get_u(&self.nodes),
             get_i(&self.pods),
             get_i(&self.ready),
@@ -49,6 +53,8 @@ impl Stats {
             get_u(&self.status_writes),
             get_u(&self.resyncs),
             get_u(&self.conflicts),
+            get_u(&self.daemon_writes),
+            get_u(&self.daemon_conflicts),
             get_u(&self.write_errors),
             get_u(&self.deletes),
             get_u(&self.lease_renewals),
