@@ -443,6 +443,9 @@ pub struct PodFacts {
     pub deleting: bool,
     /// `metadata.deletionGracePeriodSeconds`.
     pub deletion_grace: Option<i64>,
+    /// The keys of the in-place state annotation that only the node daemon writes
+    /// ([`DAEMON_STATE_KEYS`]), as a JSON object; empty when the pod has none.
+    pub daemon_state: String,
     /// The [`CONTROLLER_CONDITIONS`] of the status.
     pub controller_status: String,
     /// The rest of the status (the kubelet's part).
@@ -482,9 +485,43 @@ impl PodFacts {
             node,
             deleting: m.deletion_timestamp.is_some(),
             deletion_grace: m.deletion_grace_period_seconds,
+            daemon_state: daemon_state(pod),
             controller_status,
             kubelet_status,
         }
+    }
+}
+
+/// The keys of the in-place state annotation that only the node daemon writes: the
+/// container ids its completion records, the containers it stopped for an env restart,
+/// and `daemonEnvChecked` (the serde name of `InPlaceUpdateState::daemon_env_checked`).
+pub const DAEMON_STATE_KEYS: [&str; 3] = [
+    inplace_daemon::inplace::decide::STATE_CONTAINER_IDS_KEY,
+    inplace_daemon::inplace::decide::STATE_ENV_STOPPED_KEY,
+    "daemonEnvChecked",
+];
+
+/// [`DAEMON_STATE_KEYS`] of `pod`'s in-place state annotation, as a JSON object (empty
+/// text when the pod has none of them, or no readable state).
+fn daemon_state(pod: &Pod) -> String {
+    use inplace_proto::keys;
+    let Some(raw) = pod.metadata.annotations.as_ref().and_then(|a| {
+        a.get(keys::INPLACE_UPDATE_STATE_ANNOTATION)
+            .or_else(|| a.get(keys::INPLACE_UPDATE_STATE_ANNOTATION_LEGACY))
+    }) else {
+        return String::new();
+    };
+    let Ok(serde_json::Value::Object(state)) = serde_json::from_str(raw) else {
+        return String::new();
+    };
+    let ours: serde_json::Map<String, serde_json::Value> = DAEMON_STATE_KEYS
+        .iter()
+        .filter_map(|k| Some(((*k).to_owned(), state.get(*k)?.clone())))
+        .collect();
+    if ours.is_empty() {
+        String::new()
+    } else {
+        serde_json::Value::Object(ours).to_string()
     }
 }
 
@@ -508,6 +545,12 @@ pub enum PodWriter {
     /// controller of kube-controller-manager): creation, deletion mark, spec, labels and
     /// annotations, its own pod conditions.
     Workload,
+    /// The node daemon (`inplace-daemon`, or the simulated nodes' stand-in): a write that
+    /// records its own keys in the in-place state ([`DAEMON_STATE_KEYS`]: the completion's
+    /// container ids, with `InPlaceUpdateReady` True and the lifecycle label; the
+    /// containers it stopped; `daemonEnvChecked`), through `pods/status`, never the spec.
+    /// A completion whose ids were recorded already shows as the workload controller's.
+    Daemon,
     /// kube-scheduler: the binding.
     Scheduler,
     /// The (simulated) kubelet: status, and the final delete after the grace period (a
@@ -530,6 +573,12 @@ pub fn pod_writer(old: Option<&PodFacts>, new: Option<&PodFacts>) -> PodWriter {
         PodWriter::Scheduler
     } else if old.deleting && new.deleting && new.deletion_grace != old.deletion_grace {
         PodWriter::Kubelet
+    } else if new.spec == old.spec
+        && new.deleting == old.deleting
+        && !new.daemon_state.is_empty()
+        && new.daemon_state != old.daemon_state
+    {
+        PodWriter::Daemon
     } else if new.deleting != old.deleting
         || new.meta != old.meta
         || new.spec != old.spec
@@ -908,6 +957,100 @@ apiserver_request_total{code="201",resource="pods",subresource="",verb="POST"} 6
         assert!((w.per_pod(Some(Workload), 2) - 1.0).abs() < 1e-9);
         assert!((w.per_pod(None, 2) - 2.0).abs() < 1e-9);
         assert_eq!(w.per_pod(None, 0), 0.0);
+        Ok(())
+    }
+
+    /// The daemon's writes are told from the controller's by the daemon's own keys in the
+    /// in-place state: its completion (the condition True, the lifecycle label and the
+    /// container ids in one write) is the daemon's, the controller's completion without a
+    /// daemon (the same condition and label, no ids) the controller's, and so is the next
+    /// update's new state, which drops the ids.
+    #[test]
+    fn the_daemon_is_told_by_its_keys_in_the_state() -> Result<(), serde_json::Error> {
+        const STATE: &str = "apps.kruise.io/inplace-update-state";
+        let with_state = |image: &str, ready: &str, lifecycle: &str, state: serde_json::Value| {
+            serde_json::json!({
+                "metadata": {
+                    "name": "p",
+                    "labels": { "app": "a", "lifecycle.apps.kruise.io/state": lifecycle },
+                    "annotations": { STATE: state.to_string() },
+                },
+                "spec": { "nodeName": "n1", "containers": [{ "name": "app", "image": image }] },
+                "status": { "phase": "Running", "conditions": [
+                    { "type": "Ready", "status": "False" },
+                    { "type": "InPlaceUpdateReady", "status": ready }] },
+            })
+        };
+        let started =
+            serde_json::json!({ "revision": "r2", "lifecycleStateOnCompletion": "Normal" });
+        let mut by_daemon = started.clone();
+        by_daemon["daemonContainerIDs"] = serde_json::json!({ "app": "sim://2" });
+        let mut env_checked = started.clone();
+        env_checked["daemonEnvChecked"] = serde_json::json!({ "batch": 1, "containers": {} });
+        let next = serde_json::json!({ "revision": "r3" });
+
+        let updating = facts(&with_state("v2", "False", "Updating", started.clone()))?;
+        let daemon_done = facts(&with_state("v2", "True", "Normal", by_daemon.clone()))?;
+        let controller_done = facts(&with_state("v2", "True", "Normal", started.clone()))?;
+        let daemon_checked = facts(&with_state("v2", "False", "Updating", env_checked))?;
+        let next_update = facts(&with_state("v3", "False", "Updating", next.clone()))?;
+        let next_metadata_only = facts(&with_state("v2", "False", "Updating", next))?;
+        let mut kubelet = with_state("v2", "True", "Normal", by_daemon);
+        kubelet["status"]["conditions"][0]["status"] = "True".into();
+        let kubelet_ready = facts(&kubelet)?;
+        assert!(
+            updating.daemon_state.is_empty(),
+            "the controller's state has no daemon key"
+        );
+        assert!(
+            !daemon_done.daemon_state.contains("revision"),
+            "only the daemon's keys"
+        );
+
+        use PodWriter::*;
+        let table = [
+            ("the daemon's completion", &updating, &daemon_done, Daemon),
+            (
+                "the controller's completion, no daemon",
+                &updating,
+                &controller_done,
+                Workload,
+            ),
+            (
+                "the daemon's daemonEnvChecked",
+                &updating,
+                &daemon_checked,
+                Daemon,
+            ),
+            (
+                "the next update's spec patch",
+                &daemon_done,
+                &next_update,
+                Workload,
+            ),
+            (
+                "a metadata-only update's new state",
+                &daemon_done,
+                &next_metadata_only,
+                Workload,
+            ),
+            (
+                "the kubelet's Ready after the completion",
+                &daemon_done,
+                &kubelet_ready,
+                Kubelet,
+            ),
+        ];
+        for (case, old, new, want) in table {
+            assert_eq!(pod_writer(Some(old), Some(new)), want, "{case}");
+        }
+        let mut w = PodWrites::default();
+        for x in [Workload, Workload, Daemon, Kubelet] {
+            w.add(x);
+        }
+        assert_eq!(w.get(Daemon), 1);
+        assert!((w.per_pod(Some(Daemon), 2) - 0.5).abs() < 1e-9);
+        assert!((w.per_pod(None, 2) - 2.0).abs() < 1e-9);
         Ok(())
     }
 }

@@ -214,6 +214,30 @@ struct Args {
     /// RUST_LOG of the controller.
     #[arg(long, default_value = "info")]
     controller_log: String,
+    /// `rollout`, `predownload`, `versus-deployment`: the simulated nodes run the node
+    /// daemon's in-place completion, as every install runs the DaemonSet;
+    /// `--sim-daemon=false` leaves it out (the simulator's `--no-daemon`: the controller
+    /// completes every pod itself).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    sim_daemon: bool,
+}
+
+/// The simulator's flags `flags`, with `--no-daemon` when `--sim-daemon=false`.
+fn with_sim_daemon<'a>(args: &Args, flags: &[&'a str]) -> Vec<&'a str> {
+    let mut out = flags.to_vec();
+    if !args.sim_daemon {
+        out.push("--no-daemon");
+    }
+    out
+}
+
+/// How the simulated nodes complete in-place updates, for a report line.
+fn sim_daemon_words(args: &Args) -> &'static str {
+    if args.sim_daemon {
+        "the simulated nodes run the node daemon's completion"
+    } else {
+        "no node daemon (--sim-daemon=false): the controller completes every pod"
+    }
 }
 
 /// The figures, printed as they come and again together at the end.

@@ -10,7 +10,7 @@ use super::{
     Api, Arc, Args, Client, CloneSet, Controller, Duration, HashMap, Instant, Mutex, Patch,
     PatchParams, Pod, PostParams, Report, Result, Sim, StreamExt, WatchStreamExt,
     app_container_status, cleanup, cloneset, json, millis, namespace, progress, secs, settled,
-    spec_image, status_line, suffix, wait_settled, watcher,
+    spec_image, status_line, suffix, wait_settled, watcher, with_sim_daemon,
 };
 
 const IMAGE_NAME: &str = "bench.invalid/inplace/app";
@@ -105,18 +105,21 @@ pub async fn run(args: &Args, client: &Client, report: &mut Report) -> Result<()
         &args.nodesim_bin,
         &group,
         nodes,
-        &[
-            "--update-delay",
-            "500ms",
-            "--ready-delay",
-            "500ms",
-            "--max-grace",
-            "1s",
-            "--pull-delay",
-            &pull_flag,
-            "--stats-interval",
-            "30s",
-        ],
+        &with_sim_daemon(
+            args,
+            &[
+                "--update-delay",
+                "500ms",
+                "--ready-delay",
+                "500ms",
+                "--max-grace",
+                "1s",
+                "--pull-delay",
+                &pull_flag,
+                "--stats-interval",
+                "30s",
+            ],
+        ),
     )?;
     let result = legs(args, client, &sim, &group, pull, report).await;
     cleanup(client, &group, &mut sim).await;

@@ -213,16 +213,19 @@ pub(super) async fn rollout(args: &Args, client: &Client, report: &mut Report) -
         &args.nodesim_bin,
         &group,
         args.nodes,
-        &[
-            "--update-delay",
-            &format!("{}ms", update_delay.as_millis()),
-            "--ready-delay",
-            &format!("{}ms", ready_delay.as_millis()),
-            "--max-grace",
-            "1s",
-            "--stats-interval",
-            "30s",
-        ],
+        &with_sim_daemon(
+            args,
+            &[
+                "--update-delay",
+                &format!("{}ms", update_delay.as_millis()),
+                "--ready-delay",
+                &format!("{}ms", ready_delay.as_millis()),
+                "--max-grace",
+                "1s",
+                "--stats-interval",
+                "30s",
+            ],
+        ),
     )?;
     let result = rollout_in(
         args,

@@ -232,7 +232,12 @@ pub(super) async fn versus(args: &Args, client: &Client, report: &mut Report) ->
         ),
     };
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let mut sim = Sim::start(&args.nodesim_bin, &group, args.nodes, &flags)?;
+    let mut sim = Sim::start(
+        &args.nodesim_bin,
+        &group,
+        args.nodes,
+        &with_sim_daemon(args, &flags),
+    )?;
     let result = versus_in(args, client, &sim, &group, report).await;
     cleanup(client, &group, &mut sim).await;
     result
@@ -495,20 +500,25 @@ pub(super) async fn versus_in(
     match (shape, &args.calibration) {
         (Some(s), Some(cal)) => {
             report.add(format!(
-                "{tag}: {p} pods on {} simulated nodes, maxUnavailable {} = {mu} pods ({batches} batches), Deployment maxSurge 0, same template; simulator calibrated from {} (shape {}), unmeasured delays: start = update {}, ready {}",
+                "{tag}: {p} pods on {} simulated nodes, maxUnavailable {} = {mu} pods ({batches} batches), Deployment maxSurge 0, same template; simulator calibrated from {} (shape {}), unmeasured delays: start = update {}, ready {}; {}",
                 args.nodes,
                 args.max_unavailable,
                 cal.display(),
                 s.name(),
                 args.update_delay,
-                args.ready_delay
+                args.ready_delay,
+                sim_daemon_words(args)
             ));
             report.add(versus_shape::shape_line(s, inplace.took, deploy.took));
         }
         _ => {
             report.add(format!(
-                "versus-deployment: {p} pods on {} simulated nodes, maxUnavailable {} = {mu} pods ({batches} batches), Deployment maxSurge 0; simulator: start delay = update delay {}, ready delay {}",
-                args.nodes, args.max_unavailable, args.update_delay, args.ready_delay
+                "versus-deployment: {p} pods on {} simulated nodes, maxUnavailable {} = {mu} pods ({batches} batches), Deployment maxSurge 0; simulator: start delay = update delay {}, ready delay {}; {}",
+                args.nodes,
+                args.max_unavailable,
+                args.update_delay,
+                args.ready_delay,
+                sim_daemon_words(args)
             ));
             report.add(benchcalc::versus_line(inplace.took, deploy.took));
         }
@@ -520,11 +530,13 @@ pub(super) async fn versus_in(
         use benchcalc::PodWriter as W;
         let w = &leg.writes;
         report.add(format!(
-            "{tag}: {name} pod writes seen by a watch: {} ({:.2}/pod): {workload} {} ({:.2}/pod), scheduler {}, simulated kubelet {} ({:.2}/pod), unattributed {}",
+            "{tag}: {name} pod writes seen by a watch: {} ({:.2}/pod): {workload} {} ({:.2}/pod), daemon {} ({:.2}/pod), scheduler {}, simulated kubelet {} ({:.2}/pod), unattributed {}",
             w.total(),
             w.per_pod(None, p),
             w.get(W::Workload),
             w.per_pod(Some(W::Workload), p),
+            w.get(W::Daemon),
+            w.per_pod(Some(W::Daemon), p),
             w.get(W::Scheduler),
             w.get(W::Kubelet),
             w.per_pod(Some(W::Kubelet), p),
