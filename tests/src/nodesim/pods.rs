@@ -780,9 +780,10 @@ impl Engine {
                         self.apply(&pod);
                     }
                     // Judged on a stale snapshot: judged again on the next one, which the
-                    // watch is bound to deliver.
-                    Err(err) if is_status(&err, 409) => e.daemon_failed = Some((sent_rv, Ms::MAX)),
-                    Err(err) if is_status(&err, 404) => {}
+                    // watch is bound to deliver (a pod gone: its deletion).
+                    Err(err) if is_status(&err, 409) || is_status(&err, 404) => {
+                        e.daemon_failed = Some((sent_rv, Ms::MAX));
+                    }
                     Err(err) => {
                         tracing::debug!("completion of {}/{}: {err}", e.namespace, e.name);
                         e.daemon_failed = Some((sent_rv, retry));
@@ -1050,6 +1051,64 @@ mod tests {
             .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
             .map(|c| c.status.clone());
         assert_eq!(ready.as_deref(), Some("True"));
+        Ok(())
+    }
+
+    /// The simulated daemon judges a pod only while it is in an in-place update, and its
+    /// completion and the kubelet's status are never in flight together; a completion
+    /// refused at a resourceVersion waits for a newer snapshot (a conflict) or its retry
+    /// time (another failure).
+    #[test]
+    fn the_daemon_judges_pods_in_update_one_write_at_a_time() -> Result<(), serde_json::Error> {
+        let faults = GlobalFaults::default();
+        let mut e = entry(&pod_at("10")?, 0);
+        assert!(e.in_update.is_none(), "not in an update: nothing kept");
+        assert!(!e.may_complete(0));
+
+        let mut v = serde_json::to_value(pod_at("11")?)?;
+        v["metadata"]["annotations"] =
+            json!({ "apps.kruise.io/inplace-update-state": "{\"revision\":\"r2\"}" });
+        v["status"]["conditions"] = json!([{ "type": "InPlaceUpdateReady", "status": "False" }]);
+        let updating: Pod = serde_json::from_value(v.clone())?;
+        assert!(e.observe(&updating, &faults));
+        assert!(e.in_update.is_some(), "in an update: the snapshot kept");
+        assert!(e.may_complete(0) && e.may_write());
+
+        e.daemon_inflight = Some("11".into());
+        assert!(
+            !e.may_write(),
+            "the kubelet waits for the completion in flight"
+        );
+        assert!(!e.may_complete(0), "one completion at a time");
+        e.daemon_inflight = None;
+        e.inflight = Some((1, "11".into()));
+        assert!(
+            !e.may_complete(0),
+            "the completion waits for the kubelet's write"
+        );
+        e.inflight = None;
+
+        e.daemon_failed = Some(("11".into(), Ms::MAX));
+        assert!(
+            !e.may_complete(i64::MAX - 1),
+            "a conflict: not at this version"
+        );
+        assert!(e.may_write(), "the kubelet's status goes meanwhile");
+        v["metadata"]["resourceVersion"] = "12".into();
+        assert!(e.observe(&serde_json::from_value(v.clone())?, &faults));
+        assert!(e.may_complete(0), "judged again on the newer snapshot");
+        e.daemon_failed = Some(("12".into(), 5_000));
+        assert!(
+            !e.may_complete(4_999),
+            "another failure: not before its retry"
+        );
+        assert!(e.may_complete(5_000));
+
+        v["metadata"]["resourceVersion"] = "13".into();
+        v["status"]["conditions"] = json!([{ "type": "InPlaceUpdateReady", "status": "True" }]);
+        assert!(e.observe(&serde_json::from_value(v)?, &faults));
+        assert!(e.in_update.is_none(), "completed: dropped");
+        assert!(!e.may_complete(10_000));
         Ok(())
     }
 
