@@ -596,25 +596,40 @@ impl Engine {
             }
         };
         e.daemon_inflight = Some(e.rv.clone());
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), &e.namespace);
-        let name = e.name.clone();
+        let (namespace, name) = (e.namespace.clone(), e.name.clone());
+        self.spawn_status_patch(
+            &namespace,
+            name,
+            inplace_daemon::apiserver::patch_params(),
+            patch,
+            move |result| Done::Completion { id, result },
+        );
+        true
+    }
+
+    /// Sends `patch` to the pod's `pods/status` as a strategic merge patch with `params`,
+    /// within the bound of writes in flight; `done` tells the engine the outcome.
+    fn spawn_status_patch(
+        &self,
+        namespace: &str,
+        name: String,
+        params: PatchParams,
+        patch: Value,
+        done: impl FnOnce(Result<Box<Pod>, kube::Error>) -> Done + Send + 'static,
+    ) {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         let sem = self.sem.clone();
         let tx = self.done_tx.clone();
         tokio::spawn(async move {
-            let result = match sem.acquire_owned().await {
-                Ok(_permit) => api
-                    .patch_status(
-                        &name,
-                        &inplace_daemon::apiserver::patch_params(),
-                        &Patch::Strategic(patch),
-                    )
-                    .await
-                    .map(Box::new),
-                Err(_) => return,
+            let Ok(_permit) = sem.acquire_owned().await else {
+                return;
             };
-            let _ = tx.send(Done::Completion { id, result });
+            let result = api
+                .patch_status(&name, &params, &Patch::Strategic(patch))
+                .await
+                .map(Box::new);
+            let _ = tx.send(done(result));
         });
-        true
     }
 
     /// The periodic pass of the kubelet's status manager (`syncBatch`): every pod whose
@@ -667,29 +682,18 @@ impl Engine {
         } else {
             json!({ "status": status })
         };
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), &e.namespace);
-        let name = e.name.clone();
-        let sem = self.sem.clone();
-        let tx = self.done_tx.clone();
-        tokio::spawn(async move {
-            let result = match sem.acquire_owned().await {
-                Ok(_permit) => {
-                    let pp = PatchParams {
-                        field_manager: Some(FIELD_MANAGER.into()),
-                        ..PatchParams::default()
-                    };
-                    api.patch_status(&name, &pp, &Patch::Strategic(patch))
-                        .await
-                        .map(Box::new)
-                }
-                Err(_) => return,
-            };
-            let _ = tx.send(Done::Status {
+        let (namespace, name) = (e.namespace.clone(), e.name.clone());
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..PatchParams::default()
+        };
+        self.spawn_status_patch(&namespace, name, params, patch, move |result| {
+            Done::Status {
                 id,
                 hash,
                 kind,
                 result,
-            });
+            }
         });
     }
 
