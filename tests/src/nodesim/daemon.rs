@@ -8,6 +8,11 @@
 //! crate's own functions ([`decide::decide_on_node`], [`decide::completion_patch`]), over
 //! the simulated runtime ([`runtime_view`]) in place of CRI.
 //!
+//! Like the daemon, a pod revision it completed is not completed again for
+//! [`COMPLETION_MEMORY`]: the daemon's decision alone would complete the finished update
+//! once more when the controller writes `InPlaceUpdateReady` False to start the next one
+//! (the label and the state still name the finished revision until the spec patch).
+//!
 //! Only the completion is emulated. The daemon's other acts (an env-from-metadata
 //! restart, a requested restart, a resize through CRI, `daemonEnvChecked` between
 //! container batches) are decided but not carried out: the simulated runtime has no
@@ -22,6 +27,28 @@ use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
 
 use super::model::{CState, ContainerSim, Ms, PodSim, image_id};
+
+/// How long a completion keeps the daemon from completing the same pod revision again:
+/// the daemon's own `COMPLETION_MEMORY` (`inplace_daemon::inplace`, not public there).
+pub const COMPLETION_MEMORY: Ms = 30_000;
+
+/// A completion the simulated daemon wrote: the pod's revision label then, and when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completed {
+    pub revision: String,
+    pub at: Ms,
+}
+
+/// The pod's revision label (`controller-revision-hash`), by which the daemon remembers a
+/// completion.
+pub fn revision_label(pod: &Pod) -> String {
+    pod.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(inplace_proto::keys::REVISION_LABEL))
+        .cloned()
+        .unwrap_or_default()
+}
 
 /// The runtime name of the simulated containers' ids (`sim://<id>`, [`super::model::container_id`]).
 pub const RUNTIME: &str = "sim";
@@ -81,7 +108,7 @@ pub fn resolved_images(pod: &Pod) -> BTreeMap<String, String> {
 /// The daemon's decision for `pod` (the latest snapshot) over the simulated runtime
 /// `sim`: no resize observed, none applied, no node-clock facts (the simulated runtime
 /// reports no env, and env-from-metadata restarts are not emulated).
-pub fn decide(pod: &Pod, sim: &PodSim) -> Decision {
+pub fn decision(pod: &Pod, sim: &PodSim) -> Decision {
     decide::decide_on_node(
         pod,
         &runtime_view(sim),
@@ -94,17 +121,25 @@ pub fn decide(pod: &Pod, sim: &PodSim) -> Decision {
 
 /// What the simulated daemon writes for `pod` now: the completion patch of `pods/status`
 /// (strategic merge, pinned to the pod's resourceVersion) when its decision is
-/// [`Decision::Complete`], else nothing. `now` stamps the condition and the lifecycle
-/// timestamp.
+/// [`Decision::Complete`] and `last`, its latest completion of the pod, is not of the same
+/// revision within [`COMPLETION_MEMORY`]; else nothing. `now` stamps the condition and the
+/// lifecycle timestamp.
 pub fn completion(
     pod: &Pod,
     sim: &PodSim,
+    last: Option<&Completed>,
     now: Timestamp,
 ) -> Result<Option<Value>, serde_json::Error> {
     if !decide::in_update(pod) {
         return Ok(None);
     }
-    let Decision::Complete(ids) = decide(pod, sim) else {
+    let remembered = last.is_some_and(|c| {
+        c.revision == revision_label(pod) && now.as_millisecond() - c.at < COMPLETION_MEMORY
+    });
+    if remembered {
+        return Ok(None);
+    }
+    let Decision::Complete(ids) = decision(pod, sim) else {
         return Ok(None);
     };
     let full: BTreeMap<String, String> = ids
@@ -234,7 +269,7 @@ mod tests {
         ];
         for (case, p, at, completes) in cases {
             let sim = runtime(&before, p, at);
-            let patch = completion(p, &sim, now())?;
+            let patch = completion(p, &sim, None, now())?;
             assert_eq!(patch.is_some(), completes, "{case}: {patch:?}");
             if let Some(patch) = patch {
                 assert_eq!(patch["metadata"]["resourceVersion"], "12", "{case}: pinned");
@@ -260,6 +295,65 @@ mod tests {
         Ok(())
     }
 
+    /// The controller starts the next update with `InPlaceUpdateReady` False while the
+    /// label and the state still name the finished revision: the daemon's decision
+    /// completes that revision again, and only its memory of the completion holds it back,
+    /// for [`COMPLETION_MEMORY`].
+    #[test]
+    fn a_finished_update_is_not_completed_again_within_the_memory() -> Result<(), serde_json::Error>
+    {
+        let old_id = container_id("u1", "app", 0);
+        let before = pod("app:v1", "10", Some("True"), None)?;
+        let patched = pod("app:v2", "12", Some("False"), Some(state(&old_id)))?;
+        let sim = runtime(&before, &patched, 60_000);
+        let done = completion(&patched, &sim, None, now())?;
+        let Some(done) = done else {
+            panic!("the update completes");
+        };
+        let mut completed_state: Value = serde_json::from_str(
+            done["metadata"]["annotations"][STATE]
+                .as_str()
+                .unwrap_or_default(),
+        )?;
+        completed_state["lifecycleStateOnCompletion"] = Value::Null;
+        // The next update's first write: the condition False, nothing else yet.
+        let next_start = pod("app:v2", "20", Some("False"), Some(completed_state))?;
+        let at = now().as_millisecond();
+        let last = Completed {
+            revision: revision_label(&patched),
+            at,
+        };
+        assert_eq!(last.revision, "web-2");
+        let other = Completed {
+            revision: "web-1".into(),
+            at,
+        };
+        let in_ms = |ms: i64| Timestamp::from_millisecond(at + ms).unwrap_or(now());
+        // (case, the daemon's last completion, ms after it, writes)
+        let cases: [(&str, Option<&Completed>, i64, bool); 5] = [
+            (
+                "no completion remembered: the decision alone",
+                None,
+                0,
+                true,
+            ),
+            ("just completed", Some(&last), 0, false),
+            (
+                "within the memory",
+                Some(&last),
+                COMPLETION_MEMORY - 1,
+                false,
+            ),
+            ("the memory is over", Some(&last), COMPLETION_MEMORY, true),
+            ("a completion of another revision", Some(&other), 0, true),
+        ];
+        for (case, last, after, writes) in cases {
+            let patch = completion(&next_start, &sim, last, in_ms(after))?;
+            assert_eq!(patch.is_some(), writes, "{case}: {patch:?}");
+        }
+        Ok(())
+    }
+
     /// A pod whose update was patched while the simulator still had the old container
     /// running on the new image's id (a retag) is judged by container id, not image: the
     /// same container is never the update.
@@ -273,8 +367,8 @@ mod tests {
             sim.containers[0].container_id.as_deref(),
             Some(old_id.as_str())
         );
-        assert!(matches!(decide(&patched, &sim), Decision::Wait(_)));
-        assert_eq!(completion(&patched, &sim, now())?, None);
+        assert!(matches!(decision(&patched, &sim), Decision::Wait(_)));
+        assert_eq!(completion(&patched, &sim, None, now())?, None);
         Ok(())
     }
 

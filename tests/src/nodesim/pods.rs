@@ -135,6 +135,8 @@ struct Entry {
     in_update: Option<Box<Pod>>,
     /// The resourceVersion the daemon's completion in flight was pinned to.
     daemon_inflight: Option<String>,
+    /// The daemon's latest completion of this pod ([`daemon::COMPLETION_MEMORY`]).
+    daemon_completed: Option<daemon::Completed>,
     /// A completion that failed: (the resourceVersion it was pinned to, when it may be
     /// sent again at that version). A conflict waits for a newer snapshot (`Ms::MAX`), any
     /// other failure for `retry_after` or a newer snapshot.
@@ -185,6 +187,7 @@ impl Entry {
             counted_ready: false,
             in_update: in_update(pod),
             daemon_inflight: None,
+            daemon_completed: None,
             daemon_failed: None,
         }
     }
@@ -587,7 +590,8 @@ impl Engine {
         let Some(pod) = e.in_update.as_deref() else {
             return false;
         };
-        let patch = match daemon::completion(pod, &e.sim, k8s_openapi::jiff::Timestamp::now()) {
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let patch = match daemon::completion(pod, &e.sim, e.daemon_completed.as_ref(), now) {
             Ok(Some(patch)) => patch,
             Ok(None) => return false,
             Err(err) => {
@@ -781,6 +785,10 @@ impl Engine {
                 match result {
                     Ok(pod) => {
                         e.daemon_failed = None;
+                        e.daemon_completed = Some(daemon::Completed {
+                            revision: daemon::revision_label(&pod),
+                            at: now_ms(),
+                        });
                         self.apply(&pod);
                     }
                     // Judged on a stale snapshot: judged again on the next one, which the
