@@ -28,6 +28,10 @@ use serde_json::Value;
 
 use super::model::{CState, ContainerSim, Ms, PodSim, image_id};
 
+/// The runtime name in the simulated containers' ids (`sim://<id>`,
+/// [`super::model::container_id`]).
+pub const RUNTIME: &str = "sim";
+
 /// How long a completion keeps the daemon from completing the same pod revision again:
 /// the daemon's own `COMPLETION_MEMORY` (`inplace_daemon::inplace`, not public there).
 pub const COMPLETION_MEMORY: Ms = 30_000;
@@ -49,9 +53,6 @@ pub fn revision_label(pod: &Pod) -> String {
         .cloned()
         .unwrap_or_default()
 }
-
-/// The runtime name of the simulated containers' ids (`sim://<id>`, [`super::model::container_id`]).
-pub const RUNTIME: &str = "sim";
 
 fn nanos(ms: Ms) -> i64 {
     ms.saturating_mul(1_000_000)
@@ -228,8 +229,9 @@ mod tests {
         Timestamp::from_second(1_767_225_600).unwrap_or(Timestamp::UNIX_EPOCH)
     }
 
-    /// The table the brief of the simulated daemon asks for: the completion only once the
-    /// new container runs, only for a pod in an update, never twice.
+    /// A pod in an update gets the completion once its new container runs, and not
+    /// before; a pod not in an update, or one completed already (by the controller or the
+    /// daemon: the condition is True), gets nothing.
     #[test]
     fn the_simulated_daemon_completes_once_the_new_container_runs() -> Result<(), serde_json::Error>
     {
@@ -261,7 +263,7 @@ mod tests {
                 false,
             ),
             (
-                "completed already (condition True)",
+                "completed already (condition True, by the controller: no ids recorded)",
                 &pod("app:v2", "13", Some("True"), Some(state(&old_id)))?,
                 60_000,
                 false,
