@@ -1003,6 +1003,10 @@ async fn main() -> Result<()> {
                 "300ms",
                 "--stats-interval",
                 "10m",
+                // The controller completes each in-place update itself (its path without a
+                // daemon), under the faults: the daemon's completion is the node suite's,
+                // on the real daemon.
+                "--no-daemon",
             ],
         )?;
         sim.wait_nodes_ready(&client, Duration::from_secs(60))
