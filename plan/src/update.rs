@@ -1,7 +1,14 @@
 //! The update step (docs "Update features"; OpenKruise `sync/cloneset_update.go`):
 //!
-//! 1. refresh every pod ([`lifecycle::refresh`]); when that has anything to do, the step
-//!    does only that (the reference ends its update step after any refresh change);
+//! 1. refresh every pod ([`lifecycle::refresh`]). The reference ends its update step after
+//!    any refresh change and chooses pods in its next reconcile; here the step goes on in
+//!    the same plan unless a refreshed pod is itself a candidate (then it ends as the
+//!    reference's). Going on chooses the pods the next reconcile would choose, from the
+//!    same candidates in the same order, under a budget no larger: a refresh only makes
+//!    pods available (a completed update, a lifecycle state back to Normal), never takes
+//!    one out of service, and the snapshot still counts the refreshed pods as they were.
+//!    At 1,000 pods with short restarts nearly every reconcile has a pod to complete, and
+//!    ending there left freed slots empty for a reconcile with none;
 //! 2. nothing more while `paused` or for `OnDelete`, or when no pod needs to move
 //!    (`diffs.update == 0`);
 //! 3. candidates: with `diffs.update > 0` the active pods not on the update revision,
@@ -62,14 +69,10 @@ fn earliest(current: &mut Option<Duration>, candidate: Duration) {
 pub fn plan_update(ctx: &PlanContext, diffs: &Diffs) -> UpdateStep {
     let refresh = lifecycle::refresh(ctx);
     let mut step = UpdateStep {
-        actions: Vec::new(),
+        actions: refresh.actions,
         problems: refresh.problems,
         requeue_after: refresh.requeue_after,
     };
-    if !refresh.actions.is_empty() {
-        step.actions = refresh.actions;
-        return step;
-    }
     let cs = ctx.cloneset();
     let strategy = cs.spec.update_strategy.as_ref();
     if strategy.is_some_and(|s| s.paused)
@@ -86,6 +89,9 @@ pub fn plan_update(ctx: &PlanContext, diffs: &Diffs) -> UpdateStep {
     };
 
     let mut candidates = candidates(ctx, rollback);
+    if refreshes_a_candidate(ctx, &step.actions, &candidates) {
+        return step;
+    }
     update_order::sort_candidates(strategy, &ctx.pods, &mut candidates);
     let chosen = limit(ctx, diffs, target, &candidates);
 
@@ -177,6 +183,20 @@ pub fn candidates(ctx: &PlanContext, rollback: bool) -> Vec<usize> {
         })
         .map(|(i, _)| i)
         .collect()
+}
+
+/// Whether one of the `refreshed` actions writes a pod among `candidates`: the update step
+/// then ends with the refresh (module docs, 1), so that no pod gets two writes planned from
+/// one snapshot and the choice waits for the refreshed pod's new state, as the reference's.
+fn refreshes_a_candidate(ctx: &PlanContext, refreshed: &[Action], candidates: &[usize]) -> bool {
+    if refreshed.is_empty() {
+        return false;
+    }
+    let written: std::collections::HashSet<&str> =
+        refreshed.iter().filter_map(super::step::pod_of).collect();
+    candidates
+        .iter()
+        .any(|&i| written.contains(ctx.pods[i].name))
 }
 
 /// The prefix of the sorted `candidates` that may be updated now (a.6 "Limit").

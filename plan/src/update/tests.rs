@@ -100,6 +100,75 @@ fn a_refresh_change_ends_the_step_even_when_paused() {
     );
 }
 
+/// A pod whose in-place update to demo-new has run (its container runs the new image)
+/// while `InPlaceUpdateReady` is still False, so it is not Ready yet: the refresh
+/// completes it.
+fn updated_in_place_not_completed(name: &str) -> PodBuilder {
+    pod(name, "demo-new")
+        .lifecycle("Updating")
+        .spec_image("nginx:2")
+        .status_image("nginx:2", "sha-2")
+        .in_place_ready(false)
+        .not_ready()
+        .in_place_state(&json!({
+            "revision": "demo-new",
+            "updateTimestamp": t(900).to_string(),
+            "lastContainerStatuses": {"main": {"imageID": "sha-1"}},
+            "updateImages": true,
+        }))
+}
+
+fn completion(pod: &str) -> [Action; 2] {
+    [
+        Action::CompleteInPlaceUpdate { pod: pod.into() },
+        Action::Lifecycle {
+            pod: pod.into(),
+            from: Some(LifecycleState::Updating),
+            to: LifecycleState::Normal,
+            mark_not_ready: None,
+        },
+    ]
+}
+
+#[test]
+fn a_completion_and_the_next_starts_go_in_one_step_within_the_budget() {
+    // maxUnavailable 2: the pod being completed is still unavailable, so one more pod goes
+    // now (the reference would end with the completion and start it next reconcile).
+    let mut pods = vec![updated_in_place_not_completed("demo-a")];
+    pods.extend(old_pods(3));
+    let f = fixture(in_place(json!({"replicas": 4})), pods);
+    let step = plan_update(&f.ctx(), &diffs(3, 2));
+    let mut want = completion("demo-a").to_vec();
+    want.push(update("demo-0", UpdateMethod::InPlace, "demo-new"));
+    assert_eq!(step.actions, want);
+
+    // With the budget used up by pods still updating, only the completion.
+    let mut pods = vec![
+        updated_in_place_not_completed("demo-a"),
+        updated_in_place_not_completed("demo-b"),
+    ];
+    pods.extend(old_pods(2));
+    let f = fixture(in_place(json!({"replicas": 4})), pods);
+    let step = plan_update(&f.ctx(), &diffs(2, 2));
+    let want: Vec<Action> = completion("demo-a")
+        .into_iter()
+        .chain(completion("demo-b"))
+        .collect();
+    assert_eq!(step.actions, want);
+}
+
+#[test]
+fn a_refreshed_pod_that_is_a_candidate_ends_the_step_with_the_refresh() {
+    // Rolled back by partition (update < 0): the pods on demo-new go back, and demo-a,
+    // completed now, is one of them; its new state is waited for, as the reference does.
+    let mut pods = vec![updated_in_place_not_completed("demo-a")];
+    pods.push(pod("demo-b", "demo-new"));
+    pods.extend(old_pods(2));
+    let f = fixture(in_place(json!({"replicas": 4})), pods);
+    let step = plan_update(&f.ctx(), &diffs(-2, 4));
+    assert_eq!(step.actions, completion("demo-a").to_vec());
+}
+
 #[test]
 fn candidates_skip_preparing_delete_grace_pending_and_terminating_pods_but_take_updated_ones() {
     let f = fixture(
