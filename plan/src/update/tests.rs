@@ -429,3 +429,66 @@ fn priority_and_scatter_decide_which_pods_go_first() {
         vec![update("demo-2", UpdateMethod::Recreate, "demo-new")]
     );
 }
+
+/// One pod of the property below: on which revision, and in which state.
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    OldReady,
+    OldNotReady,
+    NewReady,
+    /// Updated in place, its completion due in this plan ([`updated_in_place_not_completed`]).
+    NewCompleting,
+}
+
+fn build(kind: Kind, i: usize) -> PodBuilder {
+    let name = format!("demo-{i}");
+    match kind {
+        Kind::OldReady => pod(&name, "demo-old"),
+        Kind::OldNotReady => pod(&name, "demo-old").not_ready(),
+        Kind::NewReady => pod(&name, "demo-new"),
+        Kind::NewCompleting => updated_in_place_not_completed(&name),
+    }
+}
+
+proptest::proptest! {
+    /// With completions planned in the same step, the pods taken out of service never push
+    /// the unavailable pods past `maxUnavailable` (or past what was unavailable already),
+    /// and no pod gets both a refresh write and an update.
+    #[test]
+    fn starts_beside_a_refresh_stay_within_the_budget(
+        kinds in proptest::collection::vec(
+            proptest::sample::select(vec![Kind::OldReady, Kind::OldNotReady, Kind::NewReady, Kind::NewCompleting]),
+            1..12,
+        ),
+        max_unavailable in 1i32..5,
+        rollback: bool,
+    ) {
+        let pods: Vec<PodBuilder> = kinds.iter().enumerate().map(|(i, k)| build(*k, i)).collect();
+        // Forward: the old pods move; rolled back by partition: the new ones go back.
+        let moving = kinds.iter().filter(|k| matches!(k, Kind::OldReady | Kind::OldNotReady) != rollback).count();
+        let update = i32::try_from(moving).unwrap() * if rollback { -1 } else { 1 };
+        let f = fixture(in_place(json!({"replicas": kinds.len()})), pods);
+        let step = plan_update(&f.ctx(), &diffs(update, max_unavailable));
+
+        let index = |name: &str| name.strip_prefix("demo-").and_then(|i| i.parse::<usize>().ok()).unwrap();
+        let started: Vec<usize> = step.actions.iter().filter_map(|a| match a {
+            Action::Update { pod, .. } => Some(index(pod)),
+            _ => None,
+        }).collect();
+        let refreshed: std::collections::HashSet<usize> = step.actions.iter()
+            .filter(|a| !matches!(a, Action::Update { .. }))
+            .filter_map(|a| crate::step::pod_of(a).map(index))
+            .collect();
+        proptest::prop_assert!(started.iter().all(|i| !refreshed.contains(i)));
+
+        let unavailable = kinds.iter().filter(|k| matches!(k, Kind::OldNotReady | Kind::NewCompleting)).count();
+        let taken = started.iter().filter(|&&i| matches!(kinds[i], Kind::OldReady | Kind::NewReady)).count();
+        let max = usize::try_from(max_unavailable).unwrap();
+        proptest::prop_assert!(unavailable + taken <= max.max(unavailable),
+            "{unavailable} unavailable + {taken} taken > {max}: {:?}", step.actions);
+        // Completions are never held back by the starts.
+        let completing = kinds.iter().filter(|k| matches!(k, Kind::NewCompleting)).count();
+        let completions = step.actions.iter().filter(|a| matches!(a, Action::CompleteInPlaceUpdate { .. })).count();
+        proptest::prop_assert_eq!(completions, completing);
+    }
+}
