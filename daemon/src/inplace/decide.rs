@@ -511,7 +511,32 @@ pub fn decide_with_state(
         }
         return Decision::EnvChecked { batch, readers };
     }
+    if completed_already(state, &done) {
+        // This state's update was completed (by us: the ids are ours), and the pod is in
+        // an update again: `InPlaceUpdateReady` False starts the controller's next update,
+        // whose spec patch (with its own state) has not come yet. Completing now would mark
+        // the pod ready between the two writes and refuse the controller's spec patch.
+        return Decision::Wait(
+            "the state's update is completed already; the next update's spec patch has not come yet"
+                .into(),
+        );
+    }
     Decision::Complete(done)
+}
+
+/// Whether the container ids the daemon recorded in `state` when it completed the state's
+/// update are those of `done`: that update is finished, whatever the condition says now.
+fn completed_already(state: &InPlaceUpdateState, done: &BTreeMap<String, String>) -> bool {
+    let Some(Value::Object(recorded)) = state.extra.get(STATE_CONTAINER_IDS_KEY) else {
+        return false;
+    };
+    !done.is_empty()
+        && done.iter().all(|(name, id)| {
+            recorded
+                .get(name)
+                .and_then(Value::as_str)
+                .is_some_and(|r| inplace_contract::runtime_id(r) == id)
+        })
 }
 
 /// Why the kubelet's pod status does not show `done` (name → runtime id) yet, if it does not.

@@ -37,8 +37,9 @@ use crate::pod_cache::PodCache;
 use crate::resize;
 use decide::{Decision, RuntimeContainer};
 
-/// How long a written completion suppresses re-completing the same pod revision.
-const COMPLETION_MEMORY: Duration = Duration::from_secs(30);
+/// How long a written completion suppresses re-completing the same pod revision (while
+/// the watch may still show the pod from before it).
+pub const COMPLETION_MEMORY: Duration = Duration::from_secs(30);
 
 /// CRI label with the pod UID (set by the kubelet on every container).
 pub const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";

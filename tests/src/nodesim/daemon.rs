@@ -9,9 +9,8 @@
 //! the simulated runtime ([`runtime_view`]) in place of CRI.
 //!
 //! Like the daemon, a pod revision it completed is not completed again for
-//! [`COMPLETION_MEMORY`]: the daemon's decision alone would complete the finished update
-//! once more when the controller writes `InPlaceUpdateReady` False to start the next one
-//! (the label and the state still name the finished revision until the spec patch).
+//! [`COMPLETION_MEMORY`], while the watch may still show the pod from before the
+//! completion.
 //!
 //! Only the completion is emulated. The daemon's other acts (an env-from-metadata
 //! restart, a requested restart, a resize through CRI, `daemonEnvChecked` between
@@ -32,9 +31,9 @@ use super::model::{CState, ContainerSim, Ms, PodSim, image_id};
 /// [`super::model::container_id`]).
 pub const RUNTIME: &str = "sim";
 
-/// How long a completion keeps the daemon from completing the same pod revision again:
-/// the daemon's own `COMPLETION_MEMORY` (`inplace_daemon::inplace`, not public there).
-pub const COMPLETION_MEMORY: Ms = 30_000;
+/// How long a completion keeps the daemon from completing the same pod revision again,
+/// in ms: the daemon's own [`inplace_daemon::inplace::COMPLETION_MEMORY`].
+pub const COMPLETION_MEMORY: Ms = inplace_daemon::inplace::COMPLETION_MEMORY.as_millis() as Ms;
 
 /// A completion the simulated daemon wrote: the pod's revision label then, and when.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -298,12 +297,13 @@ mod tests {
     }
 
     /// The controller starts the next update with `InPlaceUpdateReady` False while the
-    /// label and the state still name the finished revision: the daemon's decision
-    /// completes that revision again, and only its memory of the completion holds it back,
-    /// for [`COMPLETION_MEMORY`].
+    /// label and the state (with the ids the daemon recorded) still name the finished
+    /// revision: that revision is not completed again, however long ago its completion was.
+    /// The memory of a completion only keeps a snapshot from before it (the watch not
+    /// having shown it yet) from being completed twice.
     #[test]
-    fn a_finished_update_is_not_completed_again_within_the_memory() -> Result<(), serde_json::Error>
-    {
+    fn a_finished_update_is_not_completed_again_when_the_next_one_begins()
+    -> Result<(), serde_json::Error> {
         let old_id = container_id("u1", "app", 0);
         let before = pod("app:v1", "10", Some("True"), None)?;
         let patched = pod("app:v2", "12", Some("False"), Some(state(&old_id)))?;
@@ -331,26 +331,60 @@ mod tests {
             at,
         };
         let in_ms = |ms: i64| Timestamp::from_millisecond(at + ms).unwrap_or(now());
-        // (case, the daemon's last completion, ms after it, writes)
-        let cases: [(&str, Option<&Completed>, i64, bool); 5] = [
+        // (case, the snapshot judged, the daemon's last completion, ms after it, writes)
+        let cases: [(&str, &Pod, Option<&Completed>, i64, bool); 7] = [
             (
-                "no completion remembered: the decision alone",
+                "next update, nothing remembered",
+                &next_start,
                 None,
                 0,
-                true,
+                false,
             ),
-            ("just completed", Some(&last), 0, false),
             (
-                "within the memory",
+                "next update, just completed",
+                &next_start,
+                Some(&last),
+                0,
+                false,
+            ),
+            (
+                "next update, the memory is over",
+                &next_start,
+                Some(&last),
+                COMPLETION_MEMORY,
+                false,
+            ),
+            (
+                "next update, another revision remembered",
+                &next_start,
+                Some(&other),
+                0,
+                false,
+            ),
+            (
+                "a snapshot from before the completion",
+                &patched,
+                Some(&last),
+                0,
+                false,
+            ),
+            (
+                "the same, within the memory",
+                &patched,
                 Some(&last),
                 COMPLETION_MEMORY - 1,
                 false,
             ),
-            ("the memory is over", Some(&last), COMPLETION_MEMORY, true),
-            ("a completion of another revision", Some(&other), 0, true),
+            (
+                "the same, the memory over: judged again",
+                &patched,
+                Some(&last),
+                COMPLETION_MEMORY,
+                true,
+            ),
         ];
-        for (case, last, after, writes) in cases {
-            let patch = completion(&next_start, &sim, last, in_ms(after))?;
+        for (case, pod, last, after, writes) in cases {
+            let patch = completion(pod, &sim, last, in_ms(after))?;
             assert_eq!(patch.is_some(), writes, "{case}: {patch:?}");
         }
         Ok(())

@@ -275,6 +275,33 @@ fn an_image_change_completes_from_the_runtime_before_the_kubelet_reports_it() {
     );
 }
 
+/// The controller starts the next update of a pod the daemon completed: it writes
+/// `InPlaceUpdateReady` False first, and the state (with the ids the daemon recorded)
+/// still names the finished update until the spec patch. That update is not completed
+/// again, however long ago the daemon completed it; a state whose recorded ids are not
+/// the running containers' is judged as before.
+#[test]
+fn a_completed_update_is_not_completed_again_when_the_next_one_begins() {
+    let with_ids = |recorded: &str| {
+        let state = format!(
+            r#"{{"revision":"cs-2","updateTimestamp":"2026-01-01T00:00:10Z","lastContainerStatuses":{{"main":{{"imageID":"reg/app@sha256:old"}}}},"updateImages":true,"daemonContainerIDs":{{"main":"{recorded}"}}}}"#
+        );
+        pod(json!({"metadata": {"annotations": {"apps.kruise.io/inplace-update-state": state}}}))
+    };
+    let running = [rc("a1", "main", 1, true, T10 + 5, "sha256:new")];
+    assert_eq!(
+        decide(&with_ids("containerd://a1"), &running, &resolved()),
+        Decision::Wait(
+            "the state's update is completed already; the next update's spec patch has not come yet"
+                .into()
+        )
+    );
+    assert_eq!(
+        decide(&with_ids("containerd://a0"), &running, &resolved()),
+        Decision::Complete(BTreeMap::from([("main".into(), "a1".into())]))
+    );
+}
+
 /// With later batches pending, the daemon restarts the env readers of the current
 /// batch and then records them as checked for this batch; it completes nothing.
 #[test]
