@@ -73,6 +73,29 @@ impl CriError {
         }
     }
 
+    /// Whether the call's outcome is unknown: the runtime could not be reached, or the
+    /// connection failed before its answer came (a runtime restarting, a cut socket), so
+    /// the call may or may not have been carried out. An error the runtime itself answered
+    /// (any code, `Unknown` included) is its verdict, known.
+    pub fn outcome_unknown(&self) -> bool {
+        match self {
+            CriError::Timeout { .. } | CriError::Channel { .. } => true,
+            CriError::Rpc { status, .. } => match status.code() {
+                tonic::Code::Unavailable
+                | tonic::Code::DeadlineExceeded
+                | tonic::Code::Cancelled => true,
+                // tonic reports a failed transport (the connection reset, an h2 error)
+                // as `Unknown` with the transport's error as its source; an `Unknown` the
+                // runtime sent has none.
+                tonic::Code::Unknown => std::error::Error::source(status).is_some(),
+                _ => false,
+            },
+            CriError::NoEndpoint { .. } | CriError::BadEndpoint(_) | CriError::Malformed { .. } => {
+                false
+            }
+        }
+    }
+
     /// The runtime's message as reported to users: `<Code>: <runtime message>`, or this
     /// error's text when the runtime said nothing.
     pub fn runtime_message(&self) -> String {
@@ -362,6 +385,65 @@ fn image_spec(image: &str) -> ImageSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_outcome_is_unknown_when_the_runtime_was_not_reached_or_its_answer_lost() {
+        let rpc = |status| CriError::Rpc {
+            op: "StopContainer",
+            status,
+        };
+        let transport = || {
+            tonic::Status::from_error(Box::new(std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                "connection reset",
+            )))
+        };
+        assert_eq!(transport().code(), tonic::Code::Unknown);
+        let cases = [
+            ("a transport error", rpc(transport()), true),
+            (
+                "unavailable",
+                rpc(tonic::Status::unavailable("connect")),
+                true,
+            ),
+            (
+                "deadline",
+                rpc(tonic::Status::deadline_exceeded("late")),
+                true,
+            ),
+            ("cancelled", rpc(tonic::Status::cancelled("gone")), true),
+            (
+                "no answer in time",
+                CriError::Timeout {
+                    op: "StopContainer",
+                    after: Duration::from_secs(1),
+                },
+                true,
+            ),
+            (
+                "the runtime's own Unknown",
+                rpc(tonic::Status::unknown("failed to kill")),
+                false,
+            ),
+            (
+                "not found",
+                rpc(tonic::Status::not_found("no such container")),
+                false,
+            ),
+            ("internal", rpc(tonic::Status::internal("boom")), false),
+            (
+                "malformed",
+                CriError::Malformed {
+                    op: "ContainerStatus",
+                    what: "status",
+                },
+                false,
+            ),
+        ];
+        for (case, err, unknown) in cases {
+            assert_eq!(err.outcome_unknown(), unknown, "{case}");
+        }
+    }
 
     #[test]
     fn endpoints_parse() {

@@ -23,7 +23,7 @@ use tokio::sync::Notify;
 
 use crate::api::{ContainerRecreateRequest, ContainerRecreateRequestStatus, ProbeHandler};
 use crate::apiserver::{Health, patch_params, watch_into_store};
-use crate::cri::CriClient;
+use crate::cri::{CriClient, CriError};
 use crate::inplace::{self, ExecError};
 use crate::metrics::{Metrics, PhaseLabel};
 use crate::pod_cache::PodCache;
@@ -330,7 +330,17 @@ impl Worker {
                         r.clone()
                     }
                     _ => {
-                        let r = self.kill(pod.as_deref(), &k).await;
+                        let r = match self.kill(pod.as_deref(), &k).await {
+                            Ok(()) => Ok(()),
+                            Err(KillError::Failed(m)) => Err(m),
+                            Err(KillError::Unknown(e)) => {
+                                // Not recorded: the next sync judges again from the
+                                // runtime (the instance stopped, or still running and
+                                // stopped then), with backoff.
+                                tracing::warn!(crr = ?crr.metadata.name, container = %k.container, error = %e, "stopping the container for recreate: outcome unknown; judging again from the runtime");
+                                return Err(e.into());
+                            }
+                        };
                         if let Err(m) = &r {
                             tracing::warn!(crr = ?crr.metadata.name, container = %k.container, error = %m, "recreate failed");
                         } else {
@@ -408,24 +418,45 @@ impl Worker {
         }
     }
 
-    async fn kill(&self, pod: Option<&Pod>, k: &Kill) -> Result<(), String> {
+    async fn kill(&self, pod: Option<&Pod>, k: &Kill) -> Result<(), KillError> {
         let grace = Duration::from_secs(u64::try_from(k.grace_seconds).unwrap_or(2).max(2));
+        let mut left = grace;
         if let Some(h) = &k.pre_stop {
             let t0 = tokio::time::Instant::now();
-            run_pre_stop(&self.cri, pod, &k.id, h, grace).await?;
-            let left = grace
+            run_pre_stop(&self.cri, pod, &k.id, h, grace)
+                .await
+                .map_err(KillError::Failed)?;
+            left = grace
                 .saturating_sub(t0.elapsed())
                 .max(Duration::from_secs(2));
-            return self
-                .cri
-                .stop_container(&k.id, left)
-                .await
-                .map_err(|e| e.runtime_message());
         }
         self.cri
-            .stop_container(&k.id, grace)
+            .stop_container(&k.id, left)
             .await
-            .map_err(|e| e.runtime_message())
+            .map_err(KillError::of_stop)
+    }
+}
+
+/// Why a container was not stopped for its request.
+#[derive(Debug)]
+enum KillError {
+    /// Recorded as the container's failure: the runtime refused the stop, or the preStop
+    /// hook failed.
+    Failed(String),
+    /// The runtime was not reached or its answer was lost ([`CriError::outcome_unknown`]):
+    /// whether the container stopped is not known. Not a failure of the request: it is
+    /// judged again from the runtime, and a stop names the instance, so a second one never
+    /// stops a newer container.
+    Unknown(CriError),
+}
+
+impl KillError {
+    fn of_stop(e: CriError) -> Self {
+        if e.outcome_unknown() {
+            Self::Unknown(e)
+        } else {
+            Self::Failed(e.runtime_message())
+        }
     }
 }
 
@@ -665,6 +696,32 @@ mod tests {
         // nothing unfinished: nothing to run
         let done = vec![req("ns", "a0", "pa", &t(0), Some("Completed"))];
         assert!(next_per_pod(done, &none).is_empty());
+    }
+
+    /// A stop whose outcome is unknown (a transport error while the runtime restarts) is
+    /// not the container's failure: only what the runtime itself answered is recorded.
+    #[test]
+    fn only_a_stop_the_runtime_refused_is_recorded_as_failed() {
+        let rpc = |status| CriError::Rpc {
+            op: "StopContainer",
+            status,
+        };
+        let cut = tonic::Status::from_error(Box::new(std::io::Error::new(
+            std::io::ErrorKind::BrokenPipe,
+            "transport error",
+        )));
+        assert!(matches!(
+            KillError::of_stop(rpc(cut)),
+            KillError::Unknown(_)
+        ));
+        assert!(matches!(
+            KillError::of_stop(rpc(tonic::Status::unavailable("connection refused"))),
+            KillError::Unknown(_)
+        ));
+        match KillError::of_stop(rpc(tonic::Status::unknown("failed to stop container"))) {
+            KillError::Failed(m) => assert_eq!(m, "Unknown: failed to stop container"),
+            other => panic!("recorded as failed, not {other:?}"),
+        }
     }
 
     #[test]
