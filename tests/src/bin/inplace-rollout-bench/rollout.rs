@@ -145,10 +145,15 @@ fn bed_dir() -> String {
     std::env::var("INPLACE_TESTBED_DIR").unwrap_or_else(|_| "/var/tmp/inplace-testbed".into())
 }
 
+/// The text of `/proc/PID/stat`, while process `pid` runs.
+fn proc_stat(pid: impl std::fmt::Display) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()
+}
+
 /// The text of `/proc/PID/stat` of the bed's process `name`, from its pid file.
 fn bed_process_stat(name: &str) -> Option<String> {
     let pid = std::fs::read_to_string(format!("{}/pids/{name}.pid", bed_dir())).ok()?;
-    std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).ok()
+    proc_stat(pid.trim())
 }
 
 /// CPU seconds the bed's kube-apiserver has used so far (user + system); None when
@@ -174,10 +179,11 @@ pub(super) fn cpu_sample(children: &[(&str, Option<u32>)]) -> benchcalc::cpu::Cp
         .iter()
         .map(|name| ((*name).to_owned(), bed_process_stat(name)))
         .collect();
-    processes.extend(children.iter().map(|(name, pid)| {
-        let stat = pid.and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok());
-        ((*name).to_owned(), stat)
-    }));
+    processes.extend(
+        children
+            .iter()
+            .map(|(name, pid)| ((*name).to_owned(), pid.and_then(proc_stat))),
+    );
     let machine = std::fs::read_to_string("/proc/stat").ok();
     benchcalc::cpu::CpuSample::parse(machine.as_deref(), &processes)
 }
