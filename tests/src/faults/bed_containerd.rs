@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use inplace_daemon::cri::CriError;
 use thiserror::Error;
 
 #[derive(Debug, Error)]
@@ -154,5 +155,52 @@ impl BedContainerd {
     /// Whether the containerd of the pid file runs.
     pub fn running(&self) -> bool {
         Self::pid_in(&self.bed).is_ok_and(alive)
+    }
+}
+
+/// Whether a CRI call failed because containerd is not serving yet, so that the same read
+/// asked again later answers: the socket gone or cut (a restart under way), or answered
+/// while its CRI plugin is still loading ("server is not initialized yet": containerd's
+/// socket answers before the plugin is up). The checker's reads of containerd wait on
+/// these; any other error is an answer.
+pub fn not_serving_yet(e: &CriError) -> bool {
+    e.outcome_unknown()
+        || (e.code() == Some(tonic::Code::Unknown)
+            && e.runtime_message().contains("not initialized"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rpc(code: tonic::Code, message: &str) -> CriError {
+        CriError::Rpc {
+            op: "ImageStatus",
+            status: tonic::Status::new(code, message),
+        }
+    }
+
+    #[test]
+    fn only_a_runtime_that_is_not_serving_yet_is_asked_again() {
+        let cases = [
+            (
+                rpc(tonic::Code::Unknown, "server is not initialized yet"),
+                true,
+            ),
+            (rpc(tonic::Code::Unavailable, "connection refused"), true),
+            (
+                CriError::Timeout {
+                    op: "ListContainers",
+                    after: Duration::from_secs(10),
+                },
+                true,
+            ),
+            (rpc(tonic::Code::Unknown, "failed to get image"), false),
+            (rpc(tonic::Code::NotFound, "not initialized"), false),
+            (rpc(tonic::Code::InvalidArgument, "bad reference"), false),
+        ];
+        for (e, want) in cases {
+            assert_eq!(not_serving_yet(&e), want, "{e}");
+        }
     }
 }

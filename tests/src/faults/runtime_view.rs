@@ -1,11 +1,14 @@
 //! The node suite's invariants from containerd's own view: the containers CRI lists
-//! (every state), read on containerd's socket directly, never through the fault proxy.
+//! (every state), read on containerd's socket directly, never through the fault proxy,
+//! each with the time its task started (CRI `ContainerStatus`).
 //!
 //! The kubelet gives each new container of a pod's container name the next *attempt*
-//! number (its restart count), and the suite's test image does not crash, so the attempts
-//! count the restarts: after an in-place update a pod's container runs as attempt
-//! baseline + 1, created after the change was made, and no container of that name has a
-//! higher attempt (restarted once: never twice, never not at all). A pod outside the update
+//! number, and the suite's test image does not crash, so the containers of higher attempts
+//! that *ran* count the restarts: after an in-place update a pod's container runs as a
+//! newer attempt, created after the change was made, and it is the only newer one that
+//! ever started (restarted once: never twice, never not at all). A newer container that
+//! was created but never started is not a restart: containerd restarted under the
+//! kubelet's `StartContainer`, and the kubelet made another. A pod outside the update
 //! keeps its running container (same id, same attempt) and gets no new one. A pod whose
 //! update cannot succeed (its new image is not in the registry) has its container from
 //! before stopped by the kubelet, to run the new image, and no new one: the pull fails
@@ -25,7 +28,15 @@ pub struct CriContainer {
     pub attempt: u32,
     /// Nanoseconds since the epoch.
     pub created_at: i64,
+    /// When its task started, in nanoseconds since the epoch; 0: it never started.
+    pub started_at: i64,
     pub running: bool,
+}
+
+impl CriContainer {
+    fn ran(&self) -> bool {
+        self.started_at > 0
+    }
 }
 
 /// The running container `name` of pod `uid` (the highest attempt if several).
@@ -83,20 +94,26 @@ pub fn check(
             .unwrap_or(a.attempt);
         match expect {
             Expect::RestartedOnce => {
-                if a.attempt == b.attempt || a.id == b.id {
+                let ran: Vec<&CriContainer> = after
+                    .iter()
+                    .filter(|c| c.pod_uid == *uid && c.name == name)
+                    .filter(|c| c.attempt > b.attempt && c.ran())
+                    .collect();
+                if a.id == b.id || a.attempt <= b.attempt {
                     out.push(format!(
                         "pod {pod}: container {name} not restarted by the update \
                          (still {} attempt {})",
                         short(&a.id),
                         a.attempt
                     ));
-                } else if highest > b.attempt + 1 || a.attempt != b.attempt + 1 {
+                } else if ran.len() > 1 {
+                    let attempts: Vec<String> = ran.iter().map(|c| c.attempt.to_string()).collect();
                     out.push(format!(
                         "pod {pod}: container {name} restarted {} times by one update \
-                         (attempt {} before, {} after)",
-                        highest.max(a.attempt) - b.attempt,
+                         (attempt {} before; attempts {} ran after)",
+                        ran.len(),
                         b.attempt,
-                        highest.max(a.attempt)
+                        attempts.join(", ")
                     ));
                 } else if a.created_at < changed_at {
                     out.push(format!(
@@ -126,9 +143,10 @@ pub fn check(
 /// The completions seen before the pod's status named the new container
 /// ([`super::inplace::InPlaceChecker::runtime_claims`]), against containerd's views before
 /// the change and after convergence: each pod's container `name` must have a container
-/// newer than the one from before (a higher attempt), created before the completion was
-/// seen. The daemon completes an image update once the runtime runs the new container; a
-/// completion before that would let the pod count as updated while the old one still runs.
+/// newer than the one from before (a higher attempt) whose task started before the
+/// completion was seen. The daemon completes an image update once the runtime runs the new
+/// container; a completion before that would let the pod count as updated while the old
+/// one still runs.
 pub fn check_claims(
     before: &[CriContainer],
     after: &[CriContainer],
@@ -147,19 +165,21 @@ pub fn check_claims(
             ));
             continue;
         };
-        let first_new = after
+        let first_ran = after
             .iter()
             .filter(|c| c.pod_uid == claim.uid && c.name == name && c.attempt > b.attempt)
+            .filter(|c| c.ran())
             .min_by_key(|c| c.attempt);
-        match first_new {
+        match first_ran {
             None => out.push(format!(
-                "{marked} but containerd has no container {name} newer than {} (attempt {})",
+                "{marked} but containerd has no container {name} newer than {} (attempt {}) \
+                 that ever started",
                 short(&b.id),
                 b.attempt
             )),
-            Some(n) if n.created_at > claim.seen_ns => out.push(format!(
-                "{marked} {} ms before containerd created its new container {name} {}",
-                (n.created_at - claim.seen_ns) / 1_000_000,
+            Some(n) if n.started_at > claim.seen_ns => out.push(format!(
+                "{marked} {} ms before containerd started its new container {name} {}",
+                (n.started_at - claim.seen_ns) / 1_000_000,
                 short(&n.id)
             )),
             Some(_) => {}
@@ -200,6 +220,7 @@ fn short(id: &str) -> &str {
 mod tests {
     use super::*;
 
+    /// A container that started 1 ns after it was created.
     fn c(id: &str, uid: &str, attempt: u32, created_at: i64, running: bool) -> CriContainer {
         CriContainer {
             id: id.into(),
@@ -208,7 +229,16 @@ mod tests {
             name: "app".into(),
             attempt,
             created_at,
+            started_at: created_at + 1,
             running,
+        }
+    }
+
+    /// A container created and never started (the kubelet's start was cut short).
+    fn never_started(id: &str, uid: &str, attempt: u32, created_at: i64) -> CriContainer {
+        CriContainer {
+            started_at: 0,
+            ..c(id, uid, attempt, created_at, false)
         }
     }
 
@@ -269,6 +299,57 @@ mod tests {
         );
         assert_eq!(v.len(), 1, "{v:?}");
         assert!(v[0].contains("restarted 2 times"), "{v:?}");
+    }
+
+    /// Seed 1112: containerd restarted while the kubelet was starting attempt 1, whose
+    /// task never started; the kubelet made attempt 2. One container ran: one restart.
+    #[test]
+    fn a_new_container_that_never_started_is_not_a_restart() {
+        let before = [c("a0", "u1", 0, 10, true)];
+        let after = [
+            c("a0", "u1", 0, 10, false),
+            never_started("a1", "u1", 1, 2_000),
+            c("a2", "u1", 2, 3_000, true),
+        ];
+        let p = pods(&[("u1", Expect::RestartedOnce)]);
+        assert_eq!(
+            check(&before, &after, &p, "app", CHANGED),
+            Vec::<String>::new()
+        );
+        // The same attempts, both started: two restarts.
+        let twice = [
+            c("a0", "u1", 0, 10, false),
+            c("a1", "u1", 1, 2_000, false),
+            c("a2", "u1", 2, 3_000, true),
+        ];
+        let v = check(&before, &twice, &p, "app", CHANGED);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(
+            v[0].contains(
+                "restarted 2 times by one update (attempt 0 before; attempts 1, 2 ran after)"
+            ),
+            "{v:?}"
+        );
+    }
+
+    /// A pod outside the update given a container that never started was still touched:
+    /// something stopped its container or made the kubelet create another.
+    #[test]
+    fn a_pod_outside_the_update_given_a_container_that_never_started_is_reported() {
+        let before = [c("b0", "u2", 0, 10, true)];
+        let after = [
+            c("b0", "u2", 0, 10, true),
+            never_started("b1", "u2", 1, 2_000),
+        ];
+        let v = check(
+            &before,
+            &after,
+            &pods(&[("u2", Expect::Untouched)]),
+            "app",
+            CHANGED,
+        );
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].contains("outside the update"), "{v:?}");
     }
 
     #[test]
@@ -446,8 +527,31 @@ mod tests {
             "app",
         );
         assert_eq!(v.len(), 2, "{v:?}");
-        assert!(v[0].contains("pod pod-u1 marked InPlaceUpdateReady=True on revision r2 (rv 7) 2 ms before containerd created its new container app a1"), "{v:?}");
-        assert!(v[1].contains("pod pod-u2 marked InPlaceUpdateReady=True on revision r2 (rv 7) but containerd has no container app newer than b0 (attempt 0)"), "{v:?}");
+        assert!(v[0].contains("pod pod-u1 marked InPlaceUpdateReady=True on revision r2 (rv 7) 2 ms before containerd started its new container app a1"), "{v:?}");
+        assert!(v[1].contains("pod pod-u2 marked InPlaceUpdateReady=True on revision r2 (rv 7) but containerd has no container app newer than b0 (attempt 0) that ever started"), "{v:?}");
+    }
+
+    /// A completion seen after a new container was created but before any newer one
+    /// started: the created one never ran (its start was cut), the next started later.
+    #[test]
+    fn a_completion_before_any_new_container_started_is_reported() {
+        let before = [c("a0", "u1", 0, 10, true)];
+        let after = [
+            c("a0", "u1", 0, 10, false),
+            never_started("a1", "u1", 1, 1_000),
+            c("a2", "u1", 2, 5_000_000, true),
+        ];
+        let v = check_claims(&before, &after, &[claim("u1", 2_000_000)], "app");
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(
+            v[0].contains("3 ms before containerd started its new container app a2"),
+            "{v:?}"
+        );
+        // Seen once a2 ran: passes.
+        assert_eq!(
+            check_claims(&before, &after, &[claim("u1", 6_000_000)], "app"),
+            Vec::<String>::new()
+        );
     }
 }
 

@@ -25,12 +25,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use inplace_daemon::cri::CriClient;
+use inplace_daemon::cri::{CriClient, CriError};
 use inplace_proto::cloneset::CloneSet;
 use inplace_proto::crr::{ContainerRecreateRequest, CrrPhase};
 use inplace_proto::nodeimage::NodeImage;
 use inplace_tests::bed::{delete_namespace_and_wait, namespace, suffix};
-use inplace_tests::faults::bed_containerd::BedContainerd;
+use inplace_tests::faults::bed_containerd::{BedContainerd, not_serving_yet};
 use inplace_tests::faults::cri_proxy::CriProxy;
 use inplace_tests::faults::ending::{self, Expected, PodEnding, Verdict};
 use inplace_tests::faults::figures::{RunOutcome, STEP_KILL_PREFIX};
@@ -614,28 +614,70 @@ fn now_ns() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
 }
 
-/// The containers containerd holds for the pods of `namespaces` (CRI, every state).
+/// How long the checker's reads of containerd wait for a containerd that is not serving
+/// yet ([`not_serving_yet`]): a restart under way ends within 20 s, and its CRI plugin
+/// loads within seconds of that.
+const RUNTIME_WAIT: Duration = Duration::from_secs(60);
+
+/// `read`, asked again every 500 ms for up to [`RUNTIME_WAIT`] while containerd is not
+/// serving yet; any other error, or one past the wait, is returned with `what`.
+async fn when_serving<T, F, Fut>(what: &str, mut read: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, CriError>>,
+{
+    let deadline = Instant::now() + RUNTIME_WAIT;
+    loop {
+        match read().await {
+            Ok(v) => return Ok(v),
+            Err(e) if not_serving_yet(&e) && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => return Err(e).context(what.to_owned()),
+        }
+    }
+}
+
+/// The containers containerd holds for the pods of `namespaces` (CRI, every state), each
+/// with the time its task started (`ContainerStatus`: `ListContainers` does not say).
 async fn containerd_view(cri: &CriClient, namespaces: &[&str]) -> Result<Vec<CriContainer>> {
     let mut out = Vec::new();
     for ns in namespaces {
         let labels = HashMap::from([("io.kubernetes.pod.namespace".to_owned(), (*ns).to_owned())]);
-        let listed = cri
-            .list_containers(labels)
+        let listed = when_serving("listing containerd's containers", || {
+            cri.list_containers(labels.clone())
+        })
+        .await?;
+        for c in listed {
+            let status = match when_serving("containerd's ContainerStatus", || {
+                cri.container_status(&c.id)
+            })
             .await
-            .context("listing containerd's containers")?;
-        out.extend(listed.into_iter().map(|c| {
+            {
+                Ok(s) => s,
+                // Removed between the list and the status (the kubelet's garbage
+                // collection): not part of the view, as if listed a moment later.
+                Err(e)
+                    if e.downcast_ref::<CriError>().and_then(CriError::code)
+                        == Some(tonic::Code::NotFound) =>
+                {
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             let label = |k: &str| c.labels.get(k).cloned().unwrap_or_default();
             let meta = c.metadata.clone().unwrap_or_default();
-            CriContainer {
+            out.push(CriContainer {
                 id: c.id.clone(),
                 pod_uid: label("io.kubernetes.pod.uid"),
                 pod_name: label("io.kubernetes.pod.name"),
                 name: meta.name,
                 attempt: meta.attempt,
                 created_at: c.created_at,
+                started_at: status.started_at,
                 running: c.state() == ContainerState::ContainerRunning,
-            }
-        }));
+            });
+        }
     }
     Ok(out)
 }
@@ -1038,10 +1080,9 @@ async fn run_in(
             let status = pull
                 .wait_ended(&node_images, shared.args.converge_secs)
                 .await?;
-            let held = cri
-                .image_status(&pull.reference())
-                .await
-                .context("containerd's ImageStatus")?
+            let reference = pull.reference();
+            let held = when_serving("containerd's ImageStatus", || cri.image_status(&reference))
+                .await?
                 .map(|i| HeldImage {
                     id: i.id,
                     repo_digests: i.repo_digests,
