@@ -5,6 +5,9 @@
 //!   (`ContainerRestarted`: the container's env reads metadata that changed);
 //! - on the pod, the outcome of a ContainerRecreateRequest (`ContainerRecreateSucceeded`,
 //!   or the Warning `ContainerRecreateFailed`), with the request as the related object;
+//! - on the pod, a preStop hook that failed before a container was stopped for a request
+//!   (the Warning `FailedPreStopHook`, as the kubelet's; the container is stopped all the
+//!   same);
 //! - on the node's NodeImage, an image pull that failed (the Warning `PullImageFailed`):
 //!   a pre-download pull belongs to no pod, so the event goes where OpenKruise's daemon
 //!   puts it.
@@ -29,6 +32,9 @@ pub const REASON_RESTARTED: &str = "ContainerRestarted";
 pub const REASON_CRR_SUCCEEDED: &str = "ContainerRecreateSucceeded";
 /// Reason of a ContainerRecreateRequest that completed with a container not recreated.
 pub const REASON_CRR_FAILED: &str = "ContainerRecreateFailed";
+/// Reason of a preStop hook that failed before its container was stopped for a request:
+/// the kubelet's own reason, which OpenKruise's daemon records through the kubelet's code.
+pub const REASON_PRE_STOP_FAILED: &str = "FailedPreStopHook";
 /// Reason of a failed image pull.
 pub const REASON_PULL_FAILED: &str = "PullImageFailed";
 
@@ -192,6 +198,28 @@ pub fn crr_outcome_note(
     })
 }
 
+/// The preStop hook of `container` of `pod` failed with `message` before the container was
+/// stopped for the request `crr`, which stops it all the same.
+pub fn pre_stop_failed_note(
+    crr: &ContainerRecreateRequest,
+    pod: &Pod,
+    container: &str,
+    message: &str,
+) -> Note {
+    let name = crr.metadata.name.as_deref().unwrap_or_default();
+    Note {
+        regarding: pod.object_ref(&()),
+        related: Some(crr.object_ref(&())),
+        warning: true,
+        reason: REASON_PRE_STOP_FAILED,
+        action: "Kill",
+        message: format!(
+            "preStop hook of container {container} failed, stopping it for \
+             ContainerRecreateRequest {name} all the same: {message}"
+        ),
+    }
+}
+
 /// A pull of `image` on `node` failed with `message`: on the node's NodeImage.
 pub fn pull_failed_note(node: &str, image: &str, message: &str) -> Note {
     Note {
@@ -277,6 +305,24 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_failed_pre_stop_hook_is_a_warning_on_the_pod_naming_the_request() {
+        let n = pre_stop_failed_note(&crr(), &pod(), "app", "preStop exec exited 3: no");
+        assert_eq!(n.regarding.kind.as_deref(), Some("Pod"));
+        assert_eq!(n.regarding.name.as_deref(), Some("web-0"));
+        assert_eq!(
+            n.related.as_ref().and_then(|r| r.name.as_deref()),
+            Some("restart-1")
+        );
+        assert!(n.warning);
+        assert_eq!(n.reason, "FailedPreStopHook");
+        assert_eq!(
+            n.message,
+            "preStop hook of container app failed, stopping it for ContainerRecreateRequest \
+             restart-1 all the same: preStop exec exited 3: no"
+        );
+    }
+
     /// (status before, status after, the event: (warning, reason, parts of the message)).
     type Case<'a> = (
         Option<&'a ContainerRecreateRequestStatus>,
@@ -297,7 +343,7 @@ mod tests {
             Completed,
             &[
                 ("app", Succeeded, ""),
-                ("side", Failed, "preStop hook failed"),
+                ("side", Failed, "Unknown: failed to stop container"),
             ],
             "",
         );
@@ -328,7 +374,11 @@ mod tests {
                 Some((
                     true,
                     REASON_CRR_FAILED,
-                    vec!["recreated app", " side", "(side: preStop hook failed)"],
+                    vec![
+                        "recreated app",
+                        " side",
+                        "(side: Unknown: failed to stop container)",
+                    ],
                 )),
             ),
             (

@@ -724,6 +724,105 @@ async fn crr_recreates_exactly_the_named_containers() {
     assert_eq!(n, 2.0, "counted by this test: {m}");
 }
 
+/// A preStop hook that fails does not keep the request from recreating its container, as
+/// in the kubelet's `KillContainer` that OpenKruise's daemon calls: the container is
+/// stopped all the same (restarted once, the request Succeeded), and the failure is the
+/// Warning `FailedPreStopHook` on the pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the test bed (tests/testbed/up)"]
+async fn a_failing_pre_stop_hook_does_not_keep_a_crr_from_recreating() {
+    let c = client().await;
+    let ns = TestNs::new(&c).await;
+    let pods: Api<Pod> = Api::namespaced(c.clone(), &ns.name);
+    let v1 = format!("{REGISTRY}/inplace-test/app:v1");
+    let p = create_started(&pods, pod_json("hookfail", json!([
+            {"name": "a", "image": v1,
+             "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "echo drain refused >&2; exit 3"]}}}}
+        ]))).await;
+    let uid = p.metadata.uid.clone().unwrap();
+    let d = Daemon::on_the_node(&c, "crr-hook").await;
+    d.wait_healthy().await;
+    let crrs: Api<ContainerRecreateRequest> = Api::namespaced(c.clone(), &ns.name);
+    let crr: ContainerRecreateRequest = serde_json::from_value(json!({
+        "apiVersion": "apps.kruise.io/v1alpha1", "kind": "ContainerRecreateRequest",
+        "metadata": {"name": "r1", "labels": {
+            "crr.apps.kruise.io/node-name": NODE, "crr.apps.kruise.io/active": "true", "crr.apps.kruise.io/pod-uid": uid}},
+        "spec": {"podName": "hookfail",
+            "containers": [{"name": "a", "statusContext": {"containerID": container_id(&p, "a"), "restartCount": 0}}],
+            "strategy": {"minStartedSeconds": 1},
+            "activeDeadlineSeconds": 120}
+    }))
+    .unwrap();
+    crrs.create(&PostParams::default(), &crr).await.unwrap();
+    let t0 = Instant::now();
+    let done = loop {
+        let r = crrs.get("r1").await.unwrap();
+        if r.phase() == CrrPhase::Completed {
+            break r;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(90),
+            "CRR not completed: {:#?}\n{}",
+            r.status,
+            d.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let st = done.status.unwrap();
+    let phases: Vec<(String, CrrPhase, bool)> = st
+        .container_recreate_states
+        .iter()
+        .map(|s| (s.name.clone(), s.phase, s.is_killed))
+        .collect();
+    assert_eq!(
+        phases,
+        vec![("a".into(), CrrPhase::Succeeded, true)],
+        "{st:?}"
+    );
+    wait_pod(
+        &pods,
+        "hookfail",
+        "restart count 1",
+        Duration::from_secs(30),
+        |p| restart_count(p, "a") == 1,
+    )
+    .await;
+    // The Warning on the pod, with the hook's own words.
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(c.clone(), &ns.name);
+    let t0 = Instant::now();
+    let warning = loop {
+        let found = events
+            .list(&kube::api::ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .find(|e| {
+                e.reason.as_deref() == Some("FailedPreStopHook")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("hookfail")
+            });
+        if let Some(e) = found {
+            break e;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "no FailedPreStopHook event\n{}",
+            d.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert_eq!(warning.type_.as_deref(), Some("Warning"));
+    let note = warning.note.unwrap_or_default();
+    assert!(
+        note.contains("preStop hook of container a failed"),
+        "{note}"
+    );
+    assert!(
+        note.contains("exited 3") && note.contains("drain refused"),
+        "{note}"
+    );
+}
+
 /// Host process: kills its daemon mid-pull and starts another, on a fixture containerd
 /// behind a slow registry proxy (fixtures the cluster cannot give).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -463,13 +463,17 @@ mod tests {
         let rt = BTreeMap::from([("a", inst("a0", true, 100)), ("b", inst("b0", true, 100))]);
         let mut c = crr(json!({}));
         let mut s = run(&c, &rt);
-        record_kill(&mut s.status, "a", Err("preStop failed".into()));
+        record_kill(
+            &mut s.status,
+            "a",
+            Err("Unknown: failed to stop container".into()),
+        );
         c.status = Some(s.status.clone());
         let s2 = run(&c, &rt);
         assert_eq!(s2.status.phase, CrrPhase::Completed);
         assert_eq!(
             s2.status.container_recreate_states[0].message,
-            "preStop failed"
+            "Unknown: failed to stop container"
         );
 
         let mut ci = crr(json!({"spec": {"strategy": {"failurePolicy": "Ignore"}}}));

@@ -330,7 +330,7 @@ impl Worker {
                         r.clone()
                     }
                     _ => {
-                        let r = match self.kill(pod.as_deref(), &k).await {
+                        let r = match self.kill(crr, pod.as_deref(), &k).await {
                             Ok(()) => Ok(()),
                             Err(KillError::Failed(m)) => Err(m),
                             Err(KillError::Unknown(e)) => {
@@ -418,14 +418,38 @@ impl Worker {
         }
     }
 
-    async fn kill(&self, pod: Option<&Pod>, k: &Kill) -> Result<(), KillError> {
+    /// Stops the container `k` for request `crr`: its preStop hook first, within the grace
+    /// period, then CRI StopContainer with what is left of it (at least 2 s). A hook that
+    /// fails or runs out of time does not fail the stop, as in the kubelet's
+    /// `KillContainer` that OpenKruise's daemon calls: a failure is a Warning event on the
+    /// pod, a time-out a log line.
+    async fn kill(
+        &self,
+        crr: &ContainerRecreateRequest,
+        pod: Option<&Pod>,
+        k: &Kill,
+    ) -> Result<(), KillError> {
         let grace = Duration::from_secs(u64::try_from(k.grace_seconds).unwrap_or(2).max(2));
         let mut left = grace;
         if let Some(h) = &k.pre_stop {
             let t0 = tokio::time::Instant::now();
-            run_pre_stop(&self.cri, pod, &k.id, h, grace)
-                .await
-                .map_err(KillError::Failed)?;
+            match run_pre_stop(&self.cri, pod, &k.id, h, grace).await {
+                Ok(()) => {}
+                Err(PreStopError::TimedOut(after)) => {
+                    tracing::info!(crr = ?crr.metadata.name, container = %k.container, ?after, "preStop hook did not finish within the grace period; stopping the container");
+                }
+                Err(PreStopError::Failed(m)) => {
+                    tracing::warn!(crr = ?crr.metadata.name, container = %k.container, error = %m, "preStop hook failed; stopping the container all the same");
+                    if let Some(p) = pod {
+                        self.recorder.record(crate::recorder::pre_stop_failed_note(
+                            crr,
+                            p,
+                            &k.container,
+                            &m,
+                        ));
+                    }
+                }
+            }
             left = grace
                 .saturating_sub(t0.elapsed())
                 .max(Duration::from_secs(2));
@@ -440,8 +464,7 @@ impl Worker {
 /// Why a container was not stopped for its request.
 #[derive(Debug)]
 enum KillError {
-    /// Recorded as the container's failure: the runtime refused the stop, or the preStop
-    /// hook failed.
+    /// Recorded as the container's failure: the runtime refused the stop.
     Failed(String),
     /// The runtime was not reached or its answer was lost ([`CriError::outcome_unknown`]):
     /// whether the container stopped is not known. Not a failure of the request: it is
@@ -474,6 +497,21 @@ fn port_of(p: &IntOrString, pod: Option<&Pod>) -> Option<u16> {
     }
 }
 
+/// Why a preStop hook did not succeed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PreStopError {
+    /// The hook ran and failed (or could not be run), saying why.
+    Failed(String),
+    /// The hook did not finish within its limit.
+    TimedOut(Duration),
+}
+
+impl From<String> for PreStopError {
+    fn from(m: String) -> Self {
+        Self::Failed(m)
+    }
+}
+
 /// Runs a preStop hook of the pod's spec within `limit`: exec through CRI ExecSync,
 /// httpGet and tcpSocket against the pod IP (or the hook's host, as the kubelet does: it is
 /// the pod's own spec). A pod without an IP fails the hook rather than have the node's own
@@ -484,7 +522,7 @@ pub async fn run_pre_stop(
     id: &str,
     h: &ProbeHandler,
     limit: Duration,
-) -> Result<(), String> {
+) -> Result<(), PreStopError> {
     let pod_ip = pod
         .and_then(|p| p.status.as_ref())
         .and_then(|s| s.pod_ip.clone())
@@ -493,13 +531,19 @@ pub async fn run_pre_stop(
         let r = cri
             .exec_sync(id, e.command.clone().unwrap_or_default(), limit)
             .await
-            .map_err(|e| format!("preStop exec: {}", e.runtime_message()))?;
+            .map_err(|e| match e {
+                CriError::Timeout { .. } => PreStopError::TimedOut(limit),
+                e if e.code() == Some(tonic::Code::DeadlineExceeded) => {
+                    PreStopError::TimedOut(limit)
+                }
+                e => PreStopError::Failed(format!("preStop exec: {}", e.runtime_message())),
+            })?;
         if r.exit_code != 0 {
-            return Err(format!(
+            return Err(PreStopError::Failed(format!(
                 "preStop exec exited {}: {}",
                 r.exit_code,
                 String::from_utf8_lossy(&r.stderr).trim()
-            ));
+            )));
         }
         return Ok(());
     }
@@ -549,7 +593,8 @@ pub async fn run_pre_stop(
     };
     tokio::time::timeout(limit, fut)
         .await
-        .map_err(|_| format!("preStop did not finish within {}s", limit.as_secs()))?
+        .map_err(|_| PreStopError::TimedOut(limit))?
+        .map_err(PreStopError::Failed)
 }
 
 impl std::fmt::Debug for CrrHandler {
