@@ -601,6 +601,28 @@ async fn env_from_metadata_change_restarts_the_container() {
     assert_eq!(n, 1.0, "counted by this test: {m}");
 }
 
+/// The request `name` once Completed (within 90 s).
+async fn wait_completed(
+    crrs: &Api<ContainerRecreateRequest>,
+    name: &str,
+    d: &Daemon,
+) -> ContainerRecreateRequest {
+    let t0 = Instant::now();
+    loop {
+        let r = crrs.get(name).await.unwrap();
+        if r.phase() == CrrPhase::Completed {
+            return r;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(90),
+            "CRR {name} not completed: {:#?}\n{}",
+            r.status,
+            d.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the test bed (tests/testbed/up)"]
 async fn crr_recreates_exactly_the_named_containers() {
@@ -636,19 +658,7 @@ async fn crr_recreates_exactly_the_named_containers() {
     .unwrap();
     crrs.create(&PostParams::default(), &crr).await.unwrap();
     let t0 = Instant::now();
-    let done = loop {
-        let r = crrs.get("r1").await.unwrap();
-        if r.phase() == CrrPhase::Completed {
-            break r;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(90),
-            "CRR not completed: {:#?}\n{}",
-            r.status,
-            d.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let done = wait_completed(&crrs, "r1", &d).await;
     println!(
         "CRR completed in {:.1}s: {}",
         t0.elapsed().as_secs_f64(),
@@ -754,20 +764,7 @@ async fn a_failing_pre_stop_hook_does_not_keep_a_crr_from_recreating() {
     }))
     .unwrap();
     crrs.create(&PostParams::default(), &crr).await.unwrap();
-    let t0 = Instant::now();
-    let done = loop {
-        let r = crrs.get("r1").await.unwrap();
-        if r.phase() == CrrPhase::Completed {
-            break r;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(90),
-            "CRR not completed: {:#?}\n{}",
-            r.status,
-            d.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let done = wait_completed(&crrs, "r1", &d).await;
     let st = done.status.unwrap();
     let phases: Vec<(String, CrrPhase, bool)> = st
         .container_recreate_states
