@@ -601,6 +601,28 @@ async fn env_from_metadata_change_restarts_the_container() {
     assert_eq!(n, 1.0, "counted by this test: {m}");
 }
 
+/// The request `name`, active as the controller leaves it for the daemon, to recreate the
+/// container `container` of the started pod `p`.
+fn one_container_crr(
+    name: &str,
+    p: &Pod,
+    container: &str,
+    min_started_seconds: u32,
+    active_deadline_seconds: u32,
+) -> ContainerRecreateRequest {
+    serde_json::from_value(json!({
+        "apiVersion": "apps.kruise.io/v1alpha1", "kind": "ContainerRecreateRequest",
+        "metadata": {"name": name, "labels": {
+            "crr.apps.kruise.io/node-name": NODE, "crr.apps.kruise.io/active": "true",
+            "crr.apps.kruise.io/pod-uid": p.metadata.uid.clone().unwrap()}},
+        "spec": {"podName": p.metadata.name.clone().unwrap(),
+            "containers": [{"name": container, "statusContext": {"containerID": container_id(p, container), "restartCount": 0}}],
+            "strategy": {"minStartedSeconds": min_started_seconds},
+            "activeDeadlineSeconds": active_deadline_seconds}
+    }))
+    .unwrap()
+}
+
 /// The request `name` once Completed (within 90 s).
 async fn wait_completed(
     crrs: &Api<ContainerRecreateRequest>,
@@ -749,21 +771,15 @@ async fn a_failing_pre_stop_hook_does_not_keep_a_crr_from_recreating() {
             {"name": "a", "image": v1,
              "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "echo drain refused >&2; exit 3"]}}}}
         ]))).await;
-    let uid = p.metadata.uid.clone().unwrap();
     let d = Daemon::on_the_node(&c, "crr-hook").await;
     d.wait_healthy().await;
     let crrs: Api<ContainerRecreateRequest> = Api::namespaced(c.clone(), &ns.name);
-    let crr: ContainerRecreateRequest = serde_json::from_value(json!({
-        "apiVersion": "apps.kruise.io/v1alpha1", "kind": "ContainerRecreateRequest",
-        "metadata": {"name": "r1", "labels": {
-            "crr.apps.kruise.io/node-name": NODE, "crr.apps.kruise.io/active": "true", "crr.apps.kruise.io/pod-uid": uid}},
-        "spec": {"podName": "hookfail",
-            "containers": [{"name": "a", "statusContext": {"containerID": container_id(&p, "a"), "restartCount": 0}}],
-            "strategy": {"minStartedSeconds": 1},
-            "activeDeadlineSeconds": 120}
-    }))
+    crrs.create(
+        &PostParams::default(),
+        &one_container_crr("r1", &p, "a", 1, 120),
+    )
+    .await
     .unwrap();
-    crrs.create(&PostParams::default(), &crr).await.unwrap();
     let done = wait_completed(&crrs, "r1", &d).await;
     let st = done.status.unwrap();
     let phases: Vec<(String, CrrPhase, bool)> = st
@@ -959,7 +975,6 @@ async fn host_a_crr_status_from_a_stale_request_is_refused_and_decided_again() {
         pod_json("stale", json!([{"name": "a", "image": v1}])),
     )
     .await;
-    let uid = p.metadata.uid.clone().unwrap();
     let proxy = FreezableProxy::start(&bed_dir().join("kubeconfig"))
         .await
         .unwrap();
@@ -971,17 +986,12 @@ async fn host_a_crr_status_from_a_stale_request_is_refused_and_decided_again() {
     );
     d.wait_healthy().await;
     let crrs: Api<ContainerRecreateRequest> = Api::namespaced(c.clone(), &ns.name);
-    let crr: ContainerRecreateRequest = serde_json::from_value(json!({
-        "apiVersion": "apps.kruise.io/v1alpha1", "kind": "ContainerRecreateRequest",
-        "metadata": {"name": "r1", "labels": {
-            "crr.apps.kruise.io/node-name": NODE, "crr.apps.kruise.io/active": "true", "crr.apps.kruise.io/pod-uid": uid}},
-        "spec": {"podName": "stale",
-            "containers": [{"name": "a", "statusContext": {"containerID": container_id(&p, "a"), "restartCount": 0}}],
-            "strategy": {"minStartedSeconds": 15},
-            "activeDeadlineSeconds": 300}
-    }))
+    crrs.create(
+        &PostParams::default(),
+        &one_container_crr("r1", &p, "a", 15, 300),
+    )
+    .await
     .unwrap();
-    crrs.create(&PostParams::default(), &crr).await.unwrap();
     // The container is recreated and running, and the request says it was stopped: the
     // daemon has to write the completion once minStartedSeconds have passed.
     wait_pod(
@@ -1147,18 +1157,7 @@ async fn crrs_of_different_pods_run_at_once_and_of_one_pod_in_order() {
     let crrs: Api<ContainerRecreateRequest> = Api::namespaced(c.clone(), &ns.name);
     let t0 = Instant::now();
     for (crr, pod, container) in [("r-a1", "pa", "a"), ("r-a2", "pa", "b"), ("r-b", "pb", "a")] {
-        let p = &started[pod];
-        let r: ContainerRecreateRequest = serde_json::from_value(json!({
-            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "ContainerRecreateRequest",
-            "metadata": {"name": crr, "labels": {
-                "crr.apps.kruise.io/node-name": NODE, "crr.apps.kruise.io/active": "true",
-                "crr.apps.kruise.io/pod-uid": p.metadata.uid.clone().unwrap()}},
-            "spec": {"podName": pod,
-                "containers": [{"name": container, "statusContext": {"containerID": container_id(p, container), "restartCount": 0}}],
-                "strategy": {"minStartedSeconds": 1},
-                "activeDeadlineSeconds": 300}
-        }))
-        .unwrap();
+        let r = one_container_crr(crr, &started[pod], container, 1, 300);
         crrs.create(&PostParams::default(), &r).await.unwrap();
     }
     // when each request was first seen Completed

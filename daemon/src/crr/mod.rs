@@ -506,12 +506,6 @@ pub enum PreStopError {
     TimedOut(Duration),
 }
 
-impl From<String> for PreStopError {
-    fn from(m: String) -> Self {
-        Self::Failed(m)
-    }
-}
-
 /// Runs a preStop hook of the pod's spec within `limit`: exec through CRI ExecSync,
 /// httpGet and tcpSocket against the pod IP (or the hook's host, as the kubelet does: it is
 /// the pod's own spec). A pod without an IP fails the hook rather than have the node's own

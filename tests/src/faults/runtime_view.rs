@@ -86,12 +86,6 @@ pub fn check(
             ));
             continue;
         };
-        let highest = after
-            .iter()
-            .filter(|c| c.pod_uid == *uid && c.name == name)
-            .map(|c| c.attempt)
-            .max()
-            .unwrap_or(a.attempt);
         match expect {
             Expect::RestartedOnce => {
                 let ran: Vec<&CriContainer> = after
@@ -124,6 +118,12 @@ pub fn check(
             }
             Expect::StoppedNotReplaced => {}
             Expect::Untouched => {
+                let highest = after
+                    .iter()
+                    .filter(|c| c.pod_uid == *uid && c.name == name)
+                    .map(|c| c.attempt)
+                    .max()
+                    .unwrap_or(a.attempt);
                 if a.id != b.id || highest != b.attempt {
                     out.push(format!(
                         "pod {pod} (outside the update): container {name} touched \
